@@ -1,0 +1,100 @@
+"""Architecture files: YAML holding an ArchConfig and, optionally, how to train it.
+
+Layout (every key but ``arch`` optional)::
+
+    arch:    {d_model: 128, n_heads: 4, max_len: 128, layers: [...]}   # ArchConfig.to_dict()
+    recipe:  {batch_size: 16, lr: 0.003, ...}                         # evaluators.TrainRecipe
+    budget:  {steps: 200}                                             # one of steps/tokens/flops/seconds
+    data:    shakespeare                                              # corpus name or path
+    metrics: {val_loss: ...}                                          # measured, written by export
+    source:  {study: ..., trial: ...}                                 # where it came from
+
+A file with ``layers`` at the top level is read as a bare architecture.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nas.errors import ConfigError, UserError
+from nas.models import ArchConfig
+
+SECTIONS = ("arch", "recipe", "budget", "data", "metrics", "source")
+
+
+def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
+    """``yaml.safe_load`` of a file, with user errors as one line naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p}: {what} not found" if not p.exists() else f"{p}: is not a file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{p}: cannot read {what}: {err}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{p}: malformed YAML{where}: {problem}") from None
+
+
+def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """All sections of an architecture file, with ``arch`` parsed into an ArchConfig."""
+    raw = read_yaml(path, "architecture file")
+    if not isinstance(raw, dict):
+        raise ConfigError("must be a mapping with an 'arch' section", source=str(path))
+    if "layers" in raw and "arch" not in raw:
+        raw = {"arch": raw}
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"unknown section; valid sections: {', '.join(SECTIONS)}", unknown[0], str(path))
+    if "arch" not in raw:
+        raise ConfigError("is missing", "arch", str(path))
+    try:
+        arch = ArchConfig.from_dict(raw["arch"])
+    except ConfigError as err:
+        raise err.at("arch").in_file(str(path)) from None
+    for key in ("recipe", "budget", "metrics", "source"):
+        if key in raw and not isinstance(raw[key], dict):
+            raise ConfigError("must be a mapping", key, str(path))
+    return {**raw, "arch": arch}
+
+
+def load_arch(path: str | os.PathLike[str]) -> ArchConfig:
+    """The ArchConfig in an architecture file (bare or with the other sections)."""
+    return load_arch_file(path)["arch"]
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_arch(path: str | os.PathLike[str], arch: ArchConfig, **sections: Any) -> None:
+    """Write ``arch`` (and any of recipe, budget, data, metrics, source) as an architecture file."""
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown section {unknown[0]!r}; valid: {', '.join(SECTIONS)}")
+    doc: dict[str, Any] = {"arch": arch.to_dict()}
+    doc.update({k: v for k, v in sections.items() if v is not None})
+    write_text_atomic(path, dump_yaml(doc))

@@ -1,0 +1,60 @@
+"""Command line: ``python run_search.py COMMAND ...`` (or the ``nas`` console script).
+
+Each command lives in ``nas/commands/<name>.py`` with ``register(subparsers)``
+adding its parser and setting ``func``.  User mistakes raise
+:class:`nas.errors.UserError`; they end here as one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from nas.errors import UserError
+
+COMMANDS = ("search", "train", "best", "show", "plot", "export")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text is one ``--help`` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="run_search.py",
+        description="Neural-architecture search for Transformer language models. "
+        "With no command, runs the demo search (default space, default corpus, local Ray).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"nas.commands.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv:
+        argv = ["search", "--demo"]
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Analytic compute accounting: parameters and FLOPs per token for any ArchConfig.
+
+FLOPs count matrix products and convolutions at 2 FLOPs per multiply-add;
+attention counts the full T x T score matrix (as PaLM's MFU accounting does),
+at the training sequence length.  Backward passes cost twice the forward
+except where a block says otherwise (a fixed random synthesizer needs no
+gradient for its attention weights).  ``torch.utils.flop_counter`` misses CPU
+SDPA and over-counts depthwise-conv backward, so it is only a test cross-check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nas.models.attention import ATTENTION
+from nas.models.config import ArchConfig, LayerConfig
+from nas.models.dims import Flops
+from nas.models.ffn import FeedForward, ffn_width
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Parameters and per-token FLOPs of one architecture at one sequence length."""
+
+    params: int
+    embedding_params: int
+    seq_len: int
+    flops: Flops
+    #: per layer: (attention block name, attention+ffn Flops)
+    per_layer: tuple[tuple[str, Flops], ...] = field(default=())
+
+    @property
+    def non_embedding_params(self) -> int:
+        return self.params - self.embedding_params
+
+    @property
+    def fwd_flops_per_token(self) -> float:
+        return self.flops.fwd
+
+    @property
+    def train_flops_per_token(self) -> float:
+        return self.flops.train
+
+    def by_block(self) -> dict[str, float]:
+        """Training FLOPs per token summed by attention block type."""
+        out: dict[str, float] = {}
+        for name, f in self.per_layer:
+            out[name] = out.get(name, 0.0) + f.train
+        return out
+
+
+def layer_params(arch: ArchConfig, layer: LayerConfig) -> int:
+    d = arch.d_model
+    block = ATTENTION.get(layer.attention.type)
+    n = block.count_params(arch.dims, layer.attention.options, layer.ffn) + 2 * d  # + LayerNorm
+    if not block.replaces_ffn:
+        n += FeedForward.count_params(d, ffn_width(d, layer.ffn.mult)) + 2 * d
+    return n
+
+
+def layer_flops(arch: ArchConfig, layer: LayerConfig, seq_len: int) -> Flops:
+    block = ATTENTION.get(layer.attention.type)
+    flops = block.count_flops(arch.dims, layer.attention.options, layer.ffn, seq_len)
+    if not block.replaces_ffn:
+        flops = flops + FeedForward.count_flops(arch.d_model, ffn_width(arch.d_model, layer.ffn.mult))
+    return flops
+
+
+def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
+    """Parameters and FLOPs per token of ``arch`` at ``seq_len`` (default: ``arch.max_len``)."""
+    T = arch.max_len if seq_len is None else seq_len
+    d, V = arch.d_model, arch.vocab_size
+    embedding = V * d + (arch.max_len * d if arch.pos_encoding == "learned" else 0)
+    head = 0 if arch.tie_embeddings else V * d
+    per_layer = tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.layers)
+    params = embedding + head + sum(layer_params(arch, layer) for layer in arch.layers) + 2 * d
+    flops = Flops.dense(2.0 * d * V)  # LM head
+    for _, f in per_layer:
+        flops = flops + f
+    return Compute(
+        params=params,
+        embedding_params=embedding + head,
+        seq_len=T,
+        flops=flops,
+        per_layer=per_layer,
+    )

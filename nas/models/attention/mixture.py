@@ -1,0 +1,161 @@
+"""Synthesizer mixtures (Tay et al., 2021, "Synthesizer", section 3.4).
+
+The logits of several blocks are combined with weights alpha that sum to 1,
+then one causal softmax weighs a shared value projection:
+Y = softmax(sum_i alpha_i S_i(X)) (X W_v) W_o.  alpha is either learned
+(softmax of free parameters) or fixed by the config (for example chosen by
+the search).  Any block that exposes ``scores`` can be a component, ``mha``
+and ``mdha`` included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from nas.errors import ConfigError
+from nas.models.attention.base import (
+    ATTENTION,
+    AttentionBlock,
+    BlockOptions,
+    FFNSpec,
+    ValueAttention,
+)
+from nas.models.dims import Dims, Flops
+
+
+def _mixable_names() -> list[str]:
+    return [n for n in ATTENTION.names() if ATTENTION.get(n).mixable]
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureOptions(BlockOptions):
+    #: (block name, its options) per component.
+    components: tuple[tuple[str, BlockOptions], ...] = ()
+    #: "learned", or one fixed non-negative weight per component (normalised to sum 1).
+    weights: str | tuple[float, ...] = "learned"
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> MixtureOptions:
+        unknown = sorted(set(raw) - {"components", "weights"})
+        if unknown:
+            raise ConfigError(
+                f"unknown option {unknown[0]!r}; valid options: components, weights", str(unknown[0])
+            )
+        items = raw.get("components")
+        if not isinstance(items, (list, tuple)) or len(items) < 2:
+            raise ConfigError(
+                "must list at least two blocks to mix, e.g. [mha, synth_random]; "
+                f"mixable blocks: {', '.join(_mixable_names())}",
+                "components",
+            )
+        components = []
+        for i, item in enumerate(items):
+            path = f"components.{i}"
+            if isinstance(item, str):
+                name, sub = item, {}
+            elif isinstance(item, Mapping) and "type" in item:
+                name, sub = item["type"], {k: v for k, v in item.items() if k != "type"}
+            else:
+                raise ConfigError(
+                    f"must be a block name or a mapping with 'type', got {item!r}", path
+                )
+            block = ATTENTION.get(name, f"{path}.type")
+            if not block.mixable:
+                raise ConfigError(
+                    f"{name!r} cannot be mixed; mixable blocks: {', '.join(_mixable_names())}",
+                    f"{path}.type",
+                )
+            try:
+                components.append((name, block.Options.parse(sub)))
+            except ConfigError as err:
+                raise err.at(path) from None
+        weights = raw.get("weights", "learned")
+        if weights != "learned":
+            if not isinstance(weights, (list, tuple)) or len(weights) != len(components):
+                raise ConfigError(
+                    f"must be 'learned' or a list of {len(components)} non-negative numbers, "
+                    f"got {weights!r}",
+                    "weights",
+                )
+            if any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights):
+                raise ConfigError(f"must be non-negative numbers, got {list(weights)!r}", "weights")
+            total = float(sum(weights))
+            if total <= 0:
+                raise ConfigError("must not all be zero", "weights")
+            weights = tuple(float(w) / total for w in weights)
+        return cls(components=tuple(components), weights=weights)
+
+    def check(self, dims: Dims, ffn: FFNSpec) -> None:
+        for i, (_, opts) in enumerate(self.components):
+            try:
+                opts.check(dims, ffn)
+            except ConfigError as err:
+                raise err.at(f"components.{i}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "components": [{"type": name, **opts.to_dict()} for name, opts in self.components],
+            "weights": self.weights if isinstance(self.weights, str) else list(self.weights),
+        }
+
+    @property
+    def learned(self) -> bool:
+        return self.weights == "learned"
+
+
+@ATTENTION.register("mixture")
+class Mixture(ValueAttention):
+    Options = MixtureOptions
+    mixable = False
+
+    def __init__(self, dims: Dims, opts: MixtureOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
+        super().__init__(dims, opts, ffn=ffn, with_values=with_values)
+        self.parts = nn.ModuleList(
+            ATTENTION.get(name)(dims, sub, ffn=ffn, with_values=False) for name, sub in opts.components
+        )
+        n = len(opts.components)
+        if opts.learned:
+            self.alpha_logits = nn.Parameter(torch.zeros(n))
+        else:
+            self.register_buffer("fixed_alpha", torch.tensor(opts.weights, dtype=torch.float32))
+
+    @property
+    def alpha(self) -> Tensor:
+        """Mixing weights, non-negative and summing to 1."""
+        if self.opts.learned:  # type: ignore[attr-defined]
+            return torch.softmax(self.alpha_logits, dim=0)
+        return self.fixed_alpha
+
+    def scores(self, x: Tensor) -> Tensor:
+        alpha = self.alpha
+        total: Tensor | None = None
+        for a, part in zip(alpha, self.parts):
+            s = a * part.scores(x)  # (B|1, H, T, T)
+            total = s if total is None else total + s
+        assert total is not None
+        return total
+
+    @staticmethod
+    def _parts(opts: MixtureOptions) -> list[tuple[type[AttentionBlock], BlockOptions]]:
+        return [(ATTENTION.get(name), sub) for name, sub in opts.components]
+
+    @classmethod
+    def count_params(cls, dims: Dims, opts: MixtureOptions, ffn: FFNSpec, with_values: bool = True) -> int:
+        parts = sum(b.count_params(dims, o, ffn, with_values=False) for b, o in cls._parts(opts))
+        return parts + (len(opts.components) if opts.learned else 0) + cls.value_params(dims)
+
+    @classmethod
+    def count_flops(
+        cls, dims: Dims, opts: MixtureOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
+    ) -> Flops:
+        parts = cls._parts(opts)
+        flops = Flops()
+        for block, sub in parts:
+            flops = flops + block.count_flops(dims, sub, ffn, seq_len, with_values=False)
+        trained = opts.learned or any(b.count_params(dims, o, ffn, False) > 0 for b, o in parts)
+        return flops + cls.value_flops(dims, seq_len, weights_need_grad=trained)

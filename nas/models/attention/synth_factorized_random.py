@@ -1,0 +1,54 @@
+"""Factorized Random Synthesizer (Tay et al., 2021, "Synthesizer", section 3.3).
+
+R = R1 R2^T with R1, R2 of shape [heads, max_len, rank], learned, independent of the input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import torch
+from torch import Tensor, nn
+
+from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, positive_int
+from nas.models.dims import Dims, Flops
+
+
+@dataclasses.dataclass(frozen=True)
+class FactorizedRandomOptions(BlockOptions):
+    rank: int = 8
+
+    def check(self, dims: Dims, ffn: FFNSpec) -> None:
+        positive_int(self.rank, "rank")
+
+
+@ATTENTION.register("synth_factorized_random")
+class FactorizedRandomSynthesizer(ValueAttention):
+    Options = FactorizedRandomOptions
+    static_scores = True
+
+    def __init__(
+        self, dims: Dims, opts: FactorizedRandomOptions, *, ffn: FFNSpec, with_values: bool = True
+    ) -> None:
+        super().__init__(dims, opts, ffn=ffn, with_values=with_values)
+        std = opts.rank**-0.25  # unit-variance logits at init
+        self.R1 = nn.Parameter(torch.randn(dims.n_heads, dims.max_len, opts.rank) * std)  # (H, L, k)
+        self.R2 = nn.Parameter(torch.randn(dims.n_heads, dims.max_len, opts.rank) * std)  # (H, L, k)
+
+    def scores(self, x: Tensor) -> Tensor:
+        T = x.shape[1]
+        # Once per step, not per sequence: (1, H, T, T).  Its 2*H*T*T*k FLOPs are shared by
+        # the whole batch and left out of the per-token count.
+        return (self.R1[:, :T] @ self.R2[:, :T].transpose(1, 2)).unsqueeze(0)
+
+    @classmethod
+    def count_params(
+        cls, dims: Dims, opts: FactorizedRandomOptions, ffn: FFNSpec, with_values: bool = True
+    ) -> int:
+        own = 2 * dims.n_heads * dims.max_len * opts.rank
+        return own + (cls.value_params(dims) if with_values else 0)
+
+    @classmethod
+    def count_flops(
+        cls, dims: Dims, opts: FactorizedRandomOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
+    ) -> Flops:
+        return cls.value_flops(dims, seq_len) if with_values else Flops()

@@ -1,0 +1,46 @@
+"""Random Synthesizer (Tay et al., 2021, "Synthesizer: Rethinking Self-Attention", section 3.2).
+
+The logits are a matrix R of shape [heads, max_len, max_len] that does not
+depend on the input: learned in ``synth_random``, a fixed (saved) buffer in
+``synth_fixed_random``.  Because R is shared by every sequence, the causal
+softmax runs once per step on (1, H, T, T) and broadcasts over the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention
+from nas.models.dims import Dims, Flops
+
+
+@ATTENTION.register("synth_random")
+class RandomSynthesizer(ValueAttention):
+    static_scores = True
+    trainable_logits = True
+
+    def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
+        super().__init__(dims, opts, ffn=ffn, with_values=with_values)
+        R = torch.randn(dims.n_heads, dims.max_len, dims.max_len)  # (H, L, L)
+        if self.trainable_logits:
+            self.R = nn.Parameter(R)
+        else:
+            self.register_buffer("R", R)
+
+    def scores(self, x: Tensor) -> Tensor:
+        T = x.shape[1]
+        return self.R[:, :T, :T].unsqueeze(0)  # (1, H, T, T)
+
+    @classmethod
+    def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:
+        own = dims.n_heads * dims.max_len**2 if cls.trainable_logits else 0
+        return own + (cls.value_params(dims) if with_values else 0)
+
+    @classmethod
+    def count_flops(
+        cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
+    ) -> Flops:
+        if not with_values:
+            return Flops()
+        return cls.value_flops(dims, seq_len, weights_need_grad=cls.trainable_logits)

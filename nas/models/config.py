@@ -1,0 +1,220 @@
+"""Architecture configs: what ``build_model`` builds and what the search writes.
+
+An :class:`ArchConfig` is global sizes plus one :class:`LayerConfig` per layer.
+It is frozen and validated when created, round-trips through plain dicts (and
+YAML files, see ``nas.archfile``), and has a stable ``arch_id`` hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from nas.errors import ConfigError
+from nas.models.attention import ATTENTION, BlockOptions, FFNSpec
+from nas.models.dims import Dims
+from nas.models.ffn import ACTIVATIONS, ffn_width
+
+POS_ENCODINGS = ("learned", "sinusoidal")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """An attention block by name, with its (complete, parsed) options."""
+
+    type: str
+    options: BlockOptions
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> AttentionSpec:
+        """``"mha"`` or ``{"type": "mdha", "kernel": 3}``."""
+        if isinstance(raw, str):
+            name, sub = raw, {}
+        elif isinstance(raw, Mapping):
+            if "type" not in raw:
+                raise ConfigError(
+                    f"needs a 'type'; valid types: {', '.join(ATTENTION.names())}"
+                )
+            name, sub = raw["type"], {k: v for k, v in raw.items() if k != "type"}
+        else:
+            raise ConfigError(f"must be a block name or a mapping with 'type', got {raw!r}")
+        block = ATTENTION.get(name, "type")
+        return cls(name, block.Options.parse(sub))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **self.options.to_dict()}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerConfig:
+    """One Transformer layer: its attention block and its feed-forward choice."""
+
+    attention: AttentionSpec
+    ffn: FFNSpec = FFNSpec()
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> LayerConfig:
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"must be a mapping with 'attention' and 'ffn', got {raw!r}")
+        _refuse_unknown(raw, ("attention", "ffn"))
+        if "attention" not in raw:
+            raise ConfigError(f"is missing; valid types: {', '.join(ATTENTION.names())}", "attention")
+        try:
+            attention = AttentionSpec.from_raw(raw["attention"])
+        except ConfigError as err:
+            raise err.at("attention") from None
+        ffn_raw = raw.get("ffn", {})
+        if isinstance(ffn_raw, str):
+            ffn_raw = {"activation": ffn_raw}
+        if not isinstance(ffn_raw, Mapping):
+            raise ConfigError(f"must be a mapping with activation and mult, got {ffn_raw!r}", "ffn")
+        try:
+            _refuse_unknown(ffn_raw, ("activation", "mult"))
+            activation = ffn_raw.get("activation", "relu")
+            ACTIVATIONS.get(activation, "activation")
+            mult = ffn_raw.get("mult", 4.0)
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
+                raise ConfigError(f"must be a positive number, got {mult!r}", "mult")
+        except ConfigError as err:
+            raise err.at("ffn") from None
+        return cls(attention, FFNSpec(activation, float(mult)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attention": self.attention.to_dict(), "ffn": dataclasses.asdict(self.ffn)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchConfig:
+    """A decoder-only Transformer LM: global sizes and one config per layer (pre-LN residual layers)."""
+
+    d_model: int
+    n_heads: int
+    max_len: int
+    layers: tuple[LayerConfig, ...]
+    vocab_size: int = 256
+    pos_encoding: str = "learned"
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+        for key in ("d_model", "n_heads", "max_len", "vocab_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", key)
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}", "n_heads"
+            )
+        if self.pos_encoding not in POS_ENCODINGS:
+            raise ConfigError(
+                f"unknown positional encoding {self.pos_encoding!r}; valid: {', '.join(POS_ENCODINGS)}",
+                "pos_encoding",
+            )
+        if self.pos_encoding == "sinusoidal" and self.d_model % 2:
+            raise ConfigError("sinusoidal positions need an even d_model", "d_model")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ConfigError(f"must be true or false, got {self.tie_embeddings!r}", "tie_embeddings")
+        if not self.layers:
+            raise ConfigError("must list at least one layer", "layers")
+        dims = self.dims
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, LayerConfig):
+                raise ConfigError(f"must be a LayerConfig, got {type(layer).__name__}", f"layers.{i}")
+            try:
+                if ffn_width(self.d_model, layer.ffn.mult) < 1:
+                    raise ConfigError(f"gives an FFN width below 1 at d_model {self.d_model}", "ffn.mult")
+                layer.attention.options.check(dims, layer.ffn)
+            except ConfigError as err:
+                where = err if err.path.startswith("ffn") else err.at("attention")
+                raise where.at(f"layers.{i}") from None
+
+    @property
+    def dims(self) -> Dims:
+        return Dims(self.d_model, self.n_heads, self.max_len)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "max_len": self.max_len,
+            "pos_encoding": self.pos_encoding,
+            "tie_embeddings": self.tie_embeddings,
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> ArchConfig:
+        """Build from plain data.  ``layers`` is a list, or ``{repeat: N, ...one layer...}``."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"an architecture must be a mapping, got {type(raw).__name__}")
+        _refuse_unknown(raw, [f.name for f in dataclasses.fields(cls)])
+        for key in ("d_model", "n_heads", "max_len", "layers"):
+            if key not in raw:
+                raise ConfigError("is required", key)
+        layers_raw = raw["layers"]
+        if isinstance(layers_raw, Mapping) and "repeat" in layers_raw:
+            repeat = layers_raw["repeat"]
+            if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+                raise ConfigError(f"must be a positive integer, got {repeat!r}", "layers.repeat")
+            one = {k: v for k, v in layers_raw.items() if k != "repeat"}
+            layers_raw = [one] * repeat
+        if not isinstance(layers_raw, (list, tuple)):
+            raise ConfigError("must be a list of layers or {repeat: N, attention: ..., ffn: ...}", "layers")
+        layers = []
+        for i, item in enumerate(layers_raw):
+            try:
+                layers.append(LayerConfig.from_dict(item))
+            except ConfigError as err:
+                raise err.at(f"layers.{i}") from None
+        kwargs = {k: v for k, v in raw.items() if k != "layers"}
+        return cls(layers=tuple(layers), **kwargs)
+
+    @property
+    def arch_id(self) -> str:
+        """Stable 12-hex-digit hash of the canonical dict: equal architectures share it."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def summary(self) -> str:
+        """One compact line per layer group, e.g. ``4x[mdha(k3) relu^2x4]``."""
+        parts: list[str] = []
+        for layer in self.layers:
+            parts.append(layer_summary(layer))
+        grouped: list[tuple[int, str]] = []
+        for p in parts:
+            if grouped and grouped[-1][1] == p:
+                grouped[-1] = (grouped[-1][0] + 1, p)
+            else:
+                grouped.append((1, p))
+        return " ".join(f"{n}x[{p}]" if n > 1 else f"[{p}]" for n, p in grouped)
+
+
+_SHORT_OPTS = {"kernel": "k", "rank": "r"}
+
+
+def layer_summary(layer: LayerConfig) -> str:
+    spec = layer.attention
+    opts = spec.options.to_dict()
+    if spec.type == "mixture":
+        names = "+".join(c["type"] for c in opts["components"])
+        att = f"mix({names})"
+    elif opts:
+        att = f"{spec.type}(" + ",".join(f"{_SHORT_OPTS.get(k, k)}{v}" for k, v in opts.items()) + ")"
+    else:
+        att = spec.type
+    mult = f"{layer.ffn.mult:g}"
+    return f"{att} {layer.ffn.activation}x{mult}"
+
+
+def _refuse_unknown(raw: Mapping[str, Any], valid: Any) -> None:
+    unknown = sorted(str(k) for k in set(raw) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown key; valid keys: {', '.join(sorted(valid))}", unknown[0])

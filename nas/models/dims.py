@@ -1,0 +1,48 @@
+"""Small value types shared by every block: model dimensions and FLOP counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The global sizes a block is built for."""
+
+    d_model: int
+    n_heads: int
+    max_len: int
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs per token (2 per multiply-add) of a forward pass and of its backward pass.
+
+    Only matrix products and convolutions are counted; norms, softmax and
+    activations are a few FLOPs per element and are left out, as in the usual
+    6*N*D accounting.
+    """
+
+    fwd: float = 0.0
+    bwd: float = 0.0
+
+    @staticmethod
+    def dense(fwd: float) -> Flops:
+        """A product whose inputs and weights all need gradients: backward costs twice forward."""
+        return Flops(fwd, 2.0 * fwd)
+
+    @property
+    def train(self) -> float:
+        return self.fwd + self.bwd
+
+    def __add__(self, other: Flops) -> Flops:
+        return Flops(self.fwd + other.fwd, self.bwd + other.bwd)
+
+    def __mul__(self, k: float) -> Flops:
+        return Flops(self.fwd * k, self.bwd * k)
+
+    __rmul__ = __mul__

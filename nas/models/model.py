@@ -1,0 +1,95 @@
+"""The decoder-only Transformer LM that every candidate is an instance of.
+
+Token ids (B, T) -> logits (B, T, vocab).  Pre-LN residual layers:
+x = x + attn(LN(x)); x = x + ffn(LN(x)) (the FFN is skipped by blocks that do
+its work themselves, such as ``multi_branch``).  Initialisation follows GPT-2:
+N(0, 0.02) weights, residual output projections scaled by 1/sqrt(2 * layers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from nas.models.attention import ATTENTION
+from nas.models.config import ArchConfig, LayerConfig
+from nas.models.dims import Dims
+from nas.models.ffn import FeedForward, ffn_width
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
+    """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same); (max_len, d_model)."""
+    pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)
+    return table
+
+
+class Layer(nn.Module):
+    def __init__(self, dims: Dims, cfg: LayerConfig) -> None:
+        super().__init__()
+        block = ATTENTION.get(cfg.attention.type)
+        self.ln_attn = nn.LayerNorm(dims.d_model)
+        self.attn = block(dims, cfg.attention.options, ffn=cfg.ffn)
+        self.ffn: FeedForward | None = None
+        if not block.replaces_ffn:
+            self.ln_ffn = nn.LayerNorm(dims.d_model)
+            self.ffn = FeedForward(dims.d_model, ffn_width(dims.d_model, cfg.ffn.mult), cfg.ffn.activation)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.ln_attn(x))
+        if self.ffn is not None:
+            x = x + self.ffn(self.ln_ffn(x))
+        return x
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only LM built from an :class:`ArchConfig`; ``self.arch`` keeps the config."""
+
+    def __init__(self, arch: ArchConfig) -> None:
+        super().__init__()
+        self.arch = arch
+        d = arch.d_model
+        self.tok_emb = nn.Embedding(arch.vocab_size, d)
+        if arch.pos_encoding == "learned":
+            self.pos_emb = nn.Parameter(torch.zeros(arch.max_len, d))
+            nn.init.normal_(self.pos_emb, std=0.02)
+        else:
+            self.register_buffer("pos_emb", sinusoidal_table(arch.max_len, d), persistent=False)
+        self.layers = nn.ModuleList(Layer(arch.dims, layer) for layer in arch.layers)
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, arch.vocab_size, bias=False)
+        self._init_weights()
+        if arch.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+
+    def _init_weights(self) -> None:
+        resid_std = 0.02 / math.sqrt(2 * self.arch.n_layers)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                std = resid_std if getattr(module, "residual_out", False) else 0.02
+                nn.init.normal_(module.weight, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=0.02)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        B, T = idx.shape
+        if T > self.arch.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len {self.arch.max_len}")
+        x = self.tok_emb(idx) + self.pos_emb[:T].to(self.tok_emb.weight.dtype)  # (B, T, C)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.ln_f(x))  # (B, T, vocab)
+
+
+def build_model(arch: ArchConfig) -> TransformerLM:
+    """The model for ``arch``, freshly initialised from the current torch RNG state."""
+    if not isinstance(arch, ArchConfig):
+        raise TypeError(f"build_model takes an ArchConfig, got {type(arch).__name__}")
+    return TransformerLM(arch)
