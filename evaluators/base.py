@@ -1,0 +1,140 @@
+"""What an evaluator takes and gives back.  No optuna, no ray here.
+
+An evaluator scores one ArchConfig.  The LM evaluator trains it on a corpus
+for a :class:`Budget` following a :class:`TrainRecipe`, and returns a metrics
+dict.  While it trains it calls a progress callback; the callback returns True
+to stop training early (that is how the search's hurdles reach a trial).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nas.errors import ConfigError
+
+BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How much training a candidate gets: one of steps, tokens, FLOPs or seconds."""
+
+    kind: str
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in BUDGET_KINDS:
+            raise ConfigError(f"unknown budget kind {self.kind!r}; valid: {', '.join(BUDGET_KINDS)}", "budget")
+        v = self.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"must be a positive number, got {v!r}", f"budget.{self.kind}")
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Budget:
+        """``{steps: 200}`` (exactly one key)."""
+        if not isinstance(raw, Mapping) or len(raw) != 1:
+            raise ConfigError(f"must have exactly one of {', '.join(BUDGET_KINDS)}, got {raw!r}", "budget")
+        ((kind, value),) = raw.items()
+        return cls(str(kind), value)
+
+    def to_dict(self) -> dict[str, float]:
+        value = int(self.value) if self.kind == "steps" else self.value
+        return {self.kind: value}
+
+    def __str__(self) -> str:
+        if self.kind == "steps":
+            return f"{int(self.value)} steps"
+        return f"{self.value:g} {self.kind}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRecipe:
+    """Optimizer and data settings shared by every candidate of a search."""
+
+    batch_size: int = 16
+    seq_len: int | None = None  # None: the architecture's max_len
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_frac: float = 0.05  # of the budget
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_batches: int = 8  # fixed validation slice: eval_batches * batch_size windows
+    log_every: int = 10  # steps between progress callbacks / TensorBoard scalars
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "eval_batches", "log_every"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"must be a positive integer, got {v!r}", f"recipe.{key}")
+        if self.seq_len is not None and (
+            isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2
+        ):
+            raise ConfigError(f"must be an integer >= 2, got {self.seq_len!r}", "recipe.seq_len")
+        for key in ("lr", "beta1", "beta2", "grad_clip"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ConfigError(f"must be a positive number, got {v!r}", f"recipe.{key}")
+        for key in ("min_lr_ratio", "warmup_frac", "weight_decay"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(f"must be a number >= 0, got {v!r}", f"recipe.{key}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"must be an integer, got {self.seed!r}", "recipe.seed")
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> TrainRecipe:
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"must be a mapping, got {raw!r}", "recipe")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(raw) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown key; valid keys: {', '.join(names)}", f"recipe.{unknown[0]}")
+        return cls(**raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What the trainer reports while it runs.
+
+    ``fraction`` is the share of the budget spent (0..1).  ``val_loss`` is set
+    only at evaluation points (the ``eval_at`` fractions and the end).
+    """
+
+    step: int
+    fraction: float
+    tokens: int
+    flops: float
+    seconds: float
+    train_loss: float
+    lr: float
+    val_loss: float | None = None
+
+
+#: Return True to stop training now.
+ProgressCallback = Callable[[Progress], bool]
+
+
+class Diverged(RuntimeError):
+    """Training produced a non-finite loss; the candidate is broken, not the search."""
+
+    reason = "diverged"
+
+
+def metrics_from_loss(val_loss: float) -> dict[str, float]:
+    """Perplexity and bits per byte from a loss in nats per byte-level token."""
+    return {
+        "val_loss": val_loss,
+        "val_ppl": math.exp(min(val_loss, 700.0)),
+        "val_bpb": val_loss / math.log(2.0),
+    }
