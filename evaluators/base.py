@@ -38,6 +38,11 @@ class Budget:
         if not isinstance(raw, Mapping) or len(raw) != 1:
             raise ConfigError(f"must have exactly one of {', '.join(BUDGET_KINDS)}, got {raw!r}", "budget")
         ((kind, value),) = raw.items()
+        if isinstance(value, str):  # YAML reads 1e12 (no dot, no exponent sign) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         return cls(str(kind), value)
 
     def to_dict(self) -> dict[str, float]:

@@ -184,7 +184,7 @@ class ArchConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def summary(self) -> str:
-        """One compact line per layer group, e.g. ``4x[mdha(k3) relu^2x4]``."""
+        """Sizes and one group per run of equal layers, e.g. ``d128 h4 L4: 4x[mdha(k3) squared_relux4]``."""
         parts: list[str] = []
         for layer in self.layers:
             parts.append(layer_summary(layer))
@@ -194,7 +194,8 @@ class ArchConfig:
                 grouped[-1] = (grouped[-1][0] + 1, p)
             else:
                 grouped.append((1, p))
-        return " ".join(f"{n}x[{p}]" if n > 1 else f"[{p}]" for n, p in grouped)
+        body = " ".join(f"{n}x[{p}]" if n > 1 else f"[{p}]" for n, p in grouped)
+        return f"d{self.d_model} h{self.n_heads} L{self.n_layers}: {body}"
 
 
 _SHORT_OPTS = {"kernel": "k", "rank": "r"}

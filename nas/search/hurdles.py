@@ -1,0 +1,87 @@
+"""Hurdles: Primer-style early stopping decided by the driver.
+
+At fixed fractions of the budget (``--hurdles 0.25,0.5``) a candidate's
+validation loss is compared with a percentile of what earlier trials had at
+the same point; a candidate above it stops and ends PRUNED.  Optuna's pruners
+refuse multi-objective studies, so the driver does this itself: it computes
+the thresholds when it launches a trial, from every trial finished by then,
+and the worker stops as soon as it misses one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+from optuna.trial import FrozenTrial, TrialState
+
+INTERMEDIATE = "intermediate"  # user attr: {"0.25": loss, ...}
+
+
+def fraction_key(fraction: float) -> str:
+    return f"{fraction:g}"
+
+
+def parse_fractions(text: str) -> tuple[float, ...]:
+    """``"0.25,0.5"`` -> (0.25, 0.5); each strictly between 0 and 1, increasing."""
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated fractions like 0.25,0.5, got {text!r}") from None
+    if not values:
+        raise ValueError("give at least one fraction, like 0.25,0.5")
+    if any(not 0.0 < v < 1.0 for v in values):
+        raise ValueError(f"each fraction must be between 0 and 1 (exclusive), got {text!r}")
+    if list(values) != sorted(set(values)):
+        raise ValueError(f"fractions must be increasing and distinct, got {text!r}")
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class Hurdles:
+    """Where the hurdles stand and how high.
+
+    A candidate continues past a hurdle only if its loss there is at or below the
+    ``percentile``-th percentile of earlier trials' losses at the same fraction
+    (50: it must do at least as well as the median).  A hurdle is active once
+    ``min_trials`` earlier trials have a loss recorded there.
+    """
+
+    fractions: tuple[float, ...] = ()
+    percentile: float = 50.0
+    min_trials: int = 3
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.percentile <= 100.0:
+            raise ValueError(f"hurdle percentile must be in (0, 100], got {self.percentile}")
+
+    def thresholds(self, trials: Iterable[FrozenTrial]) -> dict[str, float]:
+        """{fraction key: loss threshold} for the hurdles that are active now."""
+        losses: dict[str, list[float]] = {fraction_key(f): [] for f in self.fractions}
+        for t in trials:
+            if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+                continue
+            seen: Mapping[str, float] = t.user_attrs.get(INTERMEDIATE) or {}
+            for key, value in seen.items():
+                if key in losses and value is not None and np.isfinite(value):
+                    losses[key].append(float(value))
+        return {
+            key: float(np.percentile(vals, self.percentile))
+            for key, vals in losses.items()
+            if len(vals) >= self.min_trials
+        }
+
+
+def missed(thresholds: Mapping[str, float], fraction: float, loss: float) -> bool:
+    """True when ``loss`` at ``fraction`` is above that hurdle's threshold."""
+    limit = thresholds.get(fraction_key(fraction))
+    return limit is not None and loss > limit
+
+
+def hurdle_summary(intermediate: Mapping[str, float], fractions: Sequence[float]) -> str:
+    return ", ".join(
+        f"{fraction_key(f)}: {intermediate[fraction_key(f)]:.4f}"
+        for f in fractions
+        if fraction_key(f) in intermediate
+    )

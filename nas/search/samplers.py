@@ -1,0 +1,28 @@
+"""Sampler names the CLI accepts -> Optuna samplers."""
+
+from __future__ import annotations
+
+import optuna
+
+from nas.errors import UserError
+from nas.search.evolution import AgingEvolutionSampler
+
+SAMPLERS = ("nsga2", "evolution", "tpe", "random")
+
+
+def default_population(trials: int) -> int:
+    """A population a search of ``trials`` can evolve: a third of the trials, between 4 and 50."""
+    return max(4, min(50, trials // 3))
+
+
+def make_sampler(name: str, population: int | None, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+    pop = population or default_population(trials)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(population_size=max(2, pop), seed=seed)
+    if name == "evolution":
+        return AgingEvolutionSampler(population_size=max(2, pop), tournament_size=max(1, min(5, pop // 2)), seed=seed)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, pop), multivariate=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise UserError(f"--sampler {name!r}; valid: {', '.join(SAMPLERS)}")

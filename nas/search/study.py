@@ -1,0 +1,116 @@
+"""Optuna studies on disk: storage URLs, study settings, resuming after a crash.
+
+The Optuna storage is the single record of a search.  The study's user
+attributes hold what every trial must share (space fingerprint, objective,
+budget, recipe, data, seed), so a second run continues the same experiment
+or is refused with a clear line, never silently mixed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from nas.errors import UserError
+
+OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
+REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def default_storage(runs_dir: str | os.PathLike[str], study: str) -> str:
+    return f"sqlite:///{Path(runs_dir) / study / 'study.db'}"
+
+
+def _check_sqlite_path(url: str) -> None:
+    path = url[len("sqlite:///") :]
+    if not path or path == ":memory:":
+        return
+    parent = Path(path).parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"--storage {url!r}: directory {probe} is not writable")
+
+
+def open_storage(url: str, create_dirs: bool = True) -> optuna.storages.BaseStorage:
+    """An Optuna RDB storage for ``url`` (sqlite:///..., postgresql://..., mysql://...)."""
+    if not isinstance(url, str) or "://" not in url:
+        raise UserError(
+            f"--storage {url!r} is not a database URL; valid: sqlite:///path/study.db, "
+            "postgresql://user:password@host/db, mysql://user@host/db"
+        )
+    if url.startswith("sqlite:///"):
+        _check_sqlite_path(url)
+        if create_dirs:
+            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        # A reader (dashboard, `best`) may hold the file briefly: wait instead of failing.
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}}
+    else:
+        kwargs = {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except Exception as err:  # noqa: BLE001 - SQLAlchemy raises many kinds; all mean a bad URL here
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"--storage {url!r}: cannot open it ({first}); valid: sqlite:///path/study.db, "
+            "postgresql://user:password@host/db"
+        ) from None
+
+
+def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    return any(s.study_name == name for s in storage.get_all_studies())
+
+
+def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
+    if not study_exists(storage, name):
+        names = [s.study_name for s in storage.get_all_studies()]
+        raise UserError(f"--study {name!r} not found in this storage; studies there: {', '.join(names) or '(none)'}")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
+    """Refuse to continue a study under different settings (the results would not compare)."""
+    old = study.user_attrs.get("settings")
+    if old is None:
+        return
+    for key in ("space_fingerprint", "objective", "budget", "recipe", "data", "seed"):
+        if key in old and old[key] != settings.get(key):
+            raise UserError(
+                f"--study {study.study_name!r} was run with a different {key.replace('_', ' ')} "
+                f"({old[key]!r}, now {settings.get(key)!r}); continue it with the same settings "
+                "or choose a new --study name"
+            )
+
+
+def recover_stale(study: optuna.Study) -> list[int]:
+    """Fail trials a dead driver left RUNNING and queue their parameters again.
+
+    Only the driver writes the study, and one driver runs a study at a time, so a
+    RUNNING trial at start-up belongs to a driver that is gone.
+    """
+    requeued = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "driver stopped while it ran")
+        study._storage.set_trial_user_attr(t._trial_id, REQUEUED, True)
+        study.tell(t.number, state=TrialState.FAIL)
+        study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
+        requeued.append(t.number)
+    return requeued
+
+
+def count_done(study: optuna.Study) -> int:
+    """Trials that count toward ``--trials``: finished, except failures that were re-queued."""
+    n = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            n += 1
+        elif t.state == TrialState.FAIL and not t.user_attrs.get(REQUEUED):
+            n += 1
+    return n
