@@ -38,7 +38,9 @@ class TrialActor:
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
         from nas.execution.worker import run_trial
 
-        return run_trial(payload)
+        result = run_trial(payload)
+        result["node"] = ray.get_runtime_context().get_node_id()
+        return result
 
 
 @dataclasses.dataclass

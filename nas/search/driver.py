@@ -309,8 +309,9 @@ class Driver:
             if len(study.directions) == 1:
                 for key, value in inter.items():
                     trial.report(value, step=int(round(float(key) * 1000)))
-        if result.get("pid") is not None:
-            trial.set_user_attr("worker_pid", result["pid"])
+        for key in ("pid", "node"):
+            if result.get(key) is not None:
+                trial.set_user_attr(f"worker_{key}", result[key])
         if result.get("status") == "failed":
             return self._fail(study, r, result.get("reason", "failed"), result.get("traceback"))
         metrics = result.get("metrics") or {}

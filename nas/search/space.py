@@ -491,14 +491,26 @@ def _check_combinations(space: SearchSpace) -> None:
                         try:
                             ArchConfig.from_dict({**g, "layers": [raw_layer]})
                         except ConfigError as err:
-                            combo = ", ".join(f"{k}={v}" for k, v in g.items() if space.globals[k].searched)
-                            combo += (", " if combo else "") + f"attention={name}"
-                            combo += "".join(f", {k}={label(v)}" for k, v in opts.items())
-                            combo += f", mult={mult:g}"
-                            raise ConfigError(
-                                f"the combination ({combo}) is impossible: {err.path}: {err.message}",
-                                "layers.attention" if "attention" in err.path else "globals",
-                            ) from None
+                            raise _combination_error(space, err, g, name, opts, act, mult) from None
+
+
+def _combination_error(
+    space: SearchSpace, err: ConfigError, g: dict[str, Any], block: str, opts: dict[str, Any], act: str, mult: float
+) -> ConfigError:
+    """Point at the space's own YAML path and name the combination that fails."""
+    inner = err.path
+    if inner.startswith("layers.0.attention."):
+        path = f"layers.attention.{block}.{inner[len('layers.0.attention.'):]}"
+    elif inner.startswith("layers.0.ffn"):
+        path = "layers.ffn" + inner[len("layers.0.ffn"):]
+    elif inner.startswith("layers.0"):
+        path = f"layers.attention.{block}"
+    else:
+        path = f"globals.{inner}" if inner else "globals"
+    combo = [f"{k}={v}" for k, v in g.items() if space.globals[k].searched]
+    combo += [f"attention={block}"] + [f"{k}={label(v)}" for k, v in opts.items()]
+    combo += [f"activation={act}", f"mult={mult:g}"]
+    return ConfigError(f"{err.message} (with {', '.join(combo)})", path)
 
 
 def _refuse_unknown(raw: Mapping[str, Any], valid: Sequence[str], path: str) -> None:

@@ -1,0 +1,165 @@
+"""Real searches: Ray workers on a simulated two-node cluster, SQLite studies, resume, hurdles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def search_args(tmp_path, corpus, *extra, study="s"):
+    return [
+        "search", "--space", str(TINY_SPACE), "--study", study,
+        "--storage", f"sqlite:///{tmp_path}/s.db", "--runs-dir", str(tmp_path / "runs"),
+        "--data", str(corpus), "--workers", "2", *extra,
+    ]
+
+
+def load(tmp_path, study="s"):
+    return optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/s.db")
+
+
+def test_search_finishes_the_requested_trials_and_continues(tmp_path, text_corpus, capsys):
+    assert main(search_args(tmp_path, text_corpus, "--steps", "6", "--trials", "4")) == 0
+    study = load(tmp_path)
+    states = [t.state for t in study.trials]
+    assert len(states) == 4 and TrialState.RUNNING not in states
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert complete, [t.user_attrs.get("fail_reason") for t in study.trials]
+    for t in complete:
+        assert len(t.values) == 2  # loss and FLOPs per token
+        assert t.values[0] == pytest.approx(t.user_attrs["val_loss"])
+        assert t.values[1] == pytest.approx(t.user_attrs["flops_per_token"])
+        assert t.user_attrs["arch"]["d_model"] in (16, 32)
+    # the first candidates are the seed architectures the space contains
+    assert study.trials[0].user_attrs.get("seed_arch") == "vanilla"
+    assert study.trials[1].user_attrs.get("seed_arch") == "primer_ez"
+    out = capsys.readouterr().out
+    assert "Pareto front" in out and "tensorboard --logdir" in out
+    # one TensorBoard run per trained trial
+    tb = tmp_path / "runs" / "s" / "tb"
+    assert len([p for p in tb.iterdir() if p.name.startswith("trial_")]) >= len(complete) - sum(
+        "duplicate_of" in t.user_attrs for t in complete
+    )
+
+    before = {t.number: t.values for t in study.trials if t.state == TrialState.COMPLETE}
+    assert main(search_args(tmp_path, text_corpus, "--steps", "6", "--trials", "6")) == 0
+    study = load(tmp_path)
+    assert len(study.trials) == 6
+    assert all(t.state != TrialState.RUNNING for t in study.trials)
+    for number, values in before.items():
+        assert study.trials[number].values == values  # nothing finished is run again or changed
+
+    # different settings on the same study are refused, and nothing is added
+    assert main(search_args(tmp_path, text_corpus, "--steps", "7", "--trials", "8")) == 2
+    assert "different budget" in capsys.readouterr().err
+    assert len(load(tmp_path).trials) == 6
+
+
+def test_trials_spread_over_both_nodes(tmp_path, text_corpus, ray_cluster):
+    assert main(search_args(tmp_path, text_corpus, "--trials", "4", "--sampler", "random",
+                            "--no-tensorboard")) == 0
+    nodes = {t.user_attrs.get("worker_node") for t in load(tmp_path).trials if "worker_node" in t.user_attrs}
+    assert len(nodes) == 2
+
+
+def test_hurdles_prune_weak_candidates(tmp_path, text_corpus):
+    args = search_args(tmp_path, text_corpus, "--objective", "loss", "--sampler", "random", "--trials", "8",
+                       "--hurdles", "0.5", "--hurdle-percentile", "5", "--workers", "1", "--no-tensorboard",
+                       "--steps", "12")
+    assert main(args) == 0
+    study = load(tmp_path)
+    pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert pruned and complete
+    for t in pruned:
+        loss_at_half = t.user_attrs["intermediate"]["0.5"]
+        earlier = [u.user_attrs["intermediate"]["0.5"] for u in study.trials[: t.number]
+                   if u.state in (TrialState.COMPLETE, TrialState.PRUNED) and "intermediate" in u.user_attrs]
+        assert len(earlier) >= 3 and loss_at_half > min(earlier)
+        assert t.intermediate_values  # single-objective trials also carry Optuna intermediate values
+    for t in complete:
+        assert len(t.values) == 1 and "0.5" in t.user_attrs["intermediate"]
+
+
+def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus):
+    space = tmp_path / "fixed.yaml"
+    space.write_text(
+        "globals: {d_model: 16, n_heads: 2, n_layers: [1, 2], max_len: 16}\n"
+        "layers: {attention: [mha], ffn: {activation: relu, mult: 2}}\n"
+        "constraints: {max_params: 12000}\n"
+        "recipe: {batch_size: 4, eval_batches: 1}\nbudget: {steps: 4}\nseed_archs: []\n"
+    )
+    args = search_args(tmp_path, text_corpus, "--trials", "6", "--sampler", "random", "--no-tensorboard")
+    args[args.index("--space") + 1] = str(space)
+    assert main(args) == 0
+    trials = load(tmp_path).trials
+    one = [t for t in trials if t.params["n_layers"] == 1]
+    two = [t for t in trials if t.params["n_layers"] == 2]
+    assert one and two
+    assert all(t.state == TrialState.FAIL and "over cap" in t.user_attrs["fail_reason"] for t in two)
+    assert "worker_pid" not in "".join(str(t.user_attrs) for t in two)
+    trained = [t for t in one if "duplicate_of" not in t.user_attrs]
+    assert len(trained) == 1
+    assert all(t.values == trained[0].values for t in one)
+
+
+def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
+    args = search_args(tmp_path, text_corpus, "--trials", "6", "--steps", "40", "--no-tensorboard",
+                       "--address", ray_cluster.address)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        seen_running = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            if not (tmp_path / "s.db").exists():
+                continue
+            try:
+                trials = load(tmp_path).trials
+            except Exception:  # noqa: BLE001 - the study may not exist yet
+                continue
+            done = [t for t in trials if t.state == TrialState.COMPLETE]
+            running = [t for t in trials if t.state == TrialState.RUNNING]
+            if done and running:
+                seen_running = True
+                break
+        assert seen_running, proc.stderr.read().decode() if proc.poll() is not None else "timed out"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    study = load(tmp_path)
+    finished_before = {t.number: t.values for t in study.trials if t.state == TrialState.COMPLETE}
+    left_running = [t for t in study.trials if t.state == TrialState.RUNNING]
+    assert left_running
+
+    assert main(args[:-2]) == 0  # same command, local driver this time
+    study = load(tmp_path)
+    assert all(t.state != TrialState.RUNNING for t in study.trials)
+    for number, values in finished_before.items():
+        assert study.trials[number].values == values
+    for t in left_running:
+        old = study.trials[t.number]
+        assert old.state == TrialState.FAIL and old.user_attrs["requeued_as"]
+        rerun = [u for u in study.trials if u.user_attrs.get("requeued_from") == t.number]
+        assert len(rerun) == 1 and rerun[0].params == t.params
+    counted = [t for t in study.trials if t.state != TrialState.FAIL or not t.user_attrs.get("requeued_as")]
+    assert len(counted) == 6

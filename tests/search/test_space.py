@@ -1,0 +1,154 @@
+"""Search spaces: parsing, validation errors, stable parameter names, every shipped space builds."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+
+import nas
+from nas.errors import ConfigError
+from nas.search.space import load_space, parse_space
+
+SPACES = sorted(Path(__file__).resolve().parents[2].joinpath("search_spaces").glob("*.yaml"))
+
+
+def small_space(**overrides):
+    raw = {
+        "globals": {"d_model": [16, 32], "n_heads": 2, "n_layers": [1, 2], "max_len": 16},
+        "layers": {
+            "attention": {"mha": {}, "mdha": {"kernel": [2, 3]}, "synth_random": {}},
+            "ffn": {"activation": ["relu", "squared_relu"], "mult": [2, 4]},
+        },
+    }
+    raw.update(overrides)
+    return raw
+
+
+@pytest.mark.parametrize("path", SPACES, ids=[p.stem for p in SPACES])
+def test_shipped_space_samples_build_models(path):
+    space = load_space(path)
+    rng = random.Random(0)
+    for _ in range(50):
+        arch = space.random_arch(rng)
+        c = nas.compute(arch)
+        assert c.params > 0
+        if arch.d_model <= 128 and arch.n_layers <= 4:
+            model = nas.build_model(arch)
+            assert sum(p.numel() for p in model.parameters()) == c.params
+    # the last one runs a forward pass
+    model = nas.build_model(arch)
+    out = model(torch.randint(0, 256, (1, 8)))
+    assert out.shape == (1, 8, 256)
+
+
+def test_fixed_trial_gives_stable_parameter_names():
+    space = parse_space(small_space())
+    params = {
+        "d_model": 32,
+        "n_layers": 2,
+        "layers.0.attention": "mdha",
+        "layers.0.attention.mdha.kernel": 3,
+        "layers.0.ffn.activation": "squared_relu",
+        "layers.0.ffn.mult": 4,
+        "layers.1.attention": "synth_random",
+        "layers.1.ffn.activation": "relu",
+        "layers.1.ffn.mult": 2,
+    }
+    arch = space.suggest(optuna.trial.FixedTrial(params))
+    assert arch.d_model == 32 and arch.n_layers == 2 and arch.n_heads == 2
+    assert arch.layers[0].attention.type == "mdha"
+    assert arch.layers[0].attention.options.kernel == 3
+    assert arch.layers[0].ffn.activation == "squared_relu"
+    assert arch.layers[1].attention.type == "synth_random"
+    assert arch.layers[1].ffn.mult == 2.0
+
+
+def test_shared_layers_use_one_set_of_parameters():
+    space = parse_space(small_space(layers={"share": True, "attention": ["mha", "synth_random"],
+                                            "ffn": {"activation": "relu"}}))
+    study = optuna.create_study()
+    trial = study.ask({"n_layers": optuna.distributions.CategoricalDistribution([1, 2])})
+    arch = space.suggest(trial)
+    assert set(trial.params) == {"d_model", "n_layers", "layers.attention"}
+    assert len({layer.attention.type for layer in arch.layers}) == 1
+
+
+def test_mixture_choices_and_searched_weights():
+    raw = small_space(layers={
+        "attention": {"mixture": {"components": [["mha", "synth_random"], ["mha", "synth_dense"]],
+                                  "weights": ["learned", "search"]}},
+    })
+    space = parse_space(raw)
+    params = {"d_model": 16, "n_layers": 1, "layers.0.attention.mixture.components": "mha+synth_dense",
+              "layers.0.attention.mixture.weights": "search",
+              "layers.0.attention.mixture.weight.0": 0.3, "layers.0.attention.mixture.weight.1": 0.9,
+              "layers.0.ffn.activation": "relu", "layers.0.ffn.mult": 2}
+    arch = space.suggest(optuna.trial.FixedTrial(params))
+    opts = arch.layers[0].attention.options
+    assert [c[0] for c in opts.components] == ["mha", "synth_dense"]
+    assert sum(opts.weights) == pytest.approx(1.0)
+    assert opts.weights[0] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(
+    "mutate, path, words",
+    [
+        (lambda r: r["layers"]["attention"].update({"flash": {}}), "layers.attention", ["mha", "synth_dense"]),
+        (lambda r: r["layers"]["attention"].update({"mdha": {"kernal": [3]}}), "layers.attention.mdha", ["kernel"]),
+        (lambda r: r["layers"]["attention"].update({"mdha": {"kernel": [0]}}), "layers.attention.mdha.kernel", [">= 1"]),
+        (lambda r: r["layers"]["ffn"].update({"activation": ["relu", "swish"]}), "layers.ffn.activation", ["squared_relu"]),
+        (lambda r: r["globals"].update({"n_heads": [2, 3]}), "globals.n_heads", ["n_heads=3", "divisible"]),
+        (lambda r: r["globals"].pop("d_model"), "globals.d_model", ["required"]),
+        (lambda r: r.update({"extra": 1}), "extra", ["valid keys"]),
+        (lambda r: r["globals"].update({"n_layers": {"low": 3, "high": 1}}), "globals.n_layers", ["above"]),
+        (lambda r: r["globals"].update({"d_model": []}), "globals.d_model", ["empty"]),
+        (lambda r: r["layers"]["attention"].update({"synth_factorized_dense": {"a": 2, "b": 2}}),
+         "layers.attention.synth_factorized_dense.b", ["a * b"]),
+        (lambda r: r.update({"budget": {"steps": 0}}), "budget.steps", ["positive"]),
+        (lambda r: r.update({"constraints": {"max_params": -1}}), "constraints.max_params", ["positive"]),
+    ],
+)
+def test_bad_spaces_name_the_path(mutate, path, words):
+    raw = small_space()
+    mutate(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_space(raw)
+    message = str(info.value)
+    assert path in message
+    for word in words:
+        assert word in message
+
+
+def test_load_space_names_the_file(tmp_path):
+    bad = tmp_path / "space.yaml"
+    bad.write_text("globals: {d_model: [16\n")
+    with pytest.raises(nas.UserError, match="space.yaml.*malformed YAML"):
+        load_space(bad)
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("globals: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(nas.UserError, match="evil.yaml"):
+        load_space(evil)
+
+
+def test_seed_params_build_the_known_architectures():
+    space = load_space(SPACES[[p.stem for p in SPACES].index("primer")])
+    ez = space.suggest(optuna.trial.FixedTrial(space.seed_params("primer_ez")))
+    assert all(layer.attention.type == "mdha" and layer.attention.options.kernel == 3 for layer in ez.layers)
+    assert all(layer.ffn.activation == "squared_relu" for layer in ez.layers)
+    vanilla = space.suggest(optuna.trial.FixedTrial(space.seed_params("vanilla")))
+    assert all(layer.attention.type == "mha" and layer.ffn.activation == "relu" for layer in vanilla.layers)
+    only_synth = parse_space(small_space(layers={"attention": ["synth_random"]}))
+    assert only_synth.seed_params("vanilla") is None
+
+
+def test_fingerprint_follows_content_not_order():
+    a = parse_space(small_space())
+    raw = small_space()
+    raw["globals"] = dict(reversed(list(raw["globals"].items())))
+    assert parse_space(raw).fingerprint == a.fingerprint
+    raw["globals"]["max_len"] = 8
+    assert parse_space(raw).fingerprint != a.fingerprint
