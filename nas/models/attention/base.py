@@ -124,7 +124,9 @@ class AttentionBlock(nn.Module):
     def causal_softmax(self, logits: Tensor) -> Tensor:
         """Softmax over keys with every later position masked; logits (..., T, T)."""
         T = logits.shape[-1]
-        masked = logits.float().masked_fill(self.causal_mask[:T, :T], float("-inf"))
+        # At least float32 for the softmax (half precision is upcast, float64 stays float64).
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        masked = wide.masked_fill(self.causal_mask[:T, :T], float("-inf"))
         return torch.softmax(masked, dim=-1).to(logits.dtype)
 
     # -- the contract ---------------------------------------------------------------------

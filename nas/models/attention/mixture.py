@@ -87,7 +87,13 @@ class MixtureOptions(BlockOptions):
             total = float(sum(weights))
             if total <= 0:
                 raise ConfigError("must not all be zero", "weights")
-            weights = tuple(float(w) / total for w in weights)
+            # Weights that already sum to 1 are kept as written: dividing again by a sum that is
+            # 1 up to rounding would change the last digit, and with it the arch_id, on every
+            # to_dict -> from_dict round trip.
+            if abs(total - 1.0) > 1e-9:
+                weights = tuple(float(w) / total for w in weights)
+            else:
+                weights = tuple(float(w) for w in weights)
         return cls(components=tuple(components), weights=weights)
 
     def check(self, dims: Dims, ffn: FFNSpec) -> None:
@@ -134,7 +140,7 @@ class Mixture(ValueAttention):
     def scores(self, x: Tensor) -> Tensor:
         alpha = self.alpha
         total: Tensor | None = None
-        for a, part in zip(alpha, self.parts):
+        for a, part in zip(alpha, self.parts, strict=True):
             s = a * part.scores(x)  # (B|1, H, T, T)
             total = s if total is None else total + s
         assert total is not None

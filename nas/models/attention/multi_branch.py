@@ -82,5 +82,7 @@ class MultiBranchAttention(AttentionBlock):
     ) -> Flops:
         d, T = dims.d_model, seq_len
         d_ff = ffn_width(d, ffn.mult)
-        # QKV, Q K^T, P V, per-head projections to d_model, branch FFNs.
-        return Flops.dense(6.0 * d * d + 4.0 * T * d + 2.0 * d * d + 4.0 * d * d_ff)
+        H = dims.n_heads
+        # QKV, Q K^T, P V, per-head projections to d_model, branch FFNs, and the alpha-weighted
+        # sum of the H branches (a contraction over heads, 2*H*d per token).
+        return Flops.dense(6.0 * d * d + 4.0 * T * d + 2.0 * d * d + 4.0 * d * d_ff + 2.0 * H * d)

@@ -6,6 +6,7 @@ R = R1 R2^T with R1, R2 of shape [heads, max_len, rank], learned, independent of
 from __future__ import annotations
 
 import dataclasses
+
 import torch
 from torch import Tensor, nn
 

@@ -1,0 +1,87 @@
+"""Tiny sizes and the block variants that the model tests run over (imported by conftest.py).
+
+The ``variant`` fixture is parametrized over every registered attention block
+(with default options) plus a few option variants, so registering a new block
+gives it the whole contract suite.  A block that cannot be built from empty
+options needs an entry in ``REQUIRED_OPTIONS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import nas
+from nas.models import AttentionSpec, Dims, FFNSpec
+
+D_MODEL, N_HEADS, MAX_LEN, BATCH = 32, 4, 16, 2
+DIMS = Dims(D_MODEL, N_HEADS, MAX_LEN)
+FFN = FFNSpec("relu", 4.0)
+
+
+def mixable_names() -> list[str]:
+    return [n for n in nas.ATTENTION.names() if nas.ATTENTION.get(n).mixable]
+
+
+#: Options for blocks whose empty options are not a valid block.
+REQUIRED_OPTIONS: dict[str, dict[str, Any]] = {"mixture": {"components": mixable_names()}}
+
+#: Option variants on top of every block with its defaults.
+EXTRA_VARIANTS: dict[str, dict[str, Any]] = {
+    "mdha-k1": {"type": "mdha", "kernel": 1},
+    "mdha-k4": {"type": "mdha", "kernel": 4},
+    "factorized_random-r2": {"type": "synth_factorized_random", "rank": 2},
+    "factorized_dense-3x7": {"type": "synth_factorized_dense", "a": 3, "b": 7},  # 21 > max_len 16
+    "mixture-fixed": {"type": "mixture", "components": ["mha", "synth_dense", "mdha"], "weights": [1, 3, 2]},
+    "mixture-random": {"type": "mixture", "components": ["synth_fixed_random", "synth_factorized_random"]},
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One attention block with fixed options, and helpers to build it at the test sizes."""
+
+    id: str
+    raw: dict[str, Any]
+
+    @property
+    def spec(self) -> AttentionSpec:
+        return AttentionSpec.from_raw(self.raw)
+
+    @property
+    def cls(self) -> type[nas.models.AttentionBlock]:
+        return nas.ATTENTION.get(self.spec.type)
+
+    def block(self, seed: int = 0, dims: Dims = DIMS, ffn: FFNSpec = FFN) -> nas.models.AttentionBlock:
+        torch.manual_seed(seed)
+        return self.cls(dims, self.spec.options, ffn=ffn)
+
+    def arch(self, n_layers: int = 1, activation: str = "relu", **top: Any) -> nas.ArchConfig:
+        raw = {
+            "d_model": D_MODEL,
+            "n_heads": N_HEADS,
+            "max_len": MAX_LEN,
+            "vocab_size": 64,
+            "layers": {"repeat": n_layers, "attention": self.raw, "ffn": {"activation": activation}},
+            **top,
+        }
+        return nas.ArchConfig.from_dict(raw)
+
+    def model(self, seed: int = 0, n_layers: int = 1, **top: Any) -> nas.TransformerLM:
+        arch = self.arch(n_layers, **top)
+        torch.manual_seed(seed)
+        return nas.build_model(arch)
+
+
+def all_variants() -> dict[str, Variant]:
+    out = {
+        name: Variant(name, {"type": name, **REQUIRED_OPTIONS.get(name, {})})
+        for name in nas.ATTENTION.names()
+    }
+    out.update({key: Variant(key, raw) for key, raw in EXTRA_VARIANTS.items()})
+    return out
+
+
+VARIANTS = all_variants()

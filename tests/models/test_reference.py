@@ -1,0 +1,378 @@
+"""Every block against a slow, direct implementation of its formula, using the block's weights.
+
+The references loop over heads and positions on tiny shapes in float64 and
+share no code with the blocks: one causal softmax per query row over the keys
+j <= i, written out.  A block with no reference here fails
+``test_block_matches_reference``, so a new block must bring one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from model_cases import VARIANTS, Variant
+from torch import Tensor
+
+import nas
+from nas.models import Dims, FFNSpec
+from nas.models.attention.base import AttentionBlock, ValueAttention
+from nas.models.model import sinusoidal_table
+
+D, H, L, B = 16, 2, 8, 2
+DH = D // H
+DIMS = Dims(D, H, L)
+
+
+# -- the formulas, written out --------------------------------------------------------------
+REF_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": lambda x: torch.where(x > 0, x, torch.zeros_like(x)),
+    "squared_relu": lambda x: torch.where(x > 0, x * x, torch.zeros_like(x)),
+    "gelu": lambda x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))),
+    "silu": lambda x: x / (1.0 + torch.exp(-x)),
+}
+
+
+def softmax(v: Tensor) -> Tensor:
+    e = torch.exp(v - v.max())
+    return e / e.sum()
+
+
+def head(t: Tensor, h: int) -> Tensor:
+    """Columns of head h, (T, dh), from (T, C)."""
+    return t[:, h * DH : (h + 1) * DH]
+
+
+def causal_attend(logits: Tensor, v: Tensor) -> Tensor:
+    """logits (H, T, T), v (T, C): row i of head h mixes v_j over j <= i with softmax weights."""
+    T = v.shape[0]
+    out = torch.zeros_like(v)
+    for h in range(H):
+        vh = head(v, h)
+        for i in range(T):
+            w = softmax(logits[h, i, : i + 1])
+            for j in range(i + 1):
+                out[i, h * DH : (h + 1) * DH] += w[j] * vh[j]
+    return out
+
+
+def causal_conv(z: Tensor, weight: Tensor) -> Tensor:
+    """y[t, c] = sum_s weight[c, s] * z[t - (k-1) + s, c], positions before 0 are zero."""
+    T, _ = z.shape
+    k = weight.shape[1]
+    y = torch.zeros_like(z)
+    for t in range(T):
+        for s in range(k):
+            src = t - (k - 1) + s
+            if src >= 0:
+                y[t] += weight[:, s] * z[src]
+    return y
+
+
+def qkv(m: AttentionBlock, x: Tensor) -> list[Tensor]:
+    z = x @ m.qkv.weight.T  # (T, n * C)
+    if m.name == "mdha":
+        z = causal_conv(z, m.conv_weight)
+    return list(z.split(D, dim=-1))
+
+
+def dot_logits(q: Tensor, k: Tensor) -> Tensor:
+    T = q.shape[0]
+    out = torch.zeros(H, T, T, dtype=q.dtype)
+    for h in range(H):
+        for i in range(T):
+            for j in range(T):
+                out[h, i, j] = head(q, h)[i] @ head(k, h)[j] / math.sqrt(DH)
+    return out
+
+
+def dense_hidden(m: AttentionBlock, x: Tensor) -> Tensor:
+    return torch.relu(x @ m.hidden.weight.T + m.hidden.bias)  # relu(X W1 + b1), (T, C)
+
+
+def ref_logits(m: AttentionBlock, x: Tensor) -> Tensor:
+    """Unmasked logits (H, T, T) of block ``m`` for one sequence x (T, C)."""
+    T = x.shape[0]
+    out = torch.zeros(H, T, T, dtype=x.dtype)
+    if m.name in ("mha", "mdha"):
+        q, k = qkv(m, x)[:2]
+        return dot_logits(q, k)
+    if m.name == "synth_dense":
+        hid = dense_hidden(m, x)
+        for h in range(H):
+            for i in range(T):
+                for j in range(T):
+                    out[h, i, j] = head(hid, h)[i] @ m.w2[h, :, j] + m.b2[h, j]
+        return out
+    if m.name in ("synth_random", "synth_fixed_random"):
+        return m.R[:, :T, :T].clone()
+    if m.name == "synth_factorized_random":
+        for h in range(H):
+            for i in range(T):
+                for j in range(T):
+                    out[h, i, j] = m.R1[h, i] @ m.R2[h, j]
+        return out
+    if m.name == "synth_factorized_dense":
+        hid = dense_hidden(m, x)
+        a = m.opts.a
+        for h in range(H):
+            for i in range(T):
+                A = head(hid, h)[i] @ m.wa[h] + m.ba[h, 0]  # (a,)
+                Bv = head(hid, h)[i] @ m.wb[h] + m.bb[h, 0]  # (b,)
+                for j in range(T):
+                    out[h, i, j] = A[j % a] * Bv[j // a]
+        return out
+    if m.name == "mixture":
+        if m.opts.learned:
+            alpha = softmax(m.alpha_logits)
+        else:
+            # The config's weights (normalised when parsed), held by the block as a float32 buffer.
+            alpha = torch.tensor(m.opts.weights, dtype=torch.float32).to(x.dtype)
+        return sum(a * ref_logits(part, x) for a, part in zip(alpha, m.parts, strict=True))
+    raise NotImplementedError(f"no reference logits for {m.name!r}: add them to test_reference.py")
+
+
+def ref_forward(m: AttentionBlock, x: Tensor, activation: str = "relu") -> Tensor:
+    """The block's output (T, C) for one sequence x (T, C)."""
+    if m.name in ("mha", "mdha"):
+        q, k, v = qkv(m, x)
+        return causal_attend(dot_logits(q, k), v) @ m.out_proj.weight.T
+    if m.name == "multi_branch":
+        q, k, v = qkv(m, x)
+        heads = causal_attend(dot_logits(q, k), v)
+        kappa, alpha = softmax(m.kappa_logits), softmax(m.alpha_logits)
+        act = REF_ACTIVATIONS[activation]
+        y = torch.zeros_like(x)
+        for i in range(H):
+            branch = (head(heads, i) @ m.w_o[i]) * kappa[i]  # (T, C)
+            y += alpha[i] * (act(branch @ m.w_in[i]) @ m.w_out[i])
+        return y
+    if isinstance(m, ValueAttention):
+        v = x @ m.v_proj.weight.T
+        return causal_attend(ref_logits(m, x), v) @ m.out_proj.weight.T
+    raise NotImplementedError(f"no reference forward for {m.name!r}: add it to test_reference.py")
+
+
+# -- helpers ------------------------------------------------------------------------------
+def tiny_block(variant: Variant, activation: str = "relu", seed: int = 0) -> AttentionBlock:
+    ffn = FFNSpec(activation, 4.0)
+    opts = variant.spec.options
+    opts.check(DIMS, ffn)
+    torch.manual_seed(seed)
+    block = variant.cls(DIMS, opts, ffn=ffn).double()
+    with torch.no_grad():  # move every weight off its special initial value (zeros, ones, identity)
+        for p in block.parameters():
+            p.normal_(0.0, 0.4)
+    return block
+
+
+def seq(T: int, seed: int = 0) -> Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, T, D, generator=g, dtype=torch.float64)
+
+
+def has_scores(block: AttentionBlock) -> bool:
+    return type(block).scores is not AttentionBlock.scores
+
+
+def all_static(block: AttentionBlock) -> bool:
+    """True when no logits of the block depend on the input."""
+    if block.name == "mixture":
+        return all(all_static(p) for p in block.parts)
+    return type(block).static_scores
+
+
+# -- against the references ------------------------------------------------------------------
+@pytest.mark.parametrize("T", [5, L])
+def test_block_matches_reference(variant: Variant, T: int) -> None:
+    block = tiny_block(variant)
+    x = seq(T)
+    with torch.no_grad():
+        y = block(x)
+        ref = torch.stack([ref_forward(block, x[b]) for b in range(B)])
+    torch.testing.assert_close(y, ref, atol=1e-10, rtol=1e-9)
+
+
+def test_scores_match_reference_logits(variant: Variant) -> None:
+    block = tiny_block(variant)
+    if not has_scores(block):
+        assert not variant.cls.mixable
+        return
+    x = seq(L)
+    with torch.no_grad():
+        s = block.scores(x)
+        assert s.shape[1:] == (H, L, L) and s.shape[0] in (1, B)
+        for b in range(B):
+            torch.testing.assert_close(s[b % s.shape[0]], ref_logits(block, x[b]), atol=1e-10, rtol=1e-9)
+
+
+def test_multi_branch_matches_reference_for_every_activation(activation: str) -> None:
+    block = tiny_block(VARIANTS["multi_branch"], activation)
+    x = seq(L)
+    with torch.no_grad():
+        ref = torch.stack([ref_forward(block, x[b], activation) for b in range(B)])
+        torch.testing.assert_close(block(x), ref, atol=1e-10, rtol=1e-9)
+
+
+def test_activation_matches_reference(activation: str) -> None:
+    x = torch.linspace(-4, 4, 101, dtype=torch.float64)
+    fn = nas.ACTIVATIONS.get(activation)
+    torch.testing.assert_close(fn(x), REF_ACTIVATIONS[activation](x), atol=1e-12, rtol=1e-12)
+
+
+def test_model_forward_matches_reference() -> None:
+    """Pre-LN residual layers, the FFN skipped for multi_branch, tied head, sinusoidal positions."""
+    raw = {
+        "d_model": D,
+        "n_heads": H,
+        "max_len": L,
+        "vocab_size": 11,
+        "pos_encoding": "sinusoidal",
+        "layers": [{"attention": "mha", "ffn": "squared_relu"}, {"attention": "multi_branch"}],
+    }
+    torch.manual_seed(0)
+    model = nas.build_model(nas.ArchConfig.from_dict(raw)).double()
+    idx = torch.randint(0, 11, (B, L))
+
+    def ln(m: torch.nn.LayerNorm, t: Tensor) -> Tensor:
+        mu, var = t.mean(-1, keepdim=True), t.var(-1, unbiased=False, keepdim=True)
+        return (t - mu) / torch.sqrt(var + m.eps) * m.weight + m.bias
+
+    with torch.no_grad():
+        E = model.tok_emb.weight
+        out = []
+        for b in range(B):
+            x = E[idx[b]] + model.pos_emb  # the float32 table, checked by test_sinusoidal_table
+            mha, mb = model.layers
+            x = x + ref_forward(mha.attn, ln(mha.ln_attn, x))
+            h = ln(mha.ln_ffn, x)
+            x = x + REF_ACTIVATIONS["squared_relu"](h @ mha.ffn.fc_in.weight.T) @ mha.ffn.fc_out.weight.T
+            assert mb.ffn is None
+            x = x + ref_forward(mb.attn, ln(mb.ln_attn, x))
+            out.append(ln(model.ln_f, x) @ E.T)  # tied: the head is the embedding
+        torch.testing.assert_close(model(idx), torch.stack(out), atol=1e-10, rtol=1e-9)
+
+
+def sinusoidal_ref(T: int, d: int) -> Tensor:
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    for t in range(T):
+        for i in range(0, d, 2):
+            pe[t, i] = math.sin(t / 10000 ** (i / d))
+            pe[t, i + 1] = math.cos(t / 10000 ** (i / d))
+    return pe
+
+
+def test_sinusoidal_table() -> None:
+    torch.testing.assert_close(sinusoidal_table(L, D).double(), sinusoidal_ref(L, D), atol=1e-6, rtol=0)
+
+
+# -- block-specific properties -----------------------------------------------------------------
+def test_static_scores_do_not_depend_on_the_input(variant: Variant) -> None:
+    block = tiny_block(variant)
+    if not has_scores(block):
+        return
+    x1, x2 = seq(L, seed=1), seq(L, seed=2)
+    with torch.no_grad():
+        s1, s2 = block.scores(x1), block.scores(x2)
+    if all_static(block):
+        assert s1.shape[0] == 1  # computed once and broadcast over the batch
+        assert torch.equal(s1, s2)
+    else:
+        assert not torch.allclose(s1, s2)
+
+
+def test_random_synthesizers_are_linear_in_the_input(variant: Variant) -> None:
+    """With input-independent attention weights, the block is W_o P (X W_v): linear in X."""
+    block = tiny_block(variant)
+    if not (has_scores(block) and all_static(block)):
+        return
+    x1, x2 = seq(L, seed=1), seq(L, seed=2)
+    with torch.no_grad():
+        torch.testing.assert_close(block(2.0 * x1 - 3.0 * x2), 2.0 * block(x1) - 3.0 * block(x2))
+
+
+def test_dense_synthesizer_fast_path_equals_scores_path() -> None:
+    block = tiny_block(VARIANTS["synth_dense"])
+    for T in (1, 5, L):
+        x = seq(T)
+        with torch.no_grad():
+            slow = ValueAttention.forward(block, x)  # softmax(mask(scores)) V, then W_o
+            torch.testing.assert_close(block(x), slow, atol=1e-10, rtol=1e-9)
+    fp32 = VARIANTS["synth_dense"].block()  # and at the default float32 sizes
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(fp32(x), ValueAttention.forward(fp32, x), atol=1e-5, rtol=1e-4)
+
+
+def train_a_little(block: AttentionBlock, steps: int = 5) -> None:
+    opt = torch.optim.Adam(block.parameters(), lr=0.3)
+    for step in range(steps):
+        opt.zero_grad()
+        y = block(seq(L, seed=step))
+        (y * seq(L, seed=100 + step)).sum().backward()
+        opt.step()
+
+
+def assert_simplex(w: Tensor, n: int) -> None:
+    assert w.shape == (n,)
+    assert (w >= 0).all()
+    torch.testing.assert_close(w.sum(), torch.ones((), dtype=w.dtype))
+
+
+@pytest.mark.parametrize("key", ["mixture", "mixture-random"])
+def test_learned_mixture_weights_stay_on_the_simplex(key: str) -> None:
+    block = tiny_block(VARIANTS[key])
+    n = len(block.parts)
+    torch.nn.init.zeros_(block.alpha_logits)
+    assert_simplex(block.alpha, n)
+    torch.testing.assert_close(block.alpha, torch.full((n,), 1.0 / n, dtype=torch.float64))
+    train_a_little(block)
+    assert_simplex(block.alpha, n)
+    assert not torch.allclose(block.alpha, torch.full((n,), 1.0 / n, dtype=torch.float64))
+
+
+def test_fixed_mixture_weights_are_the_normalised_config() -> None:
+    block = tiny_block(VARIANTS["mixture-fixed"])
+    expected = torch.tensor([1.0, 3.0, 2.0], dtype=torch.float64) / 6.0
+    torch.testing.assert_close(block.alpha.double(), expected)
+    train_a_little(block)
+    torch.testing.assert_close(block.alpha.double(), expected)
+
+
+def test_multi_branch_weights_stay_on_the_simplex() -> None:
+    block = tiny_block(VARIANTS["multi_branch"])
+    torch.nn.init.zeros_(block.kappa_logits)
+    torch.nn.init.zeros_(block.alpha_logits)
+    for w in (block.kappa, block.alpha):
+        assert_simplex(w, H)
+    train_a_little(block)
+    for w in (block.kappa, block.alpha):
+        assert_simplex(w, H)
+        assert not torch.allclose(w, torch.full((H,), 1.0 / H, dtype=torch.float64))
+
+
+def test_fixed_random_logits_do_not_train_but_learned_ones_do() -> None:
+    fixed, learned = tiny_block(VARIANTS["synth_fixed_random"]), tiny_block(VARIANTS["synth_random"])
+    R_fixed, R_learned = fixed.R.clone(), learned.R.detach().clone()
+    train_a_little(fixed)
+    train_a_little(learned)
+    assert torch.equal(fixed.R, R_fixed)
+    assert not torch.equal(learned.R, R_learned)
+    # Only the causal (lower) triangle of R is ever used, so only it moves.
+    moved = (learned.R.detach() != R_learned).any(dim=0)
+    assert not (moved & torch.ones(L, L, dtype=torch.bool).triu(1)).any()
+
+
+def test_factorized_dense_tiles_a_and_b() -> None:
+    """logit j = A[j mod a] * B[j div a]: with B = 1 the row is A tiled; keys past max_len are cut."""
+    block = tiny_block(VARIANTS["factorized_dense-3x7"])
+    with torch.no_grad():
+        block.wb.zero_()
+        block.bb.fill_(1.0)
+        x = seq(L)
+        s = block.scores(x)  # (B, H, T, T)
+        A = (F.relu(block.hidden(x)).view(B, L, H, DH).transpose(1, 2) @ block.wa) + block.ba  # (B, H, T, a)
+    torch.testing.assert_close(s, A.repeat(1, 1, 1, 7)[..., :L])
