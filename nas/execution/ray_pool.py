@@ -72,6 +72,7 @@ class RayPool:
                     # Local Ray: loopback only, and no dashboard unless asked.
                     need = max(os.cpu_count() or 1, int(n_workers * cpus_per_trial + 0.999))
                     ray.init(
+                        address="local",  # never attach to some other Ray found on this machine
                         num_cpus=need,
                         include_dashboard=dashboard,
                         _node_ip_address="127.0.0.1",

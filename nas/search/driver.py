@@ -40,6 +40,7 @@ from nas.search.study import (
 METRIC_KEYS = (
     "val_loss", "val_ppl", "val_bpb", "params", "non_embedding_params", "flops_per_token",
     "train_flops_per_token", "train_flops", "tokens", "steps", "tokens_per_s", "seconds", "arch_id",
+    "device", "threads",
 )
 
 

@@ -18,9 +18,9 @@ def ray_cluster():
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
     )
-    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
     try:

@@ -101,10 +101,11 @@ def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus):
     space.write_text(
         "globals: {d_model: 16, n_heads: 2, n_layers: [1, 2], max_len: 16}\n"
         "layers: {attention: [mha], ffn: {activation: relu, mult: 2}}\n"
-        "constraints: {max_params: 12000}\n"
+        "constraints: {max_params: 7000}\n"
         "recipe: {batch_size: 4, eval_batches: 1}\nbudget: {steps: 4}\nseed_archs: []\n"
     )
-    args = search_args(tmp_path, text_corpus, "--trials", "6", "--sampler", "random", "--no-tensorboard")
+    args = search_args(tmp_path, text_corpus, "--trials", "6", "--sampler", "random", "--no-tensorboard",
+                       "--workers", "1")
     args[args.index("--space") + 1] = str(space)
     assert main(args) == 0
     trials = load(tmp_path).trials
@@ -119,7 +120,7 @@ def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus):
 
 
 def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
-    args = search_args(tmp_path, text_corpus, "--trials", "6", "--steps", "40", "--no-tensorboard",
+    args = search_args(tmp_path, text_corpus, "--trials", "6", "--seconds", "2", "--no-tensorboard",
                        "--address", ray_cluster.address)
     proc = subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
