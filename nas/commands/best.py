@@ -1,0 +1,39 @@
+"""``best``: the leaderboard (single objective) or the Pareto front (loss and FLOPs/token)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from nas.commands._study import add_study_args, open_study
+from nas.commands.common import positive_int
+from nas.search.report import format_leaderboard, jsonable, leaderboard
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "best",
+        help="leaderboard or Pareto front of a study",
+        description="Print the best trials of a study: lowest validation loss first for a "
+        "single-objective study, the Pareto front of loss and FLOPs/token for a multi-objective one.",
+    )
+    add_study_args(p)
+    p.add_argument(
+        "--top",
+        type=positive_int,
+        default=None,
+        help="show at most K trials (default: 10 for a leaderboard, the whole Pareto front)",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    study, _ = open_study(args)
+    top = args.top if args.top is not None else (None if len(study.directions) > 1 else 10)
+    rows = leaderboard(study, top)
+    if args.json:
+        print(json.dumps(jsonable(rows), indent=2))
+    else:
+        print(format_leaderboard(study, rows))
+    return 0

@@ -1,0 +1,100 @@
+"""``export``: write a finished trial as an architecture file that ``train --arch`` retrains.
+
+The file holds the ArchConfig, the study's training recipe (seed included),
+budget and corpus, the trial's measured metrics, and where it came from, so
+``run_search.py train --arch FILE`` rebuilds the same model and trains it the
+same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import TrialState
+
+from nas.archfile import save_arch
+from nas.commands._study import add_study_args, open_study
+from nas.commands.common import non_negative_int
+from nas.errors import ConfigError, UserError
+from nas.models import ArchConfig
+from nas.search.report import best_trial, get_trial, metrics_of, settings_of
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="write a trial as an architecture YAML that train --arch accepts",
+        description="Export a COMPLETE trial as YAML: architecture, the study's training recipe, "
+        "budget and data, the measured metrics and the source.  "
+        "`run_search.py train --arch FILE` retrains it.",
+    )
+    add_study_args(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--trial", type=non_negative_int, help="trial number")
+    which.add_argument(
+        "--best",
+        action="store_true",
+        help="the lowest-loss COMPLETE trial (multi-objective: lowest loss on the Pareto front)",
+    )
+    p.add_argument("--out", required=True, help="architecture file to write (FILE.yaml)")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a directory; give a file name such as {out / 'best.yaml'}")
+    if out.exists() and not args.force:
+        raise UserError(f"--out {out}: file exists; pass --force to overwrite it")
+    study, url = open_study(args)
+    trial = best_trial(study) if args.best else get_trial(study, args.trial)
+    if trial.state != TrialState.COMPLETE:
+        why = trial.user_attrs.get("fail_reason")
+        why = f" ({why})" if why else ""
+        raise UserError(
+            f"--trial {trial.number} of study {study.study_name!r} is {trial.state.name}{why}; "
+            "only COMPLETE trials can be exported (see: run_search.py best)"
+        )
+    if trial.user_attrs.get("arch") is None:
+        raise UserError(f"--trial {trial.number} of study {study.study_name!r} has no architecture recorded")
+    try:
+        arch = ArchConfig.from_dict(trial.user_attrs["arch"])
+    except ConfigError as err:
+        raise UserError(f"trial {trial.number}: its recorded architecture does not validate: {err}") from None
+    settings = settings_of(study)
+    source: dict[str, Any] = {
+        "study": study.study_name,
+        "storage": url,
+        "trial": trial.number,
+        "arch_id": arch.arch_id,
+        "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    for key in ("seed_arch", "parent", "duplicate_of"):
+        if trial.user_attrs.get(key) is not None:
+            source[key] = trial.user_attrs[key]
+    save_arch(
+        out,
+        arch,
+        recipe=settings.get("recipe"),
+        budget=settings.get("budget"),
+        data=settings.get("data"),
+        metrics=metrics_of(trial),
+        source=source,
+    )
+    loss = trial.values[0]
+    print(f"wrote {out}: trial {trial.number} (val loss {loss:.4f}) {trial.user_attrs.get('summary', '')}")
+    if not settings:
+        print("note: the study records no recipe or budget; train --arch will use its defaults")
+    threads = trial.user_attrs.get("threads")
+    if threads:
+        print(f"retrain it with: python run_search.py train --arch {out} --threads {threads}")
+    else:  # CPU sums depend on the thread count; workers use --cpus-per-trial threads (1 by default)
+        print(
+            f"retrain it with: python run_search.py train --arch {out} --threads 1  "
+            "(on CPU, --threads equal to the search's --cpus-per-trial reproduces its loss exactly)"
+        )
+    return 0

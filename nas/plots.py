@@ -1,0 +1,212 @@
+"""Pictures of a study as PNG files (matplotlib's Agg canvas: no display, no network).
+
+``plot_study`` writes three: loss against FLOPs/token with the Pareto front,
+which attention block (and activation) the best trials use at each layer, and
+the loss of every trial in order with the running best.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from optuna.trial import FrozenTrial, TrialState
+
+from nas.errors import UserError
+from nas.models import ACTIVATIONS, ATTENTION
+
+FILES = ("pareto.png", "blocks_by_layer.png", "history.png")
+
+
+def _loss(t: FrozenTrial) -> float | None:
+    """Final loss of a COMPLETE trial; loss when stopped for a PRUNED one; None without one."""
+    if t.state == TrialState.COMPLETE and t.values:
+        return float(t.values[0])
+    value = t.user_attrs.get("val_loss")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def pareto_front(points: Sequence[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
+    """Non-dominated points of (cost, loss, tag), both minimised, by increasing cost."""
+    front: list[tuple[float, float, Any]] = []
+    for p in sorted(points, key=lambda p: (p[0], p[1])):
+        if not front or p[1] < front[-1][1]:
+            front.append(p)
+    return front
+
+
+def _xy(points: Sequence[tuple[Any, ...]]) -> tuple[list[Any], list[Any]]:
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def _cost_loss(trials: Sequence[FrozenTrial]) -> list[tuple[float, float, int]]:
+    """(forward FLOPs/token, loss, number) of the trials that have both."""
+    out = []
+    for t in trials:
+        cost, loss = t.user_attrs.get("flops_per_token"), _loss(t)
+        if cost is not None and loss is not None:
+            out.append((float(cost), loss, t.number))
+    return out
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _trials(study: optuna.Study, state: TrialState) -> list[FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False, states=(state,))]
+
+
+def plot_pareto(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
+    """Validation loss against forward FLOPs/token; the front is a step line through its trials."""
+    fig = Figure(figsize=(7.5, 5), layout="constrained")
+    ax = fig.add_subplot()
+    done = _cost_loss(_trials(study, TrialState.COMPLETE))
+    pruned = _cost_loss(_trials(study, TrialState.PRUNED))
+    if pruned:
+        ax.scatter(
+            *_xy(pruned), s=14, color="0.6", alpha=0.35, label=f"pruned, loss when stopped ({len(pruned)})"
+        )
+    if done:
+        ax.scatter(
+            [p[0] for p in done],
+            [p[1] for p in done],
+            s=22,
+            color="tab:blue",
+            alpha=0.8,
+            label=f"complete ({len(done)})",
+        )
+        front = pareto_front(done)
+        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="tab:red", lw=1.5)
+        ax.scatter(
+            [p[0] for p in front],
+            [p[1] for p in front],
+            s=46,
+            color="tab:red",
+            zorder=3,
+            label=f"Pareto front ({len(front)})",
+        )
+        for x, y, n in front:
+            ax.annotate(f"#{n}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        xs = [p[0] for p in done] + [p[0] for p in pruned]
+        if min(xs) > 0 and max(xs) / min(xs) > 10:
+            ax.set_xscale("log")
+    ax.set_xlabel("forward FLOPs per token")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title(f"{study.study_name}: loss vs compute")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return _save(fig, Path(path))
+
+
+def _layer_choices(t: FrozenTrial) -> list[tuple[str, str]]:
+    layers = (t.user_attrs.get("arch") or {}).get("layers") or []
+    return [(layer["attention"]["type"], layer["ffn"]["activation"]) for layer in layers]
+
+
+def _stacked(ax: Any, counts: list[Counter[str]], palette: Sequence[str], title: str) -> None:
+    """One bar per layer, stacked by name; a name keeps its colour across studies (its registry index)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    names = sorted({n for c in counts for n in c})
+    xs = list(range(len(counts)))
+    bottom = [0] * len(counts)
+    for name in names:
+        heights = [c.get(name, 0) for c in counts]
+        colour = cmap(palette.index(name) % 10) if name in palette else "0.5"
+        ax.bar(xs, heights, bottom=bottom, color=colour, label=name, width=0.7)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("layer")
+    ax.set_ylabel("trials")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def plot_blocks(study: optuna.Study, path: str | os.PathLike[str], top: int = 10) -> Path:
+    """How often each attention block and FFN activation appears at each layer among the top trials."""
+    ranked = sorted((t for t in _trials(study, TrialState.COMPLETE) if _layer_choices(t)), key=_loss)[:top]
+    depth = max((len(_layer_choices(t)) for t in ranked), default=0)
+    att: list[Counter[str]] = [Counter() for _ in range(depth)]
+    act: list[Counter[str]] = [Counter() for _ in range(depth)]
+    for t in ranked:
+        for i, (a, f) in enumerate(_layer_choices(t)):
+            att[i][a] += 1
+            act[i][f] += 1
+    fig = Figure(figsize=(8, 6.5), layout="constrained")
+    ax1, ax2 = fig.subplots(2, 1)
+    title = f"attention block by layer among the top {len(ranked)} trials by loss"
+    _stacked(ax1, att, ATTENTION.names(), title)
+    _stacked(ax2, act, ACTIVATIONS.names(), "FFN activation by layer, same trials")
+    fig.suptitle(study.study_name)
+    return _save(fig, Path(path))
+
+
+def plot_history(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
+    """Loss of each trial by trial number, with the running best of the COMPLETE ones."""
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    done = [(t.number, _loss(t)) for t in _trials(study, TrialState.COMPLETE) if _loss(t) is not None]
+    pruned = [(t.number, _loss(t)) for t in _trials(study, TrialState.PRUNED) if _loss(t) is not None]
+    failed = [t.number for t in _trials(study, TrialState.FAIL)]
+    if pruned:
+        ax.scatter(
+            *_xy(pruned),
+            s=14,
+            marker="x",
+            color="0.6",
+            alpha=0.5,
+            label=f"pruned, loss when stopped ({len(pruned)})",
+        )
+    if done:
+        done.sort()
+        ax.scatter(*_xy(done), s=20, color="tab:blue", label=f"complete ({len(done)})")
+        best, run = float("inf"), []
+        for n, loss in done:
+            best = min(best, loss)
+            run.append((n, best))
+        last = max(t.number for t in study.get_trials(deepcopy=False))
+        run.append((last, best))
+        ax.step(*_xy(run), where="post", color="tab:red", lw=1.5, label=f"best so far ({best:.4f})")
+    if failed:
+        ax.plot(
+            failed,
+            [0.0] * len(failed),
+            "|",
+            transform=ax.get_xaxis_transform(),
+            color="tab:orange",
+            ms=12,
+            label=f"failed ({len(failed)})",
+        )
+    ax.set_xlabel("trial")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title(f"{study.study_name}: optimization history")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, Path(path))
+
+
+def plot_study(study: optuna.Study, out_dir: str | os.PathLike[str], top: int = 10) -> list[Path]:
+    """Write the three plots into ``out_dir`` (created if needed); returns their paths."""
+    if not _trials(study, TrialState.COMPLETE):
+        counts = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+        have = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no trials"
+        raise UserError(f"--study {study.study_name!r} has no COMPLETE trial to plot yet ({have})")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_pareto(study, out / FILES[0]),
+        plot_blocks(study, out / FILES[1], top),
+        plot_history(study, out / FILES[2]),
+    ]

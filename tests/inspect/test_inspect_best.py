@@ -1,0 +1,69 @@
+"""``best``: leaderboard (single objective), Pareto front (two objectives), table and JSON."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+
+
+def test_pareto_front_table(cli, multi: optuna.Study, runs) -> None:
+    rc, out, err = cli("best", "--study", "multi", "--runs-dir", runs)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("study 'multi': 10 trials (7 complete, 1 pruned, 2 fail)")
+    assert "objective loss+flops" in lines[0] and "budget 3 steps" in lines[0]
+    assert "Pareto front" in lines[1]
+    header = lines[2].split()
+    assert header[:6] == ["trial", "loss", "ppl", "bpb", "FLOPs/tok", "params"]
+    numbers = [int(line.split()[0]) for line in lines[4:]]
+    # Dominated: 0 (vanilla 2.50 vs its child 9 at 2.45, same FLOPs) and 2 (synth: 2.90, more FLOPs than 4).
+    assert numbers == [3, 1, 5, 9, 4]  # the front, lowest loss first
+    row3 = lines[4]
+    assert "2.2000" in row3 and "9.03" in row3 and "3.174" in row3  # loss, exp(loss), loss/ln 2
+    assert "child of #1 (layers.0.attention)" in row3
+    assert "[mix(mha+synth_random) gelux4] [mdha(k5) squared_relux2] [multi_branch silux4]" in row3
+    assert "seed primer_ez" in lines[5] and "same as #1" in lines[6]
+
+
+def test_leaderboard_single_objective_and_top(cli, single: optuna.Study, runs) -> None:
+    rc, out, _ = cli("best", "--study", "single", "--runs-dir", runs, "--top", "3")
+    assert rc == 0
+    lines = out.splitlines()
+    assert "best 3 trial(s) by val loss" in lines[1]
+    assert [int(x.split()[0]) for x in lines[4:]] == [3, 1, 5]
+    rc, out, _ = cli("best", "--study", "single", "--runs-dir", runs)
+    assert [int(x.split()[0]) for x in out.splitlines()[4:]] == [3, 1, 5, 9, 0, 4, 2]  # every COMPLETE one
+
+
+def test_json_rows(cli, multi: optuna.Study, runs) -> None:
+    rc, out, _ = cli("best", "--study", "multi", "--runs-dir", runs, "--json")
+    assert rc == 0
+    rows = json.loads(out)
+    assert isinstance(rows, list) and [r["trial"] for r in rows] == [3, 1, 5, 9, 4]
+    first = rows[0]
+    assert first["val_loss"] == 2.2 and first["pareto"] is True
+    assert abs(first["val_ppl"] - 9.025013499434122) < 1e-12
+    assert first["parent"] == 1 and first["mutated"] == "layers.0.attention"
+    assert first["flops_per_token"] == multi.trials[3].values[1]
+    assert first["params"] == multi.trials[3].user_attrs["params"]
+    assert first["summary"].startswith("d48 h4 L3:")
+    assert rows[2]["duplicate_of"] == 1
+
+
+def test_explicit_storage_url(cli, multi: optuna.Study, runs) -> None:
+    url = f"sqlite:///{runs / 'multi' / 'study.db'}"
+    rc, out, _ = cli("best", "--study", "multi", "--storage", url, "--json", "--top", "1")
+    assert rc == 0 and [r["trial"] for r in json.loads(out)] == [3]
+
+
+def test_study_without_completed_trials(cli, runs) -> None:
+    from inspect_studies import add_trial, make_study
+    from optuna.trial import TrialState
+
+    study = make_study(runs, "young")
+    add_trial(study, "vanilla", None, state=TrialState.FAIL, fail_reason="diverged")
+    rc, out, _ = cli("best", "--study", "young", "--runs-dir", runs)
+    assert rc == 0 and "(no completed trial yet)" in out
+    rc, out, _ = cli("best", "--study", "young", "--runs-dir", runs, "--json")
+    assert rc == 0 and json.loads(out) == []

@@ -1,0 +1,53 @@
+"""``export``: an architecture file that round-trips and that ``train --arch`` reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+import nas
+from evaluators import Budget, TrainRecipe
+from nas.archfile import load_arch_file
+from nas.models import ArchConfig
+
+
+def test_round_trip(cli, multi: optuna.Study, runs, tmp_path: Path) -> None:
+    out = tmp_path / "exported" / "t3.yaml"
+    rc, text, err = cli("export", "--study", "multi", "--runs-dir", runs, "--trial", "3", "--out", out)
+    assert rc == 0, err
+    assert text.startswith(f"wrote {out}: trial 3 (val loss 2.2000)")
+    doc = load_arch_file(out)
+    trial = multi.trials[3]
+    settings = multi.user_attrs["settings"]
+    assert doc["arch"] == ArchConfig.from_dict(trial.user_attrs["arch"])
+    assert doc["arch"].arch_id == trial.user_attrs["arch_id"]
+    assert TrainRecipe.from_dict(doc["recipe"]) == TrainRecipe.from_dict(settings["recipe"])
+    assert doc["recipe"]["seed"] == 7
+    assert Budget.from_dict(doc["budget"]) == Budget.from_dict(settings["budget"])
+    assert doc["data"] == "shakespeare"
+    assert doc["metrics"]["val_loss"] == 2.2 and doc["metrics"]["params"] == trial.user_attrs["params"]
+    assert doc["metrics"]["train_flops_per_token"] == trial.user_attrs["train_flops_per_token"]
+    src = doc["source"]
+    assert src["study"] == "multi" and src["trial"] == 3 and src["arch_id"] == trial.user_attrs["arch_id"]
+    assert src["storage"] == f"sqlite:///{runs / 'multi' / 'study.db'}" and src["exported_at"]
+    assert nas.load_arch(out) == doc["arch"]  # the Python API reads it too
+
+
+def test_best_is_lowest_loss_on_the_front(
+    cli, multi: optuna.Study, single: optuna.Study, runs, tmp_path
+) -> None:
+    for name in ("multi", "single"):
+        out = tmp_path / f"{name}.yaml"
+        rc, _, err = cli("export", "--study", name, "--runs-dir", runs, "--best", "--out", out)
+        assert rc == 0, err
+        assert load_arch_file(out)["source"]["trial"] == 3
+
+
+def test_force_overwrites(cli, multi: optuna.Study, runs, tmp_path: Path) -> None:
+    out = tmp_path / "a.yaml"
+    out.write_text("old\n")
+    rc, _, err = cli("export", "--study", "multi", "--runs-dir", runs, "--trial", "1", "--out", out)
+    assert rc == 2 and "pass --force" in err and out.read_text() == "old\n"
+    rc, _, _ = cli("export", "--study", "multi", "--runs-dir", runs, "--trial", "1", "--out", out, "--force")
+    assert rc == 0 and load_arch_file(out)["source"]["trial"] == 1

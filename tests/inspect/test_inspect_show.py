@@ -1,0 +1,91 @@
+"""``show``: one trial layer by layer, metrics, hurdles, parent and duplicate."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+
+from nas.compute import compute, layer_flops, layer_params
+from nas.models import ArchConfig
+
+
+def test_layer_table_matches_compute(cli, multi: optuna.Study, runs) -> None:
+    rc, out, err = cli("show", "--study", "multi", "--trial", "3", "--runs-dir", runs)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"study 'multi', trial 3: COMPLETE   arch {multi.trials[3].user_attrs['arch_id']}"
+    assert "evolved from trial 1, mutated gene layers.0.attention" in out
+    arch = ArchConfig.from_dict(multi.trials[3].user_attrs["arch"])
+    start = next(i for i, line in enumerate(lines) if line.startswith("layer")) + 2
+    table = {line.split()[0]: line for line in lines[start : start + arch.n_layers]}
+    assert set(table) == {"0", "1", "2"}
+    assert "mixture(mha + synth_random; learned)" in table["0"] and "gelu x4" in table["0"]
+    assert "mdha kernel=5" in table["1"] and "squared_relu x2" in table["1"]
+    assert "multi_branch" in table["2"] and "silu x4 (branches)" in table["2"]
+    for i, layer in enumerate(arch.layers):
+        f = layer_flops(arch, layer, 16)
+        assert f"{layer_params(arch, layer):,}" in table[str(i)]
+        assert f"{f.fwd:,.0f}" in table[str(i)] and f"{f.train:,.0f}" in table[str(i)]
+    total = next(line for line in lines if line.startswith("total"))
+    c = compute(arch, 16)
+    assert f"{c.params:,}" in total and f"{c.fwd_flops_per_token:,.0f}" in total
+    assert "val loss         2.2000 nats/token  (perplexity 9.025, 3.1739 bits/byte)" in out
+    assert "3 steps, 192 tokens" in out
+
+
+def test_hurdles_and_final_loss(cli, multi: optuna.Study, runs) -> None:
+    _, out, _ = cli("show", "--study", "multi", "--trial", "0", "--runs-dir", runs)
+    assert "seeded as the known architecture 'vanilla'" in out
+    hurdles = out[out.index("hurdles") :].splitlines()[1:]
+    assert [line.split()[:2] for line in hurdles] == [["0.25", "3.9000"], ["0.5", "3.1000"], ["1", "2.5000"]]
+
+
+def test_pruned_trial(cli, multi: optuna.Study, runs) -> None:
+    _, out, _ = cli("show", "--study", "multi", "--trial", "6", "--runs-dir", runs)
+    assert "trial 6: PRUNED" in out and "stopped at hurdle 0.25 of the budget" in out
+    assert "val loss at stop 4.6000" in out
+    assert "0.25  4.6000  (missed it: stopped here)" in out
+    assert "(final)" not in out
+
+
+def test_failed_trials(cli, multi: optuna.Study, runs) -> None:
+    _, out, _ = cli("show", "--study", "multi", "--trial", "7", "--runs-dir", runs)
+    assert "trial 7: FAIL" in out and "failed: diverged" in out and "mdha kernel=5" in out
+    rc, out, _ = cli("show", "--study", "multi", "--trial", "8", "--runs-dir", runs)
+    assert rc == 0 and "failed: over cap: params 2,000,000 > max_params" in out and "layer" not in out
+
+
+def test_duplicate_and_json(cli, multi: optuna.Study, runs) -> None:
+    _, out, _ = cli("show", "--study", "multi", "--trial", "5", "--runs-dir", runs)
+    assert "same architecture as trial 1: its result was reused" in out
+    assert "evolved from trial 3, mutated gene layers.0.ffn.activation" in out
+    rc, out, _ = cli("show", "--study", "multi", "--trial", "5", "--runs-dir", runs, "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["trial"] == 5 and d["state"] == "COMPLETE" and d["values"] == list(multi.trials[5].values)
+    assert d["duplicate_of"] == 1 and d["parent"] == 3 and d["mutated"] == "layers.0.ffn.activation"
+    assert d["intermediate"] == {"0.25": 3.7, "0.5": 2.9}
+    assert d["metrics"]["val_loss"] == 2.3 and d["metrics"]["steps"] == 3
+    assert ArchConfig.from_dict(d["arch"]) == ArchConfig.from_dict(multi.trials[5].user_attrs["arch"])
+    assert [row["attention"] for row in d["layers"]] == [{"type": "mdha", "kernel": 3}] * 2
+    assert d["total"]["params"] == multi.trials[5].user_attrs["params"]
+    assert d["optuna_params"]["layers.0.attention"] == "mdha"
+
+
+def test_tensorboard_run_is_pointed_to(cli, multi: optuna.Study, runs) -> None:
+    (runs / "multi" / "tb" / "trial_00003").mkdir(parents=True)
+    _, out, _ = cli("show", "--study", "multi", "--trial", "3", "--runs-dir", runs)
+    assert f"TensorBoard run: {runs / 'multi' / 'tb' / 'trial_00003'}" in out
+
+
+def test_diverged_trial_gives_valid_json(cli, runs) -> None:
+    from inspect_studies import add_trial, make_study
+    from optuna.trial import TrialState
+
+    study = make_study(runs, "nan")
+    add_trial(study, "vanilla", None, state=TrialState.FAIL, fail_reason="diverged", val_loss=float("nan"))
+    rc, out, _ = cli("show", "--study", "nan", "--runs-dir", runs, "--trial", "0")
+    assert rc == 0 and "failed: diverged" in out and "not a finite number" in out
+    rc, out, _ = cli("show", "--study", "nan", "--runs-dir", runs, "--trial", "0", "--json")
+    assert rc == 0 and json.loads(out)["metrics"]["val_loss"] is None  # strict JSON: no NaN token
