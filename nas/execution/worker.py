@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from evaluators import Budget, Diverged, Progress, TrainRecipe, train_lm
+from evaluators import Budget, Diverged, Progress, TrainRecipe, proxy_metrics, train_lm
 from nas.data import load_corpus
 from nas.models import ArchConfig
 from nas.search.hurdles import fraction_key, missed
@@ -43,7 +43,6 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         arch = ArchConfig.from_dict(payload["arch"])
         recipe = TrainRecipe.from_dict(payload["recipe"])
         budget = Budget.from_dict(payload["budget"])
-        corpus = corpus_for(payload.get("data"))
 
         def on_progress(p: Progress) -> bool:
             if p.val_loss is None or p.fraction >= 1.0:
@@ -54,17 +53,21 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
             intermediate[fraction_key(key)] = float(p.val_loss)
             return missed(thresholds, key, p.val_loss)
 
-        metrics = train_lm(
-            arch,
-            recipe,
-            budget,
-            corpus,
-            device=payload.get("device", "auto"),
-            logdir=payload.get("logdir"),
-            callback=on_progress,
-            eval_at=fractions,
-            log_hparams=payload.get("hparams"),
-        )
+        evaluator = str(payload.get("evaluator") or "lm")
+        if evaluator != "lm":
+            metrics = _cheap(evaluator, arch, recipe, on_progress, fractions)
+        else:
+            metrics = train_lm(
+                arch,
+                recipe,
+                budget,
+                corpus_for(payload.get("data")),
+                device=payload.get("device", "auto"),
+                logdir=payload.get("logdir"),
+                callback=on_progress,
+                eval_at=fractions,
+                log_hparams=payload.get("hparams"),
+            )
         out["metrics"] = metrics
         out["status"] = "pruned" if metrics.get("stopped_early") else "ok"
     except Diverged as err:
@@ -79,3 +82,22 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         )
     out["seconds"] = time.perf_counter() - started
     return out
+
+
+def _cheap(
+    evaluator: str, arch: ArchConfig, recipe: TrainRecipe, callback: Any, fractions: Any
+) -> dict[str, Any]:
+    """``proxy:NAME`` scores by a proxy (no training); ``sleep:S`` also waits S seconds.
+
+    ``sleep`` exists to measure the orchestration itself (benchmarks/orchestration.py):
+    a trial whose work is a known wait isolates the driver's and Ray's overhead.
+    """
+    kind, _, arg = evaluator.partition(":")
+    if kind == "sleep":
+        time.sleep(float(arg or 0.0))
+        return proxy_metrics(arch, "params", seq_len=recipe.seq_len, callback=callback, eval_at=fractions)
+    if kind == "proxy":
+        return proxy_metrics(
+            arch, arg or "params", seq_len=recipe.seq_len, callback=callback, eval_at=fractions
+        )
+    raise ValueError(f"unknown evaluator {evaluator!r}; valid: lm, proxy:NAME, sleep:SECONDS")

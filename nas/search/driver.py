@@ -68,6 +68,8 @@ class SearchSettings:
     tb_dir: str | None = None
     retries: int = 2
     dashboard: bool = False
+    #: "lm" trains; "proxy:params" etc. scores without training; "sleep:S" is for overhead benchmarks
+    evaluator: str = "lm"
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a study to be continued."""
@@ -79,6 +81,7 @@ class SearchSettings:
             "recipe": self.recipe.to_dict(),
             "data": self.data or "shakespeare",
             "seed": self.seed,
+            "evaluator": self.evaluator,
         }
 
 
@@ -269,6 +272,7 @@ class Driver:
             "thresholds": s.hurdles.thresholds(study.get_trials(deepcopy=False)) if s.hurdles.fractions else {},
             "logdir": str(Path(s.tb_dir) / f"trial_{trial.number:05d}") if s.tb_dir else None,
             "hparams": _hparams(trial.params, arch.arch_id, trial.number),
+            "evaluator": s.evaluator,
         }
         pool.submit(trial.number, payload)
         running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())

@@ -80,7 +80,7 @@ def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
     old = study.user_attrs.get("settings")
     if old is None:
         return
-    for key in ("space_fingerprint", "objective", "budget", "recipe", "data", "seed"):
+    for key in ("space_fingerprint", "objective", "budget", "recipe", "data", "seed", "evaluator"):
         if key in old and old[key] != settings.get(key):
             raise UserError(
                 f"--study {study.study_name!r} was run with a different {key.replace('_', ' ')} "
