@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from nas.errors import ConfigError
+from nas.models import ArchConfig
 
 BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
 
@@ -27,7 +28,8 @@ class Budget:
 
     def __post_init__(self) -> None:
         if self.kind not in BUDGET_KINDS:
-            raise ConfigError(f"unknown budget kind {self.kind!r}; valid: {', '.join(BUDGET_KINDS)}", "budget")
+            valid = ", ".join(BUDGET_KINDS)
+            raise ConfigError(f"unknown budget kind {self.kind!r}; valid: {valid}", "budget")
         v = self.value
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise ConfigError(f"must be a positive number, got {v!r}", f"budget.{self.kind}")
@@ -134,6 +136,57 @@ class Diverged(RuntimeError):
     """Training produced a non-finite loss; the candidate is broken, not the search."""
 
     reason = "diverged"
+
+
+#: Keys of every evaluator's result dict (a proxy fills the training ones with zeros).
+RESULT_KEYS = (
+    "val_loss",  # nats per byte on the fixed validation slice, at the end (or where stopped)
+    "val_ppl",
+    "val_bpb",
+    "params",
+    "non_embedding_params",
+    "flops_per_token",  # forward, analytic (nas.compute) at the training sequence length
+    "train_flops_per_token",
+    "train_flops",  # spent
+    "tokens",
+    "steps",
+    "tokens_per_s",  # training throughput, evaluation excluded
+    "seconds",  # wall clock of the whole evaluation
+    "arch_id",
+    "intermediate",  # {fraction of budget: val_loss} at the eval_at points reached
+    "stopped_early",
+    "stopped_at",  # fraction of the budget where the callback stopped training, else None
+    "device",
+)
+
+
+class Evaluator(Protocol):
+    """Scores one architecture: returns a dict with at least :data:`RESULT_KEYS`.
+
+    ``callback`` gets :class:`Progress` reports (with ``val_loss`` at the
+    ``eval_at`` fractions) and returns True to stop; ``logdir`` asks for
+    TensorBoard event files; ``log_hparams`` adds columns to their HParams table.
+    """
+
+    def __call__(
+        self,
+        arch: ArchConfig,
+        *,
+        callback: ProgressCallback | None = None,
+        eval_at: Sequence[float] = (),
+        logdir: str | None = None,
+        log_hparams: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+
+def check_eval_at(eval_at: Sequence[float]) -> tuple[float, ...]:
+    """The eval_at fractions sorted and de-duplicated; each must be in (0, 1]."""
+    out = set()
+    for f in eval_at:
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+            raise ConfigError(f"fractions of the budget must be in (0, 1], got {f!r}", "eval_at")
+        out.add(float(f))
+    return tuple(sorted(out))
 
 
 def metrics_from_loss(val_loss: float) -> dict[str, float]:

@@ -1,0 +1,83 @@
+"""Checkpoints: trained weights with the architecture (and recipe, metrics) inside.
+
+A checkpoint is a ``torch.save`` of plain types only (dicts, lists, strings,
+numbers, tensors), so ``torch.load(weights_only=True)`` reads it and any
+checkpoint rebuilds its model from the file alone.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from nas.errors import ConfigError, UserError
+from nas.models import ArchConfig, TransformerLM, build_model
+
+FORMAT = "nas-lm-checkpoint/1"
+
+
+def _plain(value: Any) -> Any:
+    """Containers and scalars only (what ``weights_only`` loading accepts)."""
+    if isinstance(value, Mapping):
+        return {(k if isinstance(k, (str, int, float)) else str(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    *,
+    arch: ArchConfig | None = None,
+    **extra: Any,
+) -> None:
+    """Write ``model``'s weights and its ArchConfig (plus ``extra`` plain data: recipe, metrics...)."""
+    arch = arch if arch is not None else model.arch  # type: ignore[assignment]
+    assert isinstance(arch, ArchConfig)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    doc = {"format": FORMAT, "arch": arch.to_dict(), "state_dict": state, **_plain(extra)}
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    os.close(fd)
+    try:
+        torch.save(doc, tmp)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checkpoint's contents, with ``model`` (rebuilt, weights loaded, eval mode) and ``arch`` added."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p}: checkpoint not found")
+    try:
+        doc = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for a file that is not a checkpoint
+        raise UserError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UserError(f"{p}: not a {FORMAT} checkpoint")
+    try:
+        arch = ArchConfig.from_dict(doc["arch"])
+    except ConfigError as err:
+        raise err.at("arch").in_file(str(p)) from None
+    model = build_model(arch)
+    model.load_state_dict(doc["state_dict"])
+    model.eval()
+    return {**doc, "arch": arch, "model": model}
+
+
+def load_model(path: str | os.PathLike[str]) -> TransformerLM:
+    """The trained model stored at ``path`` (by ``train --save``), on the CPU, in eval mode."""
+    return load_checkpoint(path)["model"]

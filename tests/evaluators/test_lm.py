@@ -1,0 +1,233 @@
+"""evaluators.lm: budgets, schedule, callbacks, determinism, divergence, logging, checkpoints."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluators.lm as lm
+import nas
+from evaluators import RESULT_KEYS, Budget, Diverged, Progress, TrainRecipe, lr_at, plan_steps, train_lm
+from nas.data import Corpus, load_corpus
+from nas.errors import ConfigError
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TINY = nas.ArchConfig.from_dict(
+    {"d_model": 32, "n_heads": 2, "max_len": 32, "layers": {"repeat": 2, "attention": "mha", "ffn": "relu"}}
+)
+BIGGER = nas.ArchConfig.from_dict(
+    {"d_model": 64, "n_heads": 2, "max_len": 32, "layers": {"repeat": 2, "attention": "mha", "ffn": "relu"}}
+)
+RECIPE = TrainRecipe(batch_size=4, lr=3e-3, eval_batches=2, log_every=2, seed=0)
+
+
+@pytest.fixture(scope="module")
+def corpus(corpus_dir: Path) -> Corpus:
+    return load_corpus(corpus_dir)
+
+
+def train(corpus: Corpus, budget: Budget, **kwargs) -> dict:
+    recipe = kwargs.pop("recipe", RECIPE)
+    arch = kwargs.pop("arch", TINY)
+    return train_lm(arch, recipe, budget, corpus, device="cpu", **kwargs)
+
+
+# -- budgets -------------------------------------------------------------------------------------
+
+
+def test_budget_conversions() -> None:
+    cost = nas.compute(TINY, 32)
+    per_step_tokens = 4 * 32
+    assert plan_steps(Budget("steps", 7), cost, 4, 32) == 7
+    assert plan_steps(Budget("tokens", 10 * per_step_tokens + 5), cost, 4, 32) == 10
+    step_flops = cost.train_flops_per_token * per_step_tokens
+    assert plan_steps(Budget("flops", 3.5 * step_flops), cost, 4, 32) == 3
+    assert plan_steps(Budget("seconds", 1.0), cost, 4, 32) is None
+
+
+def test_flops_budget_gives_bigger_models_fewer_steps() -> None:
+    budget = Budget("flops", 1e11)
+    small = plan_steps(budget, nas.compute(TINY, 32), 4, 32)
+    big = plan_steps(budget, nas.compute(BIGGER, 32), 4, 32)
+    assert small is not None and big is not None and big < small
+
+
+@pytest.mark.parametrize("budget", [Budget("tokens", 100), Budget("flops", 1e6), Budget("steps", 0.5)])
+def test_budget_below_one_step_is_refused_naming_the_minimum(budget: Budget) -> None:
+    with pytest.raises(ConfigError, match="less than one training step; the minimum is"):
+        plan_steps(budget, nas.compute(TINY, 32), 4, 32)
+
+
+def test_tokens_budget_trains_whole_steps(corpus: Corpus) -> None:
+    result = train(corpus, Budget("tokens", 5 * 128 + 100))
+    assert result["steps"] == 5 and result["tokens"] == 5 * 128
+    assert result["train_flops"] == pytest.approx(5 * 128 * result["train_flops_per_token"])
+
+
+def test_seconds_budget_runs_until_time_is_up(corpus: Corpus) -> None:
+    seen: list[Progress] = []
+    result = train(corpus, Budget("seconds", 0.3), callback=lambda p: seen.append(p) or False, eval_at=(0.5,))
+    assert result["steps"] >= 1
+    assert result["train_seconds"] >= 0.3
+    assert seen[-1].fraction == 1.0 and seen[-1].val_loss is not None
+    assert list(result["intermediate"]) == [0.5]
+
+
+def test_seq_len_longer_than_max_len_is_refused(corpus: Corpus) -> None:
+    with pytest.raises(ConfigError, match="max_len"):
+        train(corpus, Budget("steps", 1), recipe=TrainRecipe(batch_size=4, seq_len=64))
+
+
+# -- schedule and optimizer ----------------------------------------------------------------------
+
+
+def test_lr_warms_up_linearly_then_decays_to_the_floor() -> None:
+    r = TrainRecipe(lr=1.0, warmup_frac=0.1, min_lr_ratio=0.1)
+    assert lr_at(r, 0.05) == pytest.approx(0.5)
+    assert lr_at(r, 0.1) == pytest.approx(1.0)
+    assert lr_at(r, 0.55) == pytest.approx(0.55)  # cosine midpoint between 1 and 0.1
+    assert lr_at(r, 1.0) == pytest.approx(0.1)
+    assert lr_at(TrainRecipe(lr=1.0, warmup_frac=0.0), 0.0) == pytest.approx(1.0)
+
+
+def test_weight_decay_applies_to_matrices_only() -> None:
+    model = nas.build_model(TINY)
+    opt = lm.make_optimizer(model, RECIPE, torch.device("cpu"))
+    decayed, plain = opt.param_groups
+    assert decayed["weight_decay"] == RECIPE.weight_decay and plain["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in plain["params"])
+    n = sum(len(g["params"]) for g in opt.param_groups)
+    assert n == len(list(model.parameters()))  # the tied embedding once
+
+
+# -- callbacks -----------------------------------------------------------------------------------
+
+
+def test_eval_at_reports_validation_loss_to_the_callback(corpus: Corpus) -> None:
+    seen: list[Progress] = []
+    result = train(
+        corpus, Budget("steps", 8), callback=lambda p: seen.append(p) or False, eval_at=(0.25, 0.5)
+    )
+    assert [p.step for p in seen] == [2, 4, 6, 8]  # log_every 2; evals at steps 2 and 4 and the end
+    assert [p.val_loss is not None for p in seen] == [True, True, False, True]
+    assert result["intermediate"] == {0.25: seen[0].val_loss, 0.5: seen[1].val_loss}
+    assert seen[-1].val_loss == result["val_loss"] and seen[-1].fraction == 1.0
+    assert seen[1].tokens == 4 * 128 and seen[1].flops == pytest.approx(
+        4 * 128 * result["train_flops_per_token"]
+    )
+    assert all(math.isfinite(p.train_loss) and p.lr > 0 for p in seen)
+    assert not result["stopped_early"] and result["stopped_at"] is None
+
+
+def test_callback_returning_true_stops_training(corpus: Corpus) -> None:
+    def hurdle(p: Progress) -> bool:
+        return p.val_loss is not None
+
+    result = train(corpus, Budget("steps", 10), callback=hurdle, eval_at=(0.5,))
+    assert result["stopped_early"] is True
+    assert result["stopped_at"] == 0.5
+    assert result["steps"] == 5
+    assert result["val_loss"] == result["intermediate"][0.5]
+
+
+def test_stop_between_evaluations_still_measures_validation_loss(corpus: Corpus) -> None:
+    result = train(corpus, Budget("steps", 10), callback=lambda p: p.step >= 4)
+    assert result["stopped_early"] and result["steps"] == 4 and result["stopped_at"] == 0.4
+    assert math.isfinite(result["val_loss"])
+
+
+def test_eval_at_outside_the_budget_is_refused(corpus: Corpus) -> None:
+    with pytest.raises(ConfigError, match="eval_at"):
+        train(corpus, Budget("steps", 2), eval_at=(1.5,))
+
+
+# -- results -------------------------------------------------------------------------------------
+
+
+def test_result_has_every_metric_and_training_reduces_loss(corpus: Corpus) -> None:
+    result = train(
+        corpus, Budget("steps", 30), recipe=TrainRecipe(batch_size=8, eval_batches=2, log_every=10)
+    )
+    assert set(RESULT_KEYS) <= set(result)
+    assert result["val_loss"] < math.log(256) - 1.0
+    assert result["val_ppl"] == pytest.approx(math.exp(result["val_loss"]))
+    assert result["val_bpb"] == pytest.approx(result["val_loss"] / math.log(2))
+    cost = nas.compute(TINY)
+    assert result["params"] == cost.params == sum(p.numel() for p in nas.build_model(TINY).parameters())
+    assert result["flops_per_token"] == cost.fwd_flops_per_token
+    assert result["arch_id"] == TINY.arch_id and result["device"] == "cpu"
+    assert result["tokens_per_s"] > 0 and result["seconds"] >= result["train_seconds"] > 0
+
+
+def test_same_seed_gives_identical_losses_and_another_seed_does_not(corpus: Corpus) -> None:
+    a = train(corpus, Budget("steps", 6))
+    b = train(corpus, Budget("steps", 6))
+    c = train(corpus, Budget("steps", 6), recipe=TrainRecipe(batch_size=4, eval_batches=2, seed=1))
+    assert a["val_loss"] == b["val_loss"] and a["train_loss"] == b["train_loss"]
+    assert c["val_loss"] != a["val_loss"]
+
+
+def test_non_finite_loss_raises_diverged(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    def poisoned(arch: nas.ArchConfig) -> nas.TransformerLM:
+        model = nas.build_model(arch)
+        with torch.no_grad():
+            model.ln_f.weight.fill_(float("nan"))
+        return model
+
+    monkeypatch.setattr(lm, "build_model", poisoned)
+    with pytest.raises(Diverged, match="nan"):
+        train(corpus, Budget("steps", 4))
+
+
+def test_absurd_learning_rate_diverges_or_is_caught(corpus: Corpus) -> None:
+    recipe = TrainRecipe(batch_size=4, eval_batches=2, lr=1e30, warmup_frac=0.0, grad_clip=1e30, log_every=1)
+    try:
+        result = train(corpus, Budget("steps", 5), recipe=recipe)
+    except Diverged:
+        return
+    assert math.isfinite(result["val_loss"])  # if it did not blow up, it must still report a real number
+
+
+def test_tensorboard_logs_scalars_and_hparams_in_one_run(corpus: Corpus, tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(corpus, Budget("steps", 4), logdir=tmp_path, eval_at=(0.5,), log_hparams={"trial": 3, "space": "x"})
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # no timestamped sub-run
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "val/loss", "throughput/tokens_per_s", "hparam/val_loss"} <= tags
+    assert [e.step for e in acc.Scalars("val/loss")] == [2, 4]
+    plugins = acc.PluginTagToContent("hparams")
+    assert plugins  # the HParams experiment and session summaries
+
+
+def test_checkpoint_round_trip(corpus: Corpus, tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    result = train(corpus, Budget("steps", 3), save_to=path)
+    model = nas.load_model(path)
+    assert model.arch == TINY and not model.training
+    doc = torch.load(path, weights_only=True)
+    assert doc["recipe"] == RECIPE.to_dict() and doc["metrics"]["val_loss"] == result["val_loss"]
+    x, y = lm.validation_windows(corpus.val, 8, 32)
+    assert lm.evaluate_loss(model, x, y, 4, torch.device("cpu")) == pytest.approx(
+        result["val_loss"], abs=1e-6
+    )
+
+
+def test_cuda_requested_without_cuda_is_a_user_error(corpus: Corpus) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    with pytest.raises(nas.UserError, match="CUDA is not available"):
+        train_lm(TINY, RECIPE, Budget("steps", 1), corpus, device="cuda")
+
+
+def test_corpus_too_small_for_one_window_names_the_corpus(tmp_path: Path) -> None:
+    small = tmp_path / "small.txt"
+    small.write_text("x" * 300)  # 270 train bytes, 30 validation bytes: less than a 33-byte window
+    with pytest.raises(nas.UserError, match="small.txt: the validation text .30 bytes. is shorter"):
+        train_lm(TINY, RECIPE, Budget("steps", 1), str(small), device="cpu")

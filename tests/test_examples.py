@@ -1,0 +1,50 @@
+"""Every file in examples/archs loads, builds, and trains a couple of steps."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+import nas
+from evaluators import Budget, TrainRecipe, train_lm
+from nas.archfile import load_arch_file
+from nas.data import load_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted((ROOT / "examples" / "archs").glob("*.yaml"))
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def test_there_is_a_file_per_attention_block() -> None:
+    names = {f.stem for f in FILES}
+    assert set(nas.ATTENTION.names()) <= names
+    assert {"vanilla", "primer_ez"} <= names
+
+
+def test_vanilla_and_primer_ez_are_the_documented_shapes() -> None:
+    vanilla = nas.load_arch(ROOT / "examples" / "archs" / "vanilla.yaml")
+    primer = nas.load_arch(ROOT / "examples" / "archs" / "primer_ez.yaml")
+    for arch in (vanilla, primer):
+        assert (arch.d_model, arch.n_layers, arch.n_heads, arch.max_len) == (128, 4, 4, 128)
+        assert arch.pos_encoding == "learned" and arch.tie_embeddings
+    assert {(layer.attention.type, layer.ffn.activation) for layer in vanilla.layers} == {("mha", "relu")}
+    assert {(layer.attention.type, layer.attention.options.to_dict().get("kernel"), layer.ffn.activation)
+            for layer in primer.layers} == {("mdha", 3, "squared_relu")}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_example_loads_builds_and_trains(path: Path, corpus_dir: Path) -> None:
+    doc = load_arch_file(path)
+    arch = doc["arch"]
+    recipe = TrainRecipe.from_dict(doc.get("recipe"))
+    Budget.from_dict(doc["budget"])
+    if path.stem not in ("mha", "vanilla"):
+        assert any(layer.attention.type == path.stem for layer in arch.layers) or path.stem == "primer_ez"
+    model = nas.build_model(arch)
+    assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 256)
+    small = dataclasses.replace(recipe, batch_size=2, seq_len=32, eval_batches=1)
+    result = train_lm(arch, small, Budget("steps", 2), load_corpus(corpus_dir), device="cpu")
+    assert result["steps"] == 2 and result["val_loss"] < 10
