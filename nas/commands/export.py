@@ -89,9 +89,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out}: trial {trial.number} (val loss {loss:.4f}) {trial.user_attrs.get('summary', '')}")
     if not settings:
         print("note: the study records no recipe or budget; train --arch will use its defaults")
-    threads = trial.user_attrs.get("threads")
-    if threads:
-        print(f"retrain it with: python run_search.py train --arch {out} --threads {threads}")
+    if trial.user_attrs.get("threads"):  # train reuses the recorded thread count: loss reproduces exactly
+        print(f"retrain it with: python run_search.py train --arch {out}")
     else:  # CPU sums depend on the thread count; workers use --cpus-per-trial threads (1 by default)
         print(
             f"retrain it with: python run_search.py train --arch {out} --threads 1  "

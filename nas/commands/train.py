@@ -77,8 +77,26 @@ def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | N
     return doc["arch"], recipe, budget, data
 
 
+def recorded_threads(args: argparse.Namespace) -> int | None:
+    """The CPU thread count a measured run used, when the file records one and no flag overrides it.
+
+    CPU sums depend on how work is split across threads, so retraining an exported
+    trial on its own thread count is what reproduces its loss to the last digits.
+    """
+    if args.threads is not None:
+        return args.threads
+    metrics = load_arch_file(args.arch).get("metrics") or {}
+    threads = metrics.get("threads")
+    if metrics.get("device") == "cpu" and isinstance(threads, int) and threads > 0 and args.device != "cuda":
+        return threads
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     arch, recipe, budget, data = resolve(args)
+    threads = recorded_threads(args)
+    if threads is not None and args.threads is None:
+        stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
     corpus = load_corpus(data)
     stderr_log(corpus.describe())
     try:
@@ -89,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             corpus,
             device=args.device,
             logdir=args.logdir,
-            threads=args.threads,
+            threads=threads,
             save_to=args.save,
             log=stderr_log,
         )

@@ -108,8 +108,8 @@ def test_search_inspect_export_retrain(tmp_path: Path, corpus: Path, capsys, mon
     doc = load_arch_file("best.yaml")
     assert doc["recipe"]["seed"] == 3 and doc["budget"] == {"steps": 8} and doc["data"] == str(corpus)
 
-    # Retrain from the file alone, on one thread like the worker; no hurdle evaluations this time.
-    assert main(["train", "--arch", "best.yaml", "--device", "cpu", "--threads", "1", "--json"]) == 0
+    # Retrain from the file alone, no flags: train reuses the recorded device and thread count.
+    assert main(["train", "--arch", "best.yaml", "--json"]) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["arch_id"] == best["arch_id"]
     assert again["steps"] == doc["metrics"]["steps"] and again["tokens"] == doc["metrics"]["tokens"]
