@@ -37,11 +37,16 @@ def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{p}: cannot read {what}: {err}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.safe_load(text)  # data only: a tag that would build a Python object is refused
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if isinstance(err, yaml.constructor.ConstructorError) and "tag:yaml.org,2002:python/" in problem:
+            tag = problem[problem.index("tag:yaml.org,2002:") + len("tag:yaml.org,2002:") :].rstrip("'")
+            raise UserError(
+                f"{p}{where}: the tag !!{tag} is not allowed (a {what} holds plain data, no Python objects)"
+            ) from None
         raise UserError(f"{p}: malformed YAML{where}: {problem}") from None
 
 

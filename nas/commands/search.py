@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import socket
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from nas.commands.common import (
     add_budget_args,
@@ -22,6 +28,7 @@ SHIPPED_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 DEFAULT_SPACE = "search_spaces/default.yaml"
 DEFAULT_BUDGET = {"steps": 100}
 DEMO_TRIALS = 12
+DEMO_HURDLES = "0.5"  # the demo shows hurdles at work: weak candidates stop halfway
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,6 +61,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus-per-trial", type=_non_negative_float, default=0.0, help="GPUs per trial (fractions allowed)")
     p.add_argument("--address", default=None, help="join an existing Ray cluster (e.g. 10.0.0.1:6379 or auto)")
     p.add_argument("--retries", type=non_negative_int, default=2, help="re-runs of a trial whose worker died")
+    p.add_argument("--worker-timeout", type=positive_number, default=300.0, metavar="SECONDS",
+                   help="a Ray worker that cannot be started or restarted within this time (its node is gone "
+                   "and no other has room) is given up and the search goes on with fewer (default 300)")
+    p.add_argument("--local", action="store_true",
+                   help="no Ray: run the trials one at a time in this process (for debugging: breakpoints "
+                   "and tracebacks work); results are the same as with one Ray worker")
     p.add_argument("--data", default=None, help="text file or directory to train on (default: Shakespeare)")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write per-trial TensorBoard runs")
     p.add_argument("--ray-dashboard", action="store_true", help="start the Ray dashboard (off by default)")
@@ -113,14 +126,15 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
         recipe = TrainRecipe.from_dict({**space.recipe, "seed": args.seed})
     except ConfigError as err:
         raise err.in_file(space.source) from None
+    if not 0 < args.hurdle_percentile <= 100:
+        raise UserError(f"--hurdle-percentile must be in (0, 100], got {args.hurdle_percentile:g}")
     hurdles = Hurdles()
-    if args.hurdles:
+    fractions = args.hurdles or (DEMO_HURDLES if args.demo else None)
+    if fractions:
         try:
-            hurdles = Hurdles(parse_fractions(args.hurdles), percentile=args.hurdle_percentile)
+            hurdles = Hurdles(parse_fractions(fractions), percentile=args.hurdle_percentile)
         except ValueError as err:
             raise UserError(f"--hurdles: {err}") from None
-    elif args.hurdle_percentile > 100:
-        raise UserError(f"--hurdle-percentile must be in (0, 100], got {args.hurdle_percentile:g}")
     from nas.data import load_corpus
 
     load_corpus(args.data)  # a missing or empty corpus is refused now; the default is fetched once here
@@ -134,6 +148,14 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
     workers = args.workers or max(1, min(2, os.cpu_count() or 1))
     if args.gpus_per_trial > 0 and args.device == "cpu":
         raise UserError("--gpus-per-trial > 0 with --device cpu: choose one")
+    if args.address is not None and not args.local:
+        check_address(args.address)
+    if args.local:
+        for flag, given in (("--address", args.address), ("--ray-dashboard", args.ray_dashboard),
+                            ("--workers", args.workers is not None and args.workers > 1)):
+            if given:
+                raise UserError(f"--local runs trials one at a time without Ray; drop {flag}")
+        workers = 1
     return SearchSettings(
         study=study,
         storage=storage,
@@ -154,9 +176,53 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
         data=args.data,
         tb_dir=None if args.no_tensorboard else str(runs / study / "tb"),
         retries=args.retries,
+        worker_timeout=args.worker_timeout,
+        local=args.local,
         dashboard=args.ray_dashboard,
         evaluator=args.evaluator,
     )
+
+
+def check_address(address: str) -> None:
+    """Refuse a Ray address that is malformed or unreachable now (Ray itself would retry for minutes)."""
+    if address in ("auto", "local"):
+        return
+    target = address[len("ray://") :] if address.startswith("ray://") else address
+    host, sep, port = target.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            f"--address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379), ray://HOST:PORT or auto"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=10):
+            pass
+    except OSError as err:
+        raise UserError(
+            f"--address {address!r}: cannot reach {host}:{port} ({err.strerror or err}); "
+            "is the Ray head running?"
+        ) from None
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_driver() -> Iterator[None]:
+    """SIGTERM (a scheduler, ``kill``) unwinds the driver like Ctrl-C: running trials are re-queued."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == signal.SIGTERM:  # Ray's own handler (installed by ray.init) exits with 15
+            raise SystemExit(128 + signal.SIGTERM) from None
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _check_writable(path: Path, flag: str) -> None:
@@ -176,12 +242,15 @@ def run(args: argparse.Namespace) -> int:
     settings = build_settings(args)
     if args.demo:
         print(
-            f"Demo search: {settings.trials} candidates from {settings.space.source}, each trained for "
-            f"{settings.budget} on Shakespeare with {settings.workers} local Ray worker(s). "
-            "Run `python run_search.py --help` for the real thing.",
+            f"Demo search: {settings.trials} candidate architectures from {settings.space.source}, each "
+            f"trained on Shakespeare for the same compute ({settings.budget}) on {settings.workers} local "
+            "Ray worker(s);\na candidate whose validation loss is worse than the median at half its budget "
+            "stops there (a hurdle).\nEach line below is one finished candidate; the Pareto front of loss "
+            "vs FLOPs per token comes at the end.\nSee `python run_search.py search --help` for the real thing.",
             flush=True,
         )
-    study = Driver(settings).run()
+    with _sigterm_stops_the_driver():
+        study = Driver(settings).run()
     counts = state_counts(study)
     rows = leaderboard(study, top=10)
     title = "Pareto front (loss vs FLOPs/token)" if len(study.directions) > 1 else "Leaderboard (validation loss)"

@@ -5,7 +5,13 @@ ArchConfig through the search space, refuses candidates over the caps, reuses
 the result of an identical architecture already measured, sends the plain
 payload to a worker, and tells the outcome: COMPLETE with the objective
 values, PRUNED when a hurdle stopped it, FAIL with a reason otherwise.  A
-worker that dies costs its trial a retry, not the search.
+worker that dies costs its trial a retry, not the search; what is guaranteed
+after worker, node and driver failures is in docs/reliability.md.
+
+Order of a run: every flag and file is checked (by the CLI), then an existing
+study's settings, then the worker pool is started (a bad ``--address`` fails
+here), and only then is a new study created on disk, so a mistake leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -24,15 +30,19 @@ from optuna.trial import Trial, TrialState
 from evaluators import Budget, TrainRecipe
 from nas.compute import compute
 from nas.errors import ConfigError, UserError
+from nas.execution.pool import NoWorkersLeft
 from nas.search.hurdles import INTERMEDIATE, Hurdles
 from nas.search.samplers import make_sampler
 from nas.search.space import SearchSpace
 from nas.search.study import (
     OBJECTIVES,
     check_settings,
+    check_storage_url,
     count_done,
     open_storage,
     recover_stale,
+    requeue,
+    storage_exists,
     study_exists,
 )
 
@@ -67,6 +77,10 @@ class SearchSettings:
     data: str | None = None
     tb_dir: str | None = None
     retries: int = 2
+    #: seconds a Ray worker may take to start or restart before the search goes on without it
+    worker_timeout: float = 300.0
+    #: run trials one at a time in the driver's process, without Ray (``--local``)
+    local: bool = False
     dashboard: bool = False
     #: "lm" trains; "proxy:params" etc. scores without training; "sleep:S" is for overhead benchmarks
     evaluator: str = "lm"
@@ -92,6 +106,7 @@ class _Running:
     arch_id: str
     started: float
     attempts: int = 1
+    errors: list[str] = dataclasses.field(default_factory=list)  # why earlier attempts had no result
 
 
 class Reporter:
@@ -132,31 +147,51 @@ def _fmt_time(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def create_or_load_study(settings: SearchSettings) -> tuple[optuna.Study, bool]:
-    """The study for ``settings``; refuses to continue one created under other settings."""
+def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
+    """The study ``settings`` names if it exists (None otherwise), after checking it may be continued.
+
+    Reads only: a missing SQLite file is not created, and a study run under other
+    settings is refused before anything is written to it.
+    """
     if settings.objective not in OBJECTIVES:
         raise UserError(f"--objective {settings.objective!r}; valid: {', '.join(OBJECTIVES)}")
+    check_storage_url(settings.storage)
+    if not storage_exists(settings.storage):
+        return None
+    storage = open_storage(settings.storage, create_dirs=False)
+    if not study_exists(storage, settings.study):
+        return None
+    sampler = make_sampler(settings.sampler, settings.population, settings.seed, settings.trials)
+    study = optuna.load_study(study_name=settings.study, storage=storage, sampler=sampler)
+    if len(study.directions) != len(OBJECTIVES[settings.objective]):
+        raise UserError(
+            f"--study {settings.study!r} has {len(study.directions)} objective(s); "
+            f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
+        )
+    check_settings(study, settings.fingerprint())
+    return study
+
+
+def create_new_study(settings: SearchSettings) -> optuna.Study:
+    """Create the study (and its SQLite file and directory) and record the settings it must keep."""
     storage = open_storage(settings.storage)
-    exists = study_exists(storage, settings.study)
     sampler = make_sampler(settings.sampler, settings.population, settings.seed, settings.trials)
     study = optuna.create_study(
         study_name=settings.study,
         storage=storage,
         directions=list(OBJECTIVES[settings.objective]),
         sampler=sampler,
-        load_if_exists=True,
     )
-    fp = settings.fingerprint()
-    if exists:
-        if len(study.directions) != len(OBJECTIVES[settings.objective]):
-            raise UserError(
-                f"--study {settings.study!r} has {len(study.directions)} objective(s); "
-                f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
-            )
-        check_settings(study, fp)
-    else:
-        study.set_user_attr("settings", fp)
-    return study, not exists
+    study.set_user_attr("settings", settings.fingerprint())
+    return study
+
+
+def create_or_load_study(settings: SearchSettings) -> tuple[optuna.Study, bool]:
+    """The study for ``settings`` and whether it was created now; refuses one created under other settings."""
+    study = load_existing_study(settings)
+    if study is not None:
+        return study, False
+    return create_new_study(settings), True
 
 
 def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:
@@ -185,44 +220,75 @@ class Driver:
 
     def run(self) -> optuna.Study:
         s = self.s
-        study, created = create_or_load_study(s)
-        self.study = study
-        requeued = recover_stale(study)
         report = Reporter(s.trials, self.out)
-        if requeued:
-            report.line(f"re-queued trial(s) {requeued} left running by a stopped driver")
-        if created:
-            seeds = enqueue_seed_archs(study, s.space)
-            if seeds:
-                report.line(f"seeded the first generation with: {', '.join(seeds)}")
+        study = load_existing_study(s)
+        if study is not None:
+            requeued = recover_stale(study)
+            if requeued:
+                report.line(f"re-queued trial(s) {requeued} left running by a stopped driver")
+            done = count_done(study)
+            if done >= s.trials:
+                report.line(f"study {s.study!r} already has {done} finished trials "
+                            f"(--trials {s.trials}); nothing to do")
+                return study
+        pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
+        try:
+            if study is None:
+                study = create_new_study(s)
+                seeds = enqueue_seed_archs(study, s.space)
+                if seeds:
+                    report.line(f"seeded the first generation with: {', '.join(seeds)}")
+            self.study = study
+            self._search(study, pool, report)
+        finally:
+            pool.shutdown()
+        return study
+
+    def _search(self, study: optuna.Study, pool: Any, report: Reporter) -> None:
+        s = self.s
+        fast_sqlite_commits(study)
         done = count_done(study)
-        if done >= s.trials:
-            report.line(f"study {s.study!r} already has {done} finished trials (--trials {s.trials}); nothing to do")
-            return study
         self.known = self._known_archs(study)
+        where = "in this process (--local)" if s.local else f"on {s.workers} worker(s)"
         report.line(
-            f"study {s.study!r}: {done} finished, running {s.trials - done} more on {s.workers} worker(s); "
+            f"study {s.study!r}: {done} finished, running {s.trials - done} more {where}; "
             f"budget {s.budget} per trial, objective {s.objective}, sampler {s.sampler}"
         )
-        pool = self.pool_factory(s)
         running: dict[int, _Running] = {}
+        retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
         try:
             while True:
-                while pool.has_idle() and done + len(running) < s.trials:
+                while retry and pool.has_idle():
+                    number = retry.pop(0)
+                    pool.submit(number, running[number].payload)
+                while not retry and pool.has_idle() and done + len(running) < s.trials:
                     launched = self._launch(study, pool, running)
                     if launched is not None:  # finished at once (refused, duplicate, invalid)
                         done += 1
                         state, text = launched
-                        report.finished(done, len(running), study.trials[-1].number, state, text, 0.0, s.workers)
-                if not running:
+                        number = study.trials[-1].number
+                        report.finished(done, len(running), number, state, text, 0.0, s.workers)
+                if not running and done >= s.trials:
                     break
-                for fin in pool.wait(timeout=1.0):
+                try:
+                    finished = pool.wait(timeout=1.0)
+                except NoWorkersLeft as err:
+                    n = len(running)
+                    self._requeue_all(study, running, "no worker left to run it")
+                    raise UserError(
+                        f"{err}; {n} unfinished trial(s) re-queued, finished ones are kept: "
+                        "run the same command again to continue"
+                    ) from None
+                for fin in finished:
                     r = running[fin.tag]
                     if fin.result is None:
+                        r.errors.append(str(fin.error))
+                        r.trial.set_user_attr("worker_errors", r.errors[-10:])
                         if r.attempts <= s.retries:
                             r.attempts += 1
+                            r.trial.set_user_attr("attempts", r.attempts)
                             report.line(f"trial {fin.tag}: {fin.error}; retrying (attempt {r.attempts})")
-                            pool.submit(fin.tag, r.payload)
+                            retry.append(fin.tag)
                             continue
                         state, text, loss = self._fail(study, r, f"{fin.error} ({r.attempts} attempts)")
                     else:
@@ -231,14 +297,38 @@ class Driver:
                     done += 1
                     report.finished(done, len(running), fin.tag, state, text,
                                     time.monotonic() - r.started, s.workers, loss)
-        finally:
-            pool.shutdown()
-        return study
+        except BaseException as err:
+            # Ctrl-C, SIGTERM, an error: leave nothing RUNNING; the unfinished trials' parameters
+            # are queued and run first when the search is continued.
+            self._requeue_all(study, running, f"driver stopped ({type(err).__name__})")
+            raise
+
+    @staticmethod
+    def _requeue_all(study: optuna.Study, running: dict[int, _Running], reason: str) -> None:
+        for number in list(running):
+            try:
+                requeue(study, running.pop(number).trial, reason)
+            except Exception:  # noqa: BLE001 - the storage may be what failed; the next start recovers them
+                return
 
     # -- launching ------------------------------------------------------------------------
     def _launch(self, study: optuna.Study, pool: Any, running: dict[int, _Running]) -> tuple[str, str] | None:
-        s = self.s
         trial = study.ask()
+        try:
+            return self._prepare(study, trial, pool, running)
+        except BaseException:
+            # Stopped between ask and submit: the trial is neither running nor told; re-queue it.
+            if trial.number not in running:
+                try:
+                    if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                        requeue(study, trial, "driver stopped while it was being launched")
+                except Exception:  # noqa: BLE001 - the next start recovers it
+                    pass
+            raise
+
+    def _prepare(self, study: optuna.Study, trial: Trial, pool: Any, running: dict[int, _Running]
+                 ) -> tuple[str, str] | None:
+        s = self.s
         try:
             arch = s.space.suggest(trial)
         except ConfigError as err:  # the space's own checks should make this rare
@@ -299,10 +389,14 @@ class Driver:
         return known
 
     # -- results --------------------------------------------------------------------------
-    def _fail(self, study: optuna.Study, r: _Running, reason: str, tb: str | None = None) -> tuple[str, str, None]:
+    def _fail(
+        self, study: optuna.Study, r: _Running, reason: str, tb: str | None = None, detail: str | None = None
+    ) -> tuple[str, str, None]:
         r.trial.set_user_attr("fail_reason", reason)
         if tb:
             r.trial.set_user_attr("traceback", tb)
+        if detail:
+            r.trial.set_user_attr("fail_detail", str(detail)[:1000])
         study.tell(r.trial, state=TrialState.FAIL)
         return "FAIL", reason, None
 
@@ -318,14 +412,18 @@ class Driver:
             if result.get(key) is not None:
                 trial.set_user_attr(f"worker_{key}", result[key])
         if result.get("status") == "failed":
-            return self._fail(study, r, result.get("reason", "failed"), result.get("traceback"))
+            reason = result.get("reason", "failed")
+            return self._fail(study, r, reason, result.get("traceback"), result.get("detail"))
         metrics = result.get("metrics") or {}
         for key in METRIC_KEYS:
             if key in metrics:
                 trial.set_user_attr(key, metrics[key])
         loss = metrics.get("val_loss")
-        if loss is None or not math.isfinite(loss):
-            return self._fail(study, r, "diverged")
+        if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
+            return self._fail(study, r, "diverged", detail=f"validation loss {loss}")
+        flops = metrics.get("flops_per_token")
+        if self.s.objective != "loss" and (flops is None or not math.isfinite(flops)):
+            return self._fail(study, r, f"no finite FLOPs per token ({flops})")
         if result.get("status") == "pruned":
             at = metrics.get("stopped_at")
             trial.set_user_attr("pruned_at", at)
@@ -349,7 +447,46 @@ def _hparams(params: dict[str, Any], arch_id: str, number: int) -> dict[str, Any
     return out
 
 
+def fast_sqlite_commits(study: optuna.Study) -> None:
+    """Put an SQLite study in WAL mode with ``synchronous=NORMAL``: commits stop waiting for the disk.
+
+    Speed: the driver commits about 40 times per trial (one per sampled parameter and
+    per user attribute: Optuna's storage API has no batch write), and with SQLite's
+    default rollback journal every commit waits for an fsync: 0.7 ms on an idle disk
+    here, 5 to 13 ms when other jobs use it, which made the driver's per-trial overhead
+    0.09 to 0.2 s (benchmarks/orchestration.py).  In WAL mode with synchronous=NORMAL a
+    commit is an append to the -wal file (0.02 ms) and the disk is synced at checkpoints.
+    Batching the user attributes in one transaction (through Optuna's private RDB
+    helpers) saved only 2 ms per trial more under WAL, so it is not done.
+
+    Durability: a driver that crashes or is killed loses nothing (the data is in the
+    operating system's cache); only a power loss or OS crash may roll back the last
+    commits, never corrupting the file: a trial lost that way was never seen finished
+    and is sampled again.  WAL also lets readers (dashboard, ``best``) read while the
+    driver writes.  The mode stays with the file; other databases are left alone.
+    """
+    backend = getattr(study._storage, "_backend", study._storage)  # inside Optuna's cache layer
+    engine = getattr(backend, "engine", None)
+    if engine is None or engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return
+    from sqlalchemy import event
+
+    def pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    if not event.contains(engine, "connect", pragmas):
+        event.listen(engine, "connect", pragmas)
+        engine.dispose()  # pooled connections were opened before; new ones get the pragmas
+
+
 def _ray_pool(settings: SearchSettings) -> Any:
+    if settings.local:
+        from nas.execution.local_pool import LocalPool
+
+        return LocalPool(threads=max(1, int(settings.cpus_per_trial)))
     from nas.execution.ray_pool import RayPool
 
     return RayPool(
@@ -358,4 +495,5 @@ def _ray_pool(settings: SearchSettings) -> Any:
         gpus_per_trial=settings.gpus_per_trial,
         address=settings.address,
         dashboard=settings.dashboard,
+        start_timeout=settings.worker_timeout,
     )

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import UserError
 from nas.search.hurdles import INTERMEDIATE
-from nas.search.study import default_storage, load_study, open_storage
+from nas.search.study import default_storage, is_optuna_sqlite, load_study, open_storage
 
 
 def _row(t: FrozenTrial, pareto: bool) -> dict[str, Any]:
@@ -125,18 +123,9 @@ def open_existing_study(
                 )
                 raise UserError(f"--study {name!r} not found: no {path}; {where}")
             raise UserError(f"--storage {url!r}: no such database file {path}")
-        if not _is_optuna_sqlite(path):  # opening it would add Optuna's tables to someone else's file
+        if not is_optuna_sqlite(path):  # opening it would add Optuna's tables to someone else's file
             raise UserError(f"--storage {url!r}: {path} is not an Optuna study database")
     return load_study(open_storage(url, create_dirs=False), name), url
-
-
-def _is_optuna_sqlite(path: Path) -> bool:
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.Error:
-        return False
-    return {"studies", "trials"} <= tables
 
 
 def jsonable(value: Any) -> Any:

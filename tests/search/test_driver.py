@@ -120,7 +120,7 @@ def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus):
 
 
 def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
-    args = search_args(tmp_path, text_corpus, "--trials", "6", "--seconds", "2", "--no-tensorboard",
+    args = search_args(tmp_path, text_corpus, "--trials", "6", "--seconds", "4", "--no-tensorboard",
                        "--address", ray_cluster.address)
     proc = subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -137,7 +137,7 @@ def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
                 continue
             done = [t for t in trials if t.state == TrialState.COMPLETE]
             running = [t for t in trials if t.state == TrialState.RUNNING]
-            if done and running:
+            if done and len(running) == 2:  # both workers busy: a trial is surely mid-training
                 seen_running = True
                 break
         assert seen_running, proc.stderr.read().decode() if proc.poll() is not None else "timed out"
@@ -150,7 +150,7 @@ def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
     study = load(tmp_path)
     finished_before = {t.number: t.values for t in study.trials if t.state == TrialState.COMPLETE}
     left_running = [t for t in study.trials if t.state == TrialState.RUNNING]
-    assert left_running
+    assert left_running, [(t.number, t.state.name) for t in study.trials]
 
     assert main(args[:-2]) == 0  # same command, local driver this time
     study = load(tmp_path)
@@ -161,6 +161,10 @@ def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
         old = study.trials[t.number]
         assert old.state == TrialState.FAIL and old.user_attrs["requeued_as"]
         rerun = [u for u in study.trials if u.user_attrs.get("requeued_from") == t.number]
-        assert len(rerun) == 1 and rerun[0].params == t.params
+        assert len(rerun) == 1
+        if "arch" in t.user_attrs:  # it had reached a worker: the same candidate runs again
+            assert rerun[0].params == t.params
+        else:  # killed while its parameters were being sampled: those it had are kept
+            assert rerun[0].params.items() >= t.params.items()
     counted = [t for t in study.trials if t.state != TrialState.FAIL or not t.user_attrs.get("requeued_as")]
     assert len(counted) == 6

@@ -1,0 +1,317 @@
+# ruff: noqa: E501  (a table: one case per line reads better than wrapped ones)
+"""Mistakes a user can make on the command line and in YAML files.
+
+Every case must end with exit status 2, one or two lines on stderr that name
+the flag or the file, no traceback, nothing on stdout, and nothing created or
+changed: the case's directory lists the same files (sizes and times) before
+and after, and the shared study's database is byte for byte the same.
+
+Most cases run in-process through ``nas.cli.main`` (fast); a few run the real
+``run_search.py`` in a subprocess.  The worker pool is replaced by one that
+fails the test, so a case that slips through validation cannot start Ray.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+import nas.search.driver
+from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPACE: dict[str, Any] = {
+    "name": "tiny",
+    "globals": {"d_model": [16, 32], "n_heads": 2, "n_layers": [1, 2], "max_len": 16},
+    "layers": {
+        "attention": {"mha": {}, "mdha": {"kernel": [2, 3]}},
+        "ffn": {"activation": ["relu", "squared_relu"], "mult": 2},
+    },
+    "recipe": {"batch_size": 4, "eval_batches": 2},
+    "budget": {"steps": 4},
+}
+ARCH = (
+    "arch: {d_model: 16, n_heads: 2, max_len: 16,\n"
+    "       layers: [{attention: mha, ffn: {activation: relu, mult: 2}}]}\n"
+)
+TEXT = "\n".join("the king and queen of a castle went to see what every lord would say" for _ in range(200))
+
+
+def space(path: str = "", value: Any = None, *, drop: str = "") -> str:
+    """The valid space as YAML, with the dotted ``path`` set to ``value`` (or the key ``drop`` removed)."""
+    doc = copy.deepcopy(SPACE)
+    for dotted, new in ((path, value), (drop, None)):
+        if not dotted:
+            continue
+        *parents, last = dotted.split(".")
+        node = doc
+        for key in parents:
+            node = node[key]
+        if dotted == drop:
+            del node[last]
+        else:
+            node[last] = new
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def foreign_sqlite(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.execute("INSERT INTO notes VALUES ('mine')")
+
+
+#: what each case's directory holds: the valid space, a corpus, and a few decoys
+BASE_FILES: dict[str, Any] = {
+    "space.yaml": space(),
+    "corpus/a.txt": TEXT,
+    "corpus/b.txt": TEXT.upper(),
+    "notes.txt": "not a database\n",
+    "arch.yaml": ARCH,
+    "emptydir/": None,
+}
+
+
+def search(*extra: str) -> list[str]:
+    return ["search", "--space", "space.yaml", "--data", "corpus", "--runs-dir", "runs", "--local",
+            "--evaluator", "proxy:params", "--trials", "2", *extra]  # fmt: skip
+
+
+def cases() -> list[Any]:
+    c: list[Any] = []
+
+    def case(id: str, argv: list[str], expect: str | tuple[str, ...], files: dict[str, Any] | None = None) -> None:
+        c.append(pytest.param(argv, (expect,) if isinstance(expect, str) else expect, files or {}, id=id))
+
+    # -- search: flags --------------------------------------------------------------------------
+    case("trials-zero", search("--trials", "0"), "--trials")
+    case("trials-negative", search("--trials", "-3"), "--trials")
+    case("trials-not-a-number", search("--trials", "many"), "--trials")
+    case("steps-zero", search("--steps", "0"), "--steps")
+    case("seconds-negative", search("--seconds", "-1"), "--seconds")
+    case("budget-flops-nan", search("--budget-flops", "nan"), "--budget-flops")
+    case("two-budgets", search("--steps", "5", "--seconds", "3"), ("--seconds", "--steps"))
+    case("workers-zero", search("--workers", "0"), "--workers")
+    case("cpus-per-trial-zero", search("--cpus-per-trial", "0"), "--cpus-per-trial")
+    case("gpus-negative", search("--gpus-per-trial", "-1"), "--gpus-per-trial")
+    case("gpus-on-cpu", search("--gpus-per-trial", "1", "--device", "cpu"), ("--gpus-per-trial", "--device"))
+    case("device-unknown", search("--device", "tpu"), "--device")
+    case("hurdles-out-of-range", search("--hurdles", "0.5,1.5"), "--hurdles")
+    case("hurdles-not-numbers", search("--hurdles", "half"), "--hurdles")
+    case("hurdle-percentile-over-100", search("--hurdles", "0.5", "--hurdle-percentile", "150"),
+         "--hurdle-percentile")
+    case("sampler-unknown", search("--sampler", "genetic"), "--sampler")
+    case("objective-unknown", search("--objective", "speed"), "--objective")
+    case("evaluator-unknown", search("--evaluator", "proxy:vibes"), "--evaluator")
+    case("retries-negative", search("--retries", "-1"), "--retries")
+    case("seed-negative", search("--seed", "-1"), "--seed")
+    case("population-zero", search("--population", "0"), "--population")
+    case("worker-timeout-zero", search("--worker-timeout", "0"), "--worker-timeout")
+    case("unknown-flag", search("--trails", "5"), "--trails")
+    case("local-with-address", search("--address", "auto"), ("--local", "--address"))
+    case("local-with-workers", search("--workers", "3"), ("--local", "--workers"))
+    case("study-name-with-slash", search("--study", "a/b"), "--study")
+    # -- search: storage and directories --------------------------------------------------------
+    case("storage-not-a-url", search("--storage", "runs.db"), "--storage")
+    case("storage-unknown-database", search("--storage", "nosuchdb://host/db"), "--storage")
+    case("storage-is-a-text-file", search("--storage", "sqlite:///notes.txt"), ("--storage", "notes.txt"))
+    case("storage-is-someone-elses-sqlite", search("--storage", "sqlite:///mine.db"), ("--storage", "mine.db"),
+         {"mine.db": foreign_sqlite})
+    case("storage-is-a-directory", search("--storage", "sqlite:///emptydir"), ("--storage", "emptydir"))
+    case("runs-dir-is-a-file", search("--runs-dir", "notes.txt"), ("--runs-dir", "notes.txt"))
+    case("runs-dir-under-a-file", search("--runs-dir", "notes.txt/runs"), ("--runs-dir", "notes.txt"))
+    # -- search: corpus -------------------------------------------------------------------------
+    case("data-missing", search("--data", "nowhere"), "nowhere")
+    case("data-empty-file", search("--data", "empty.txt"), "empty.txt", {"empty.txt": ""})
+    case("data-empty-directory", search("--data", "emptydir"), "emptydir")
+    case("data-binary-only", search("--data", "bin"), ("bin", "no text files"), {"bin/x.dat": b"\x00\xff" * 64})
+    # -- search: the space file -----------------------------------------------------------------
+    case("space-missing", search("--space", "nope.yaml"), "nope.yaml")
+    case("space-is-a-directory", search("--space", "corpus"), "corpus")
+    case("yaml-syntax-error", search(), ("space.yaml", "line 2"), {"space.yaml": "globals: {d_model: [16, 32\n"})
+    case("yaml-tab-indent", search(), ("space.yaml", "line 2"), {"space.yaml": "globals:\n\td_model: 16\n"})
+    case("yaml-python-object", search(), ("space.yaml", "!!python/object/apply:os.system"),
+         {"space.yaml": "!!python/object/apply:os.system ['touch pwned']\n"})
+    case("yaml-python-name", search(), ("space.yaml", "!!python/name:os.system"),
+         {"space.yaml": "globals: !!python/name:os.system\n"})
+    case("yaml-not-utf8", search(), "space.yaml", {"space.yaml": b"\xff\xfe name: x\n"})
+    case("yaml-empty", search(), "space.yaml", {"space.yaml": ""})
+    case("yaml-a-list", search(), "space.yaml", {"space.yaml": "- mha\n- mdha\n"})
+    case("yaml-unknown-top-key", search(), ("space.yaml", "trainng"),
+         {"space.yaml": space("trainng", {"lr": 1})})
+    case("yaml-missing-layers", search(), ("space.yaml", "layers"), {"space.yaml": space(drop="layers")})
+    case("yaml-unknown-block", search(), ("space.yaml", "flash"),
+         {"space.yaml": space("layers.attention", ["mha", "flash"])})
+    case("yaml-unknown-block-option", search(), ("space.yaml", "kernal"),
+         {"space.yaml": space("layers.attention", {"mdha": {"kernal": 3}})})
+    case("yaml-wrong-type", search(), ("space.yaml", "globals.d_model"),
+         {"space.yaml": space("globals.d_model", "big")})
+    case("yaml-heads-do-not-divide", search(), ("space.yaml", "n_heads"),
+         {"space.yaml": space("globals.d_model", 30).replace("n_heads: 2", "n_heads: 4")})
+    case("yaml-range-inverted", search(), ("space.yaml", "globals.n_layers"),
+         {"space.yaml": space("globals.n_layers", {"low": 4, "high": 1})})
+    case("yaml-empty-choice", search(), ("space.yaml", "globals.n_layers"), {"space.yaml": space("globals.n_layers", [])})
+    case("yaml-unknown-activation", search(), ("space.yaml", "layers.ffn.activation"),
+         {"space.yaml": space("layers.ffn.activation", ["relu", "swish"])})
+    case("yaml-budget-zero", search(), ("space.yaml", "budget.steps"), {"space.yaml": space("budget", {"steps": 0})})
+    case("yaml-two-budgets", search(), ("space.yaml", "budget"),
+         {"space.yaml": space("budget", {"steps": 5, "seconds": 3})})
+    case("yaml-recipe-unknown-key", search(), ("space.yaml", "recipe.lrate"),
+         {"space.yaml": space("recipe", {"lrate": 0.1})})
+    case("yaml-recipe-negative-lr", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {"lr": -1})})
+    case("yaml-negative-cap", search(), ("space.yaml", "constraints.max_params"),
+         {"space.yaml": space("constraints", {"max_params": -5})})
+    case("yaml-unknown-seed-arch", search(), ("space.yaml", "seed_archs"), {"space.yaml": space("seed_archs", ["gpt2"])})
+    # -- search: an existing study under other settings (the shared study, see ``study``) -------
+    case("study-reused-with-another-space", search("--study", "s", "--storage", "{url}"),
+         ("--study 's'", "different search space"))
+    case("study-reused-with-another-objective",
+         search("--space", "{space}", "--study", "s", "--storage", "{url}", "--objective", "loss"), "--objective")
+    case("study-reused-with-another-budget",
+         search("--space", "{space}", "--study", "s", "--storage", "{url}", "--steps", "9"), ("--study", "budget"))
+    # -- train ----------------------------------------------------------------------------------
+    case("train-arch-missing", ["train", "--arch", "nope.yaml"], "nope.yaml")
+    case("train-arch-flag-missing", ["train", "--steps", "3"], "--arch")
+    case("train-arch-invalid", ["train", "--arch", "bad.yaml"], ("bad.yaml", "n_heads"),
+         {"bad.yaml": ARCH.replace("d_model: 16, n_heads: 2", "d_model: 30, n_heads: 4")})
+    case("train-arch-unknown-section", ["train", "--arch", "bad.yaml"], ("bad.yaml", "training"),
+         {"bad.yaml": ARCH + "training: {lr: 0.1}\n"})
+    case("train-arch-python-object", ["train", "--arch", "bad.yaml"], ("bad.yaml", "!!python/object"),
+         {"bad.yaml": "arch: !!python/object:collections.OrderedDict {}\n"})
+    case("train-arch-budget-in-file", ["train", "--arch", "bad.yaml"], ("bad.yaml", "budget.steps"),
+         {"bad.yaml": ARCH + "budget: {steps: -1}\n"})
+    case("train-steps-zero", ["train", "--arch", "arch.yaml", "--steps", "0"], "--steps")
+    case("train-data-missing", ["train", "--arch", "arch.yaml", "--data", "nowhere", "--steps", "1"], "nowhere")
+    # -- best / show / export -------------------------------------------------------------------
+    case("best-study-flag-missing", ["best"], "--study")
+    case("best-top-zero", ["best", "--study", "s", "--storage", "{url}", "--top", "0"], "--top")
+    case("best-no-such-study", ["best", "--study", "nosuch", "--storage", "{url}"], "--study 'nosuch'")
+    case("best-no-runs-dir", ["best", "--study", "s", "--runs-dir", "runs"], "--study 's'")
+    case("show-no-such-trial", ["show", "--study", "s", "--storage", "{url}", "--trial", "99"], "--trial 99")
+    case("export-failed-trial", ["export", "--study", "s", "--storage", "{url}", "--trial", "{failed}",
+                                 "--out", "x.yaml"], ("--trial", "FAIL"))
+    case("export-out-exists", ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "notes.txt"],
+         ("--out", "notes.txt"))
+    case("export-out-is-a-directory", ["export", "--study", "s", "--storage", "{url}", "--best",
+                                       "--out", "emptydir"], ("--out", "emptydir"))
+    case("unknown-command", ["frobnicate"], "frobnicate")
+    return c
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A finished study (proxy scores, some trials over the parameter cap) the cases must not change."""
+    root = tmp_path_factory.mktemp("study")
+    doc = copy.deepcopy(SPACE)
+    doc["constraints"] = {"max_params": 10000}
+    (root / "space.yaml").write_text(yaml.safe_dump(doc))
+    (root / "corpus").mkdir()
+    (root / "corpus" / "a.txt").write_text(TEXT)
+    url = f"sqlite:///{root / 's.db'}"
+    argv = ["search", "--space", str(root / "space.yaml"), "--data", str(root / "corpus"), "--study", "s",
+            "--storage", url, "--local", "--evaluator", "proxy:params", "--trials", "6", "--sampler", "random",
+            "--no-tensorboard"]  # fmt: skip
+    assert main(argv) == 0
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    failed = [t.number for t in trials if t.state == TrialState.FAIL]
+    assert failed and any(t.state == TrialState.COMPLETE for t in trials)
+    return {"url": url, "db": root / "s.db", "space": str(root / "space.yaml"), "failed": str(failed[0])}
+
+
+def snapshot(root: Path) -> dict[str, Any]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_files(root: Path, files: dict[str, Any]) -> None:
+    for name, content in files.items():
+        path = root / name
+        if name.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        if callable(content):
+            content(path)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def check_error(rc: int, out: str, err: str, expect: tuple[str, ...]) -> None:
+    assert rc == 2, (rc, out, err)
+    assert "Traceback" not in out + err
+    assert out == "", out
+    lines = err.strip().splitlines()
+    assert 1 <= len(lines) <= 2, err
+    for word in expect:
+        assert word in err, (word, err)
+
+
+@pytest.fixture
+def in_case_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+
+    def no_pool(settings: Any) -> Any:
+        raise AssertionError("a bad-input case got past validation to the worker pool")
+
+    monkeypatch.setattr(nas.search.driver, "_ray_pool", no_pool)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv,expect,files", cases())
+def test_bad_input(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,
+                   study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    write_files(in_case_dir, {**BASE_FILES, **files})
+    before, db_before = snapshot(in_case_dir), digest(study["db"])
+    argv = [a.format(**study) for a in argv]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse
+        rc = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    check_error(rc, out, err, expect)
+    assert snapshot(in_case_dir) == before
+    assert digest(study["db"]) == db_before
+
+
+def test_there_are_at_least_30_cases() -> None:
+    assert len(cases()) >= 30
+
+
+@pytest.mark.parametrize(
+    "argv,expect,files",
+    [
+        pytest.param(search("--trials", "0"), ("--trials",), {}, id="trials-zero"),
+        pytest.param(search(), ("space.yaml", "!!python/object/apply:os.system"),
+                     {"space.yaml": "!!python/object/apply:os.system ['touch pwned']\n"}, id="yaml-python-object"),
+        pytest.param([a for a in search("--address", "127.0.0.1:1") if a != "--local"],
+                     ("--address", "127.0.0.1:1"), {}, id="address-unreachable"),
+    ],
+)
+def test_bad_input_through_run_search(argv: list[str], expect: tuple[str, ...], files: dict[str, Any],
+                                      tmp_path: Path) -> None:
+    write_files(tmp_path, {**BASE_FILES, **files})
+    before = snapshot(tmp_path)
+    proc = subprocess.run([sys.executable, str(ROOT / "run_search.py"), *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    check_error(proc.returncode, proc.stdout, proc.stderr, expect)
+    assert snapshot(tmp_path) == before
+

@@ -1,0 +1,121 @@
+"""Files never run code, and a local Ray stays on the loopback interface (see docs/reliability.md)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nas.archfile import load_arch_file, read_yaml
+from nas.checkpoint import load_checkpoint
+from nas.errors import UserError
+from nas.search.space import load_space
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted([*ROOT.glob("nas/**/*.py"), *ROOT.glob("evaluators/**/*.py"), ROOT / "run_search.py"])
+UNSAFE_YAML = {"load", "load_all", "full_load", "full_load_all", "unsafe_load", "unsafe_load_all",
+               "Loader", "FullLoader", "UnsafeLoader", "CLoader", "CFullLoader", "CUnsafeLoader"}  # fmt: skip
+
+
+def calls(path: Path) -> list[tuple[str, str, ast.AST]]:
+    """(module, attribute, node) of every ``module.attribute`` and ``from module import attribute``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            out.append((node.value.id, node.attr, node))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out += [(node.module, alias.name, node) for alias in node.names]
+    return out
+
+
+def test_sources_are_found() -> None:
+    names = {p.name for p in SOURCES}
+    assert {"archfile.py", "checkpoint.py", "driver.py", "lm.py", "run_search.py"} <= names
+
+
+def test_yaml_is_only_read_with_safe_load() -> None:
+    bad = [f"{p.relative_to(ROOT)}:{n.lineno}: {m}.{a}" for p in SOURCES for m, a, n in calls(p)
+           if m == "yaml" and a in UNSAFE_YAML]  # fmt: skip
+    assert not bad, bad
+    for p in SOURCES:
+        for module, _, node in calls(p):
+            assert module not in ("pickle", "cPickle", "dill", "marshal", "shelve"), f"{p}:{node.lineno}"
+
+
+def test_torch_load_always_has_weights_only() -> None:
+    found = []
+    for p in SOURCES:
+        for node in ast.walk(ast.parse(p.read_text())):
+            func = getattr(node, "func", None)
+            if (isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "load"
+                    and isinstance(func.value, ast.Name) and func.value.id == "torch"):
+                kw = {k.arg: k.value for k in node.keywords}
+                ok = isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True
+                found.append((f"{p.relative_to(ROOT)}:{node.lineno}", ok))
+    assert found and all(ok for _, ok in found), found  # nas/checkpoint.py loads weights
+
+
+@pytest.mark.parametrize("loader", [read_yaml, load_space, load_arch_file])
+def test_a_yaml_file_cannot_run_code(tmp_path: Path, loader) -> None:
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(f"!!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(UserError, match="not allowed"):
+        loader(evil)
+    assert not marker.exists()
+
+
+class _Evil:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_a_checkpoint_cannot_run_code(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({"format": "nas-lm-checkpoint/1", "payload": _Evil(str(marker))}, path)
+    with pytest.raises(UserError, match="not a readable checkpoint"):
+        load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_a_local_ray_keeps_the_loopback_address() -> None:
+    # Starting a second Ray in the test session is not allowed (one per session), so this checks the
+    # mechanism in a fresh interpreter: after nas imports Ray for a local run, Ray no longer rewrites
+    # 127.0.0.1 to the machine's reachable address, and the environment is left as it was.
+    code = (
+        "import os\n"
+        "from nas.execution.ray_pool import _SINGLE_NODE_ENV, _import_ray\n"
+        "ray = _import_ray(local=True)\n"
+        "from ray._private import services\n"
+        "print(services.resolve_ip_for_localhost('127.0.0.1'), _SINGLE_NODE_ENV in os.environ)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["127.0.0.1", "False"]
+
+
+def test_a_local_ray_starts_on_loopback_without_a_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray")  # imported plainly first, so this process's Ray keeps its defaults
+    from nas.execution import ray_pool
+
+    ray = ray_pool._import_ray(local=True)
+    seen = {}
+
+    def fake_init(**kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    with pytest.raises(UserError):
+        ray_pool.RayPool(1)
+    assert seen["address"] == "local" and seen["_node_ip_address"] == "127.0.0.1"
+    assert seen["include_dashboard"] is False
