@@ -425,10 +425,11 @@ class Driver:
         if self.s.objective != "loss" and (flops is None or not math.isfinite(flops)):
             return self._fail(study, r, f"no finite FLOPs per token ({flops})")
         if result.get("status") == "pruned":
-            at = metrics.get("stopped_at")
+            # The hurdle it missed (the trainer's own stopped_at is the exact step fraction).
+            at = float(max(inter, key=float)) if inter else metrics.get("stopped_at")
             trial.set_user_attr("pruned_at", at)
             study.tell(trial, state=TrialState.PRUNED)
-            return "PRUNED", f"stopped at hurdle {at}: loss {_last(inter):.4f}", None
+            return "PRUNED", f"stopped at hurdle {at:g}: loss {_last(inter):.4f}", None
         values = [loss] if self.s.objective == "loss" else [loss, float(metrics["flops_per_token"])]
         frozen = study.tell(trial, values)
         self.known.setdefault(r.arch_id, frozen)
