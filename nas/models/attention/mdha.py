@@ -3,6 +3,16 @@
 After the Q, K and V projections, each channel of each head goes through its
 own causal depthwise convolution along the sequence (kernel 3 in Primer; the
 kernel size is an option here), then attention proceeds as in ``mha``.
+
+Speed (CPU, fp32, B 8, T 512, 3 x 256 channels, kernel 3, one thread,
+forward + backward of the convolution alone): ``F.conv1d`` on the transposed
+(B, C, T) layout 27 ms, shift-and-add over the k taps in (B, T, C) 32 ms (k
+reads and writes of the whole tensor, each tap its own autograd node), and a
+depthwise ``F.conv2d`` that reads the (B, T, C) projections in place as a
+channels-last (B, C, 1, T) image 6.8 ms.  The last also hands attention
+(B, T, C)-contiguous q, k, v; the transposed conv1d output made
+``F.scaled_dot_product_attention`` fall back from its fused CPU kernel to
+the unfused math path, which had cost the block a further 25%.
 """
 
 from __future__ import annotations
@@ -30,11 +40,17 @@ class MDHAOptions(BlockOptions):
 def causal_depthwise_conv(x: Tensor, weight: Tensor) -> Tensor:
     """y[:, t, c] = sum_s weight[c, s] * x[:, t - (k-1) + s, c], zeros before the start.
 
-    x (B, T, C), weight (C, k); the left padding of k-1 keeps it causal.
+    x (B, T, C), weight (C, k); the left padding of k-1 keeps it causal.  The
+    (B, T, C) memory is read as a channels-last (B, C, 1, T) image, so the
+    depthwise convolution needs no transposed copies and its output is
+    (B, T, C)-contiguous again (see the module docstring for the timings).
     """
+    B, T, C = x.shape
     k = weight.shape[-1]
-    xt = F.pad(x.transpose(1, 2), (k - 1, 0))  # (B, C, T + k - 1)
-    return F.conv1d(xt, weight.unsqueeze(1), groups=weight.shape[0]).transpose(1, 2)  # (B, T, C)
+    xp = F.pad(x, (0, 0, k - 1, 0))  # (B, T + k - 1, C), zeros before the start
+    image = xp.transpose(1, 2).unsqueeze(2)  # (B, C, 1, T + k - 1), channels-last strides
+    y = F.conv2d(image, weight.view(C, 1, 1, k), groups=C)  # (B, C, 1, T), channels-last
+    return y.squeeze(2).transpose(1, 2)  # (B, T, C), contiguous
 
 
 @ATTENTION.register("mdha")

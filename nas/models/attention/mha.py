@@ -41,6 +41,11 @@ class MultiHeadAttention(AttentionBlock):
         q, k = self.heads(x)[:2]
         return (q @ k.transpose(-2, -1)) * default_scale(self.d_head)  # (B, H, T, T)
 
+    def add_scores(self, x: Tensor, weight: Tensor, into: Tensor) -> Tensor:
+        q, k = self.heads(x)[:2]
+        s = (q * (weight * default_scale(self.d_head))) @ k.transpose(-2, -1)  # (B, H, T, T)
+        return s.add_(into)  # in place: the product's backward needs q and k, not s
+
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = self.heads(x)
         return self.out_proj(self.merge_heads(sdpa_causal(q, k, v)))

@@ -8,6 +8,20 @@ Speed: the logits are a dot product between the hidden vector h_i and fixed
 learned "keys" (the columns of W2, one per position), so the block runs
 through ``F.scaled_dot_product_attention`` with scale 1.  The bias b2 rides
 along as one extra key dimension against a constant-1 query dimension.
+
+The fused CPU kernel (flash attention for CPU) takes only q, k and v of one
+head width and real strides, so v gets a zero column to match the (dh + 1)-wide
+q and k (dropped again after attention), and the keys, shared by the batch,
+are copied B times rather than broadcast with stride 0.  Without both, SDPA
+silently fell back to its unfused math path: at T 512, batch 8, the block ran
+1.35x slower than ``mha`` instead of as fast (benchmarks/block_cost.py).
+On CUDA the width is padded to a multiple of 8, which flash kernels need.
+
+W1 and the value projection stay two ``nn.Linear`` layers: one fused
+(d, 2d) product measured no faster here (the product is small next to
+attention, and concatenating the weights each step costs what the fusion
+saves), and the separate layers keep the state dict and parameter count
+(b1 but no value bias) plain.
 """
 
 from __future__ import annotations
@@ -39,14 +53,25 @@ class DenseSynthesizer(ValueAttention):
         h = self.hidden_heads(x)
         return h @ self.w2[:, :, :T] + self.b2[:, None, :T]  # (B, H, T, T)
 
+    def add_scores(self, x: Tensor, weight: Tensor, into: Tensor) -> Tensor:
+        T = x.shape[1]
+        s = (self.hidden_heads(x) * weight) @ self.w2[:, :, :T]  # (B, H, T, T)
+        return s.add_(into + weight * self.b2[:, None, :T])  # the bias joins the small (.., T, T) term
+
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
+        H, dh = self.n_heads, self.d_head
+        pad = -(dh + 1) % 8 if x.is_cuda else 0  # zero columns beyond the bias column
         h = self.hidden_heads(x)
-        q = torch.cat([h, h.new_ones(B, self.n_heads, T, 1)], dim=-1)  # (B, H, T, dh+1)
-        k = torch.cat([self.w2[:, :, :T].transpose(1, 2), self.b2[:, :T, None]], dim=-1)  # (H, T, dh+1)
-        k = k.to(q.dtype).unsqueeze(0).expand(B, -1, -1, -1)
-        v = self.split_heads(self.v_proj(x))
-        return self.out_proj(self.merge_heads(sdpa_causal(q, k, v, scale=1.0)))
+        q = torch.cat([h, h.new_ones(B, H, T, 1), h.new_zeros(B, H, T, pad)], dim=-1)  # (B, H, T, w)
+        k = torch.cat(
+            [self.w2[:, :, :T].transpose(1, 2), self.b2[:, :T, None], self.b2.new_zeros(H, T, pad)], dim=-1
+        )  # (H, T, w)
+        k = k.to(q.dtype).unsqueeze(0).expand(B, -1, -1, -1).contiguous()  # (B, H, T, w)
+        v = self.split_heads(self.v_proj(x))  # (B, H, T, dh)
+        v = torch.cat([v, v.new_zeros(B, H, T, 1 + pad)], dim=-1)  # (B, H, T, w)
+        y = sdpa_causal(q, k, v, scale=1.0)[..., :dh]  # (B, H, T, dh)
+        return self.out_proj(self.merge_heads(y))
 
     @classmethod
     def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:
@@ -61,5 +86,6 @@ class DenseSynthesizer(ValueAttention):
         d, H, T = dims.d_model, dims.n_heads, seq_len
         if not with_values:
             return Flops.dense(2.0 * d * d + 2.0 * T * d)
-        # The fused path multiplies (dh + 1)-wide queries and keys: the bias column costs 2*T*H.
-        return Flops.dense(2.0 * d * d + 2.0 * T * (d + H)) + cls.value_flops(dims, T)
+        # The fused path multiplies (dh + 1)-wide queries, keys and values (the bias column, and the
+        # zero column that gives v the same width): 2*T*H more for Q K^T and again for P V.
+        return Flops.dense(2.0 * d * d + 4.0 * T * H + 2.0 * T * d) + cls.value_flops(dims, T)

@@ -3,7 +3,9 @@
 The logits are a matrix R of shape [heads, max_len, max_len] that does not
 depend on the input: learned in ``synth_random``, a fixed (saved) buffer in
 ``synth_fixed_random``.  Because R is shared by every sequence, the causal
-softmax runs once per step on (1, H, T, T) and broadcasts over the batch.
+softmax runs once per step on (1, H, T, T), and the weights meet the values
+of the whole batch in one (H, T, T) @ (H, T, B*dh) product
+(``ValueAttention.attend_shared``).
 """
 
 from __future__ import annotations
