@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _doc import write_section  # noqa: E402
 from minimal_gpt import GPTConfig, MinimalGPT, plain_train_step  # noqa: E402
 
 import nas  # noqa: E402
@@ -117,20 +118,6 @@ def load_average() -> str:
         return "n/a"
 
 
-def write_section(path: Path, body: str) -> None:
-    begin, end = f"<!-- BEGIN {SECTION} -->", f"<!-- END {SECTION} -->"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by its script.\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -169,8 +156,7 @@ def main() -> int:
         "within one run, not across runs; when the load average is high, *best* is the better estimate.\n"
     )
     if not args.no_write:
-        write_section(ROOT / "docs" / "BENCHMARKS.md", body)
-        print(f"wrote the {SECTION} section of docs/BENCHMARKS.md", file=sys.stderr)
+        write_section(SECTION, body)
     return 0
 
 
