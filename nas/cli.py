@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -26,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="run_search.py",
+        prog=os.path.basename(sys.argv[0]) or "run_search.py",
         description="Neural-architecture search for Transformer language models. "
         "With no command, runs the demo search (default space, default corpus, local Ray).",
     )
