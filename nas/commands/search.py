@@ -261,7 +261,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"study:       --study {settings.study} --storage {settings.storage}")
     if settings.tb_dir:
         print(f"tensorboard: tensorboard --logdir {settings.tb_dir}")
-    print(f"next:        python run_search.py best --study {settings.study}"
-          + ("" if args.storage is None else f" --storage {settings.storage}"))
+    # The same flags that found this study find it again (--runs-dir or --storage when not the default).
+    where = (f" --storage {settings.storage}" if args.storage is not None
+             else "" if args.runs_dir == "runs" else f" --runs-dir {args.runs_dir}")
+    prog = os.path.basename(sys.argv[0]) or "run_search.py"
+    prog = f"python {prog}" if prog.endswith(".py") else prog
+    print(f"next:        {prog} best --study {settings.study}{where}")
     sys.stdout.flush()
     return 0

@@ -168,3 +168,15 @@ def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
             assert rerun[0].params.items() >= t.params.items()
     counted = [t for t in study.trials if t.state != TrialState.FAIL or not t.user_attrs.get("requeued_as")]
     assert len(counted) == 6
+
+
+def test_the_printed_next_command_finds_the_study_again(tmp_path, text_corpus, capsys):
+    runs = tmp_path / "elsewhere"
+    assert main(["search", "--space", str(TINY_SPACE), "--study", "hint", "--runs-dir", str(runs),
+                 "--data", str(text_corpus), "--trials", "2", "--evaluator", "proxy:params",
+                 "--no-tensorboard"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("next:"))
+    words = line.split()[1:]
+    assert words[words.index("best") - 1].endswith(("run_search.py", "pytest", "nas", "__main__.py"))
+    assert main(words[words.index("best"):]) == 0  # exactly what the user is told to type
+    assert "hint" in capsys.readouterr().out
