@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-timeout", type=positive_number, default=300.0, metavar="SECONDS",
                    help="a Ray worker that cannot be started or restarted within this time (its node is gone "
                    "and no other has room) is given up and the search goes on with fewer (default 300)")
+    p.add_argument("--trial-timeout", type=positive_number, default=None, metavar="SECONDS",
+                   help="a trial still running after this long (a hung worker) has its worker killed and "
+                   "restarted and ends FAIL 'timed out' (default: no limit)")
     p.add_argument("--local", action="store_true",
                    help="no Ray: run the trials one at a time in this process (for debugging: breakpoints "
                    "and tracebacks work); results are the same as with one Ray worker")
@@ -152,7 +155,8 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
         check_address(args.address)
     if args.local:
         for flag, given in (("--address", args.address), ("--ray-dashboard", args.ray_dashboard),
-                            ("--workers", args.workers is not None and args.workers > 1)):
+                            ("--workers", args.workers is not None and args.workers > 1),
+                            ("--trial-timeout", args.trial_timeout is not None)):
             if given:
                 raise UserError(f"--local runs trials one at a time without Ray; drop {flag}")
         workers = 1
@@ -177,6 +181,7 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
         tb_dir=None if args.no_tensorboard else str(runs / study / "tb"),
         retries=args.retries,
         worker_timeout=args.worker_timeout,
+        trial_timeout=args.trial_timeout,
         local=args.local,
         dashboard=args.ray_dashboard,
         evaluator=args.evaluator,

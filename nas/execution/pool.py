@@ -19,6 +19,7 @@ class Finished:
     tag: Any
     result: dict[str, Any] | None
     error: str | None = None  # the worker (process or node) died, or could not be started
+    retry: bool = True  # False: running it again would end the same way (it ran past --trial-timeout)
 
 
 class NoWorkersLeft(RuntimeError):

@@ -19,6 +19,11 @@ Failures (see docs/reliability.md):
   the actor is killed, the trial it held comes back as failed-to-start, and
   the search carries on with fewer workers.  With none left, ``wait`` raises
   :class:`~nas.execution.pool.NoWorkersLeft`.
+* A trial running longer than ``trial_timeout`` seconds (a hung data read, a
+  deadlock: nothing that dies by itself) has its actor killed and restarted;
+  the trial comes back failed with ``retry=False``.  Ray has no timeout for an
+  actor call that is already running (``ray.cancel`` does not interrupt a
+  running actor task), so the pool keeps the clock.
 """
 
 from __future__ import annotations
@@ -109,6 +114,7 @@ class _Slot:
     node: str | None = None
     ref: Any = None  # ObjectRef of the running trial
     tag: Any = None
+    started: float = 0.0  # when the trial started (the actor answered the probe sent with it)
     restarting: bool = False  # died; gets no work until the restarted actor answers
     unavailable: int = 0  # failed whoami calls in a row
 
@@ -124,9 +130,11 @@ class RayPool:
         address: str | None = None,
         dashboard: bool = False,
         start_timeout: float = 300.0,
+        trial_timeout: float | None = None,
     ) -> None:
         ray = self.ray = _import_ray(local=address is None)
         self.start_timeout = float(start_timeout)
+        self.trial_timeout = trial_timeout
         self.started_ray = False
         if not ray.is_initialized():
             try:
@@ -175,6 +183,7 @@ class RayPool:
         if slot.probe is None:
             self._probe(slot)  # answered just before the trial starts: says the actor is up, and its pid
         slot.ref, slot.tag = slot.actor.run.remote(payload), tag
+        slot.started = time.monotonic()  # reset when the probe is answered, if it is still out
 
     def wait(self, timeout: float) -> list[Finished]:
         """Trials finished within ``timeout`` s; also notices restarted and stuck actors."""
@@ -199,6 +208,9 @@ class RayPool:
             if slot.probe is not None and now - slot.since > self.start_timeout:
                 out += self._give_up(slot, f"worker not (re)started within {self.start_timeout:g} s "
                                            "(no room for it in the Ray cluster?)")
+            elif (self.trial_timeout is not None and slot.ref is not None and slot.probe is None
+                  and now - slot.started > self.trial_timeout):
+                out.append(self._time_out(slot))
         return out
 
     def shutdown(self) -> None:
@@ -255,7 +267,22 @@ class RayPool:
         slot.probe = None
         slot.restarting = False
         slot.unavailable = 0
+        slot.started = time.monotonic()  # a trial submitted with this probe starts now
         return []
+
+    def _time_out(self, slot: _Slot) -> Finished:
+        """Kill the actor running a trial past ``trial_timeout``; Ray restarts it for the next trial."""
+        tag = slot.tag
+        slot.ref = slot.tag = None
+        slot.restarting = True
+        slot.pid = slot.node = None
+        try:
+            self.ray.kill(slot.actor, no_restart=False)
+        except Exception:  # noqa: BLE001 - died on its own meanwhile: the restart probe finds out
+            pass
+        self._probe(slot)
+        return Finished(tag, None, f"timed out: still running after --trial-timeout {self.trial_timeout:g} s",
+                        retry=False)
 
     def _finished(self, slot: _Slot) -> Finished:
         exc = self.ray.exceptions

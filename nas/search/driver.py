@@ -79,6 +79,7 @@ class SearchSettings:
     retries: int = 2
     #: seconds a Ray worker may take to start or restart before the search goes on without it
     worker_timeout: float = 300.0
+    trial_timeout: float | None = None  # seconds a trial may run before its worker is killed
     #: run trials one at a time in the driver's process, without Ray (``--local``)
     local: bool = False
     dashboard: bool = False
@@ -284,13 +285,14 @@ class Driver:
                     if fin.result is None:
                         r.errors.append(str(fin.error))
                         r.trial.set_user_attr("worker_errors", r.errors[-10:])
-                        if r.attempts <= s.retries:
+                        if fin.retry and r.attempts <= s.retries:
                             r.attempts += 1
                             r.trial.set_user_attr("attempts", r.attempts)
                             report.line(f"trial {fin.tag}: {fin.error}; retrying (attempt {r.attempts})")
                             retry.append(fin.tag)
                             continue
-                        state, text, loss = self._fail(study, r, f"{fin.error} ({r.attempts} attempts)")
+                        why = f"{fin.error} ({r.attempts} attempts)" if fin.retry else str(fin.error)
+                        state, text, loss = self._fail(study, r, why)
                     else:
                         state, text, loss = self._tell(study, r, fin.result)
                     del running[fin.tag]
@@ -497,4 +499,5 @@ def _ray_pool(settings: SearchSettings) -> Any:
         address=settings.address,
         dashboard=settings.dashboard,
         start_timeout=settings.worker_timeout,
+        trial_timeout=settings.trial_timeout,
     )

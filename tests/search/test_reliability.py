@@ -172,3 +172,31 @@ def test_no_worker_at_all_stops_with_one_line_and_nothing_running(tmp_path, text
     trials = trials_of(tmp_path)
     assert trials and all(t.state != TrialState.RUNNING for t in trials)
     assert all(t.user_attrs.get("requeued_as") for t in trials if t.state == TrialState.FAIL)
+
+
+@pytest.mark.timeout(300)
+def test_a_trial_past_trial_timeout_fails_and_its_worker_is_restarted(tmp_path, text_corpus):
+    # Each trial would sleep 60 s (a hang); --trial-timeout 2 stops it.  One worker: the second
+    # trial can only time out if the killed worker was restarted and started it.
+    settings = settings_for(tmp_path, text_corpus, "--trials", "2", "--workers", "1",
+                            "--evaluator", "sleep:60", "--trial-timeout", "2")
+    pool = Recorder()
+    started = time.monotonic()
+    Driver(settings, pool_factory=pool, out=io.StringIO()).run()
+    assert time.monotonic() - started < 55  # neither sleep ran to its end
+    trials = trials_of(tmp_path)
+    check_finished(trials, 2)
+    for t in trials:
+        assert t.state == TrialState.FAIL
+        assert t.user_attrs["fail_reason"] == "timed out: still running after --trial-timeout 2 s"
+        assert "attempts" not in t.user_attrs  # not retried: it would hang again
+    assert pool.pool.given_up == 0  # the killed worker came back
+
+
+def test_trial_timeout_needs_ray_workers(tmp_path, text_corpus, capsys):
+    argv = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
+            "--data", str(text_corpus), "--local", "--trial-timeout", "5"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --local runs trials one at a time without Ray; drop --trial-timeout"]
+    assert not (tmp_path / "s.db").exists()
