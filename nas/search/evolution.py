@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -160,7 +159,7 @@ class AgingEvolutionSampler(BaseSampler):
 
 def _dominates(a: FrozenTrial, b: FrozenTrial, directions: Sequence[StudyDirection]) -> bool:
     better = False
-    for va, vb, d in zip(a.values, b.values, directions):
+    for va, vb, d in zip(a.values, b.values, directions, strict=True):
         if d == StudyDirection.MAXIMIZE:
             va, vb = -va, -vb
         if va > vb:

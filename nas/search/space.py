@@ -465,7 +465,7 @@ def _check_recipe_and_budget(recipe: Any, budget: Any) -> None:
 def _product(params: Mapping[str, Param]) -> Iterator[dict[str, Any]]:
     keys = list(params)
     for combo in itertools.product(*(params[k].values() for k in keys)):
-        yield dict(zip(keys, combo))
+        yield dict(zip(keys, combo, strict=True))
 
 
 def _check_combinations(space: SearchSpace) -> None:

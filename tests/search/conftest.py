@@ -8,6 +8,7 @@ different nodes.
 from __future__ import annotations
 
 import random
+
 import pytest
 
 

@@ -69,7 +69,7 @@ def test_multi_objective_parent_is_not_dominated_in_its_tournament():
     for child in study.trials[6:]:
         population = [t for t in study.trials[: child.number]][-6:]
         parent = study.trials[child.user_attrs["parent"]]
-        assert not any(all(o <= p for o, p in zip(t.values, parent.values)) and t.values != parent.values
+        assert not any(all(o <= p for o, p in zip(t.values, parent.values, strict=True)) and t.values != parent.values
                        for t in population)
 
 
