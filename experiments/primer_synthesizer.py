@@ -15,7 +15,7 @@ stopped; finished work is never redone):
    exported winners) retrained with ``run_search.py train`` for the same FLOPs,
    one run per seed; each run's JSON metrics are appended to
    ``experiments/results/baselines.jsonl``.
-4. ``longer``: a few of them again at four times the FLOPs, one seed.
+4. ``longer``: a few of them again at four times the FLOPs, seeds 0 and 1.
 5. ``report``: the tables and plots of docs/RESULTS.md (its generated
    sections; the prose around them is written by hand).
 
@@ -56,9 +56,9 @@ HURDLES = "0.25,0.5"
 SEEDS = (0, 1, 2)
 THREADS = 2  # every baseline run trains on 2 threads: same seed + threads = same loss
 SPACES = ("primer", "synthesizer")
-#: a check at four times the budget, one seed: does the ranking hold with more training?
+#: a check at four times the budget, two seeds: does the ranking hold with more training?
 LONGER_BUDGET = 2e13
-LONGER_SEEDS = (0,)
+LONGER_SEEDS = (0, 1)
 
 #: label, file under examples/archs, what it stands for
 BASELINES: tuple[tuple[str, str, str], ...] = (
@@ -283,7 +283,7 @@ def baseline_section() -> str:
 def longer_section() -> str:
     cmd = shown(train_cmd("vanilla.yaml", LONGER_SEEDS[0], LONGER_BUDGET))
     return (
-        f"## The same at four times the compute ({LONGER_BUDGET:g} FLOPs, seed "
+        f"## The same at four times the compute ({LONGER_BUDGET:g} FLOPs, seeds "
         f"{', '.join(map(str, LONGER_SEEDS))})\n\n"
         "Small models trained briefly favour built-in locality; does the order hold when every model "
         f"trains four times longer? Same recipe, {LONGER_BUDGET:g} FLOPs (`--stage longer`), e.g.\n\n"
@@ -415,6 +415,13 @@ def annotate_found(space: str) -> None:
     if van:
         head.append(
             f"# (vanilla.yaml at the same seeds: {mean_sd([van[s]['val_loss'] for s in sorted(van)])})."
+        )
+    longer, van4 = runs_by_file(LONGER_BUDGET).get(path.name), runs_by_file(LONGER_BUDGET).get("vanilla.yaml")
+    if longer and van4:
+        head.append(
+            f"# At {LONGER_BUDGET:g} FLOPs, seeds {', '.join(map(str, sorted(longer)))}: "
+            f"{mean_sd([r['val_loss'] for r in longer.values()])} (vanilla.yaml: "
+            f"{mean_sd([r['val_loss'] for r in van4.values()])})."
         )
     head.append(f"#   {shown(train_cmd(path.name, seeds[0]))}")
     path.write_text("\n".join(head) + "\n" + body)
