@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -267,8 +268,8 @@ def run(args: argparse.Namespace) -> int:
     if settings.tb_dir:
         print(f"tensorboard: tensorboard --logdir {settings.tb_dir}")
     # The same flags that found this study find it again (--runs-dir or --storage when not the default).
-    where = (f" --storage {settings.storage}" if args.storage is not None
-             else "" if args.runs_dir == "runs" else f" --runs-dir {args.runs_dir}")
+    where = (f" --storage {shlex.quote(settings.storage)}" if args.storage is not None
+             else "" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
     prog = os.path.basename(sys.argv[0]) or "run_search.py"
     prog = f"python {prog}" if prog.endswith(".py") else prog
     print(f"next:        {prog} best --study {settings.study}{where}")
