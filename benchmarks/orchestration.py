@@ -32,14 +32,12 @@ It prints the table and replaces the ``orchestration`` section of docs/BENCHMARK
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _doc  # noqa: E402
+import _timing  # noqa: E402
 
 SECTION = "orchestration"
 SPACE = ROOT / "search_spaces" / "default.yaml"
@@ -68,44 +67,16 @@ def measure(
     trials: int, workers: int, sleep: float, extra: tuple[str, ...], rollback: bool
 ) -> dict[str, Any]:
     """One search in this process; returns its timings."""
-    from nas.cli import build_parser
-    from nas.commands.search import build_settings
     from nas.search import driver as drv
 
     if rollback:  # what the driver did before it switched SQLite to WAL (see fast_sqlite_commits)
         drv.fast_sqlite_commits = lambda study: None
     runs = tempfile.mkdtemp(prefix="nas-orch-")
-    args = build_parser().parse_args(
+    study, marks = _timing.timed_search(
         ["search", "--space", str(SPACE), "--trials", str(trials), "--workers", str(workers),
          "--evaluator", f"sleep:{sleep:g}", "--no-tensorboard", "--runs-dir", runs, "--study", "bench",
          *extra]
     )
-    settings = build_settings(args)
-    marks: dict[str, float] = {"start": time.perf_counter()}
-
-    def pool_factory(s: Any) -> Any:
-        pool = drv._ray_pool(s)
-        while len(pool.worker_pids()) < s.workers:  # every actor up and answering
-            pool.wait(0.05)
-        marks["ready"] = time.perf_counter()  # overwritten below when the search loop starts
-        shutdown = pool.shutdown
-
-        def timed_shutdown() -> None:
-            marks["last_told"] = time.perf_counter()
-            shutdown()
-            marks["shut"] = time.perf_counter()
-
-        pool.shutdown = timed_shutdown
-        return pool
-
-    class TimedDriver(drv.Driver):
-        def _search(self, *a: Any, **k: Any) -> Any:
-            # The clock starts after the study is created (a new SQLite file takes up to a second:
-            # a one-off cost per search, not per trial).
-            marks["ready"] = time.perf_counter()
-            return super()._search(*a, **k)
-
-    study = TimedDriver(settings, pool_factory=pool_factory, out=io.StringIO()).run()
     states: dict[str, int] = {}
     for t in study.trials:
         states[t.state.name] = states.get(t.state.name, 0) + 1

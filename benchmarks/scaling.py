@@ -32,7 +32,6 @@ machine's address and that works).  It prints the table and replaces the
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import subprocess
@@ -48,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _doc  # noqa: E402
+import _timing  # noqa: E402
 
 SECTION = "scaling"
 SPACE = ROOT / "search_spaces" / "default.yaml"
@@ -56,41 +56,12 @@ CPUS_PER_NODE = 4
 
 def measure(address: str, workers: int, trials: int, sleep: float) -> dict[str, Any]:
     """One search against the cluster at ``address``, in this process."""
-    from nas.cli import build_parser
-    from nas.commands.search import build_settings
-    from nas.search import driver as drv
-
     runs = tempfile.mkdtemp(prefix="nas-scaling-")
-    args = build_parser().parse_args(
+    study, marks = _timing.timed_search(
         ["search", "--space", str(SPACE), "--trials", str(trials), "--workers", str(workers),
          "--evaluator", f"sleep:{sleep:g}", "--no-tensorboard", "--runs-dir", runs, "--study", "bench",
          "--address", address, "--device", "cpu"]
     )
-    settings = build_settings(args)
-    marks: dict[str, float] = {"start": time.perf_counter()}
-
-    def pool_factory(s: Any) -> Any:
-        pool = drv._ray_pool(s)
-        while len(pool.worker_pids()) < s.workers:  # every actor placed, started and answering
-            pool.wait(0.05)
-        marks["ready"] = time.perf_counter()  # overwritten below when the search loop starts
-        shutdown = pool.shutdown
-
-        def timed_shutdown() -> None:
-            marks["last_told"] = time.perf_counter()
-            shutdown()
-
-        pool.shutdown = timed_shutdown
-        return pool
-
-    class TimedDriver(drv.Driver):
-        def _search(self, *a: Any, **k: Any) -> Any:
-            # The clock starts after the study is created (a new SQLite file takes up to a second:
-            # a one-off cost per search, not per trial).
-            marks["ready"] = time.perf_counter()
-            return super()._search(*a, **k)
-
-    study = TimedDriver(settings, pool_factory=pool_factory, out=io.StringIO()).run()
     ran = [t for t in study.trials if "worker_pid" in t.user_attrs]
     nodes = Counter(t.user_attrs.get("worker_node", "?") for t in ran)
     return {
