@@ -389,8 +389,11 @@ def runs_by_file(budget: float = BUDGET) -> dict[str, dict[int, dict[str, Any]]]
     import nas
 
     by: dict[str, dict[int, dict[str, Any]]] = {}
+    current: dict[str, str] = {}  # file -> arch_id now, read once per file
     for r in load_results():
-        if r["budget"] == {"flops": budget} and r["arch_id"] == nas.load_arch(ARCHS / r["file"]).arch_id:
+        if r["file"] not in current:
+            current[r["file"]] = nas.load_arch(ARCHS / r["file"]).arch_id
+        if r["budget"] == {"flops": budget} and r["arch_id"] == current[r["file"]]:
             by.setdefault(r["file"], {})[r["seed"]] = r
     return by
 
@@ -398,14 +401,15 @@ def runs_by_file(budget: float = BUDGET) -> dict[str, dict[int, dict[str, Any]]]
 def annotate_found(space: str) -> None:
     """Head ``examples/archs/found_<space>.yaml`` with where it came from and its retrained losses."""
     path = ARCHS / f"found_{space}.yaml"
-    runs = runs_by_file().get(path.name)
+    base, longer_runs = runs_by_file(), runs_by_file(LONGER_BUDGET)
+    runs = base.get(path.name)
     if not path.exists() or not runs:
         return
     seeds = sorted(runs)
     body = "".join(line for line in path.read_text().splitlines(keepends=True) if not line.startswith("#"))
     loss = [runs[s]["val_loss"] for s in seeds]
     bpb = [runs[s]["val_bpb"] for s in seeds]
-    van = runs_by_file().get("vanilla.yaml", {})
+    van = base.get("vanilla.yaml", {})
     head = [
         f"# The lowest-loss trial of the `{space}` search in docs/RESULTS.md (search_spaces/{space}.yaml,",
         f"# {TRIALS} trials of {BUDGET:g} training FLOPs each); `metrics` below is that trial's run.",
@@ -416,7 +420,7 @@ def annotate_found(space: str) -> None:
         head.append(
             f"# (vanilla.yaml at the same seeds: {mean_sd([van[s]['val_loss'] for s in sorted(van)])})."
         )
-    longer, van4 = runs_by_file(LONGER_BUDGET).get(path.name), runs_by_file(LONGER_BUDGET).get("vanilla.yaml")
+    longer, van4 = longer_runs.get(path.name), longer_runs.get("vanilla.yaml")
     if longer and van4:
         head.append(
             f"# At {LONGER_BUDGET:g} FLOPs, seeds {', '.join(map(str, sorted(longer)))}: "
