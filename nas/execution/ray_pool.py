@@ -28,7 +28,6 @@ Failures (see docs/reliability.md):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -37,6 +36,7 @@ from typing import Any
 
 from nas.errors import UserError
 from nas.execution.pool import Finished, NoWorkersLeft
+from nas.execution.slots import Slot, quietest_gpu, release, why_died
 
 __all__ = ["Finished", "NoWorkersLeft", "RayPool"]
 
@@ -78,18 +78,25 @@ class TrialActor:
         torch.set_num_threads(max(1, threads))
         self.threads = threads
 
-    def whoami(self) -> tuple[int, str]:
+    def whoami(self) -> tuple[int, str, tuple[str, ...]]:
+        """PID, node id and the GPU ids Ray gave this actor (its CUDA_VISIBLE_DEVICES)."""
         import ray
 
-        return os.getpid(), ray.get_runtime_context().get_node_id()
+        gpus = tuple(str(g) for g in ray.get_gpu_ids())
+        return os.getpid(), ray.get_runtime_context().get_node_id(), gpus
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        import time
+
         import ray
 
         from nas.execution.worker import run_trial
 
+        started = time.time()
         result = run_trial(payload)
         result["node"] = ray.get_runtime_context().get_node_id()
+        result["gpus"] = [str(g) for g in ray.get_gpu_ids()]
+        result["started_at"], result["finished_at"] = started, time.time()
         return result
 
 
@@ -101,22 +108,6 @@ def _actor_class(ray: Any) -> Any:
     if _ACTOR_CLASS is None:
         _ACTOR_CLASS = ray.remote(max_restarts=-1, max_task_retries=0)(TrialActor)
     return _ACTOR_CLASS
-
-
-@dataclasses.dataclass
-class _Slot:
-    """One actor and what the pool knows about it."""
-
-    actor: Any
-    probe: Any = None  # ObjectRef of a whoami() not answered yet (the actor is starting or about to run)
-    since: float = 0.0  # when ``probe`` was sent
-    pid: int | None = None
-    node: str | None = None
-    ref: Any = None  # ObjectRef of the running trial
-    tag: Any = None
-    started: float = 0.0  # when the trial started (the actor answered the probe sent with it)
-    restarting: bool = False  # died; gets no work until the restarted actor answers
-    unavailable: int = 0  # failed whoami calls in a row
 
 
 class RayPool:
@@ -158,9 +149,13 @@ class RayPool:
             self.started_ray = True
         self.node_ip = ray.util.get_node_ip_address()
         actor_cls = _actor_class(ray).options(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial)
-        self.slots: list[_Slot] = []
+        self.gpus_per_trial = gpus_per_trial
+        if gpus_per_trial > 0:
+            self._check_gpus(gpus_per_trial)
+        self.solo: list[tuple[Any, dict[str, Any]]] = []  # trials waiting for a GPU to themselves
+        self.slots: list[Slot] = []
         for _ in range(n_workers):
-            slot = _Slot(actor_cls.remote(max(1, int(cpus_per_trial))))
+            slot = Slot(actor_cls.remote(max(1, int(cpus_per_trial))))
             self._probe(slot)
             self.slots.append(slot)
         self.n_workers = n_workers
@@ -173,9 +168,16 @@ class RayPool:
 
     @property
     def n_running(self) -> int:
-        return sum(s.ref is not None for s in self.slots)
+        return sum(s.ref is not None for s in self.slots) + len(self.solo)
 
-    def submit(self, tag: Any, payload: dict[str, Any]) -> None:
+    def submit(self, tag: Any, payload: dict[str, Any], exclusive: bool = False) -> None:
+        """Run ``payload``; ``exclusive``: with no other trial on its GPU (a retry after running out
+        of GPU memory while sharing one).  An exclusive trial waits until the other trials on the
+        GPU it is given have ended, and that GPU takes no other work until it ends."""
+        if exclusive and 0 < self.gpus_per_trial < 1:
+            self.solo.append((tag, payload))
+            self._place_solo()
+            return
         idle = [s for s in self.slots if self._idle(s)]
         if not idle:
             raise RuntimeError("no idle worker; check has_idle() first")
@@ -189,6 +191,7 @@ class RayPool:
         """Trials finished within ``timeout`` s; also notices restarted and stuck actors."""
         if not self.slots:
             raise NoWorkersLeft(self._gone_message())
+        self._place_solo()
         ray = self.ray
         refs = [s.probe for s in self.slots if s.probe is not None]
         refs += [s.ref for s in self.slots if s.ref is not None]
@@ -244,16 +247,49 @@ class RayPool:
 
     # -- internals ----------------------------------------------------------------------------
     @staticmethod
-    def _idle(slot: _Slot) -> bool:
-        return slot.ref is None and not slot.restarting
+    def _idle(slot: Slot) -> bool:
+        return slot.ref is None and not slot.restarting and slot.held is None
 
-    def _probe(self, slot: _Slot) -> None:
+    def _check_gpus(self, gpus_per_trial: float) -> None:
+        """Refuse at once a GPU request the cluster cannot hold (Ray would wait for it forever)."""
+        total = float(self.ray.cluster_resources().get("GPU", 0.0))
+        if total < gpus_per_trial:
+            if self.started_ray:
+                self.ray.shutdown()
+            raise UserError(
+                f"--gpus-per-trial {gpus_per_trial:g}: the Ray cluster has {total:g} GPU(s); "
+                "use --gpus-per-trial 0 (CPU) or join a cluster with GPUs (--address)"
+            )
+
+    def _place_solo(self) -> None:
+        """Start the first exclusive trial once the GPU held for it has no other trial running."""
+        while self.solo:
+            tag, payload = self.solo[0]
+            group = [s for s in self.slots if s.held == tag]
+            if not group:
+                group = quietest_gpu(self.slots)
+                if not group:
+                    return  # no worker has said which GPU it has yet
+                for slot in group:
+                    slot.held = tag
+            if any(s.ref is not None or s.probe is not None or s.restarting for s in group):
+                return  # the GPU's other trials are still running
+            self.solo.pop(0)
+            runner = group[0]
+            self._probe(runner)
+            runner.ref, runner.tag = runner.actor.run.remote(payload), tag
+            runner.started = time.monotonic()
+
+    def _release(self, tag: Any) -> None:
+        release(self.slots, tag)
+
+    def _probe(self, slot: Slot) -> None:
         slot.probe = slot.actor.whoami.remote()
         slot.since = time.monotonic()
 
-    def _answered(self, slot: _Slot) -> list[Finished]:
+    def _answered(self, slot: Slot) -> list[Finished]:
         try:
-            slot.pid, slot.node = self.ray.get(slot.probe, timeout=60)
+            slot.pid, slot.node, slot.gpus = self.ray.get(slot.probe, timeout=60)
         except self.ray.exceptions.RayError:
             # Restarting (a call queued to the old process fails) or dead for good (it failed in
             # __init__): ask again a few times, then drop the slot.  The timeout counts from the first ask.
@@ -270,10 +306,11 @@ class RayPool:
         slot.started = time.monotonic()  # a trial submitted with this probe starts now
         return []
 
-    def _time_out(self, slot: _Slot) -> Finished:
+    def _time_out(self, slot: Slot) -> Finished:
         """Kill the actor running a trial past ``trial_timeout``; Ray restarts it for the next trial."""
         tag = slot.tag
         slot.ref = slot.tag = None
+        self._release(tag)
         slot.restarting = True
         slot.pid = slot.node = None
         try:
@@ -284,10 +321,11 @@ class RayPool:
         return Finished(tag, None, f"timed out: still running after --trial-timeout {self.trial_timeout:g} s",
                         retry=False)
 
-    def _finished(self, slot: _Slot) -> Finished:
+    def _finished(self, slot: Slot) -> Finished:
         exc = self.ray.exceptions
         ref, tag = slot.ref, slot.tag
         slot.ref = slot.tag = None
+        self._release(tag)
         try:
             result = self.ray.get(ref, timeout=60)
         except exc.RayTaskError as err:  # run() itself raised (run_trial catches candidate faults)
@@ -297,15 +335,17 @@ class RayPool:
             slot.restarting = True
             slot.pid = slot.node = None
             self._probe(slot)  # queued until Ray has restarted the actor
-            return Finished(tag, None, f"worker died: {type(err).__name__}{_why(err)}")
+            return Finished(tag, None, f"worker died: {type(err).__name__}{why_died(err)}")
         if result.get("pid"):
             slot.pid = result["pid"]
         return Finished(tag, result)
 
-    def _give_up(self, slot: _Slot, reason: str) -> list[Finished]:
+    def _give_up(self, slot: Slot, reason: str) -> list[Finished]:
         """Drop ``slot`` and kill its actor; the trial it held (if any) comes back with ``reason``."""
         self.slots.remove(slot)
         self.given_up += 1
+        if slot.tag is not None:
+            self._release(slot.tag)
         try:
             self.ray.kill(slot.actor, no_restart=True)
         except Exception:  # noqa: BLE001 - already gone
@@ -322,13 +362,3 @@ class RayPool:
             f"within {self.start_timeout:g} s (a lost node, or no room in the cluster for one trial's "
             "CPUs/GPUs)"
         )
-
-
-def _why(err: Exception) -> str:
-    """A few words on why an actor died, from Ray's long message."""
-    text = str(err).lower()
-    if "node" in text and ("died" in text or "dead" in text or "removed" in text):
-        return " (its node was lost)"
-    if "out of memory" in text or "memory monitor" in text:
-        return " (out of memory)"
-    return ""
