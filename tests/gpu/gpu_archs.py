@@ -17,7 +17,9 @@ def block_options(block: str, seq_len: int) -> dict[str, Any]:
     return att
 
 
-def block_arch(block: str, d_model: int, n_layers: int, n_heads: int, seq_len: int, **top: Any) -> nas.ArchConfig:
+def block_arch(
+    block: str, d_model: int, n_layers: int, n_heads: int, seq_len: int, **top: Any
+) -> nas.ArchConfig:
     """A stack of ``n_layers`` identical layers of ``block`` with a ReLU FFN."""
     raw = {
         "d_model": d_model,

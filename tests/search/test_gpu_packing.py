@@ -17,7 +17,7 @@ import pytest
 from nas.errors import UserError
 from nas.execution.pool import Finished
 
-ARCH = {"d_model": 16, "n_heads": 2, "max_len": 16, "layers": {"repeat": 1, "attention": "mha", "ffn": "relu"}}
+ARCH = {"d_model": 16, "n_heads": 2, "max_len": 16, "layers": {"repeat": 1, "attention": "mha"}}
 
 
 def sleep_payload(seconds: float) -> dict[str, Any]:
