@@ -1,4 +1,4 @@
-"""Finding a study and its trials in storage, for the read-only commands (``best``, ``show``, ``plot``, ``export``).
+"""Finding a study and its trials in storage, for the read-only commands (best, show, plot, export).
 
 Nothing here creates anything: a missing study is a UserError naming what exists.
 """

@@ -50,7 +50,8 @@ class Param:
             step, log = raw.get("step"), raw.get("log", False)
             if not isinstance(log, bool):
                 raise ConfigError(f"log must be true or false, got {log!r}", path)
-            if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0):
+            bad_step = isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0
+            if step is not None and bad_step:
                 raise ConfigError(f"step must be a positive number, got {step!r}", path)
             if log and low <= 0:
                 raise ConfigError("a log range needs low > 0", path)
@@ -94,7 +95,8 @@ class Param:
             by_label = {label(c): c for c in self.choices}
             return by_label[trial.suggest_categorical(name, list(by_label))]
         if self.kind == "int":
-            return trial.suggest_int(name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+            step = int(self.step or 1)
+            return trial.suggest_int(name, int(self.low), int(self.high), step=step, log=self.log)
         return trial.suggest_float(name, float(self.low), float(self.high), step=self.step, log=self.log)
 
     @property

@@ -158,5 +158,7 @@ class _RandomTrial:
     def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
         return self._memo(name, lambda: self.rng.randrange(low, high + 1, step))
 
-    def suggest_float(self, name: str, low: float, high: float, step: float | None = None, log: bool = False) -> float:
+    def suggest_float(
+        self, name: str, low: float, high: float, step: float | None = None, log: bool = False
+    ) -> float:
         return self._memo(name, lambda: self.rng.uniform(low, high))

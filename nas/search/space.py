@@ -55,7 +55,9 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     _refuse_unknown(l_raw, LAYER_KEYS, "layers")
     share = l_raw.get("share", False)
     if not isinstance(share, bool):
-        raise ConfigError(f"must be true (one choice for every layer) or false, got {share!r}", "layers.share")
+        raise ConfigError(
+            f"must be true (one choice for every layer) or false, got {share!r}", "layers.share"
+        )
     attention, blocks = _parse_attention(l_raw.get("attention"))
     activation, mult = _parse_ffn(l_raw.get("ffn", {}))
     constraints = _parse_constraints(raw.get("constraints") or {})
@@ -169,7 +171,9 @@ def _parse_attention(raw: Any) -> tuple[Param, dict[str, BlockChoice]]:
                 raise err.at(where) from None
         blocks[name] = BlockChoice(name, opts)
     names = list(blocks)
-    return (Param("fixed", value=names[0]) if len(names) == 1 else Param("categorical", choices=tuple(names))), blocks
+    if len(names) == 1:
+        return Param("fixed", value=names[0]), blocks
+    return Param("categorical", choices=tuple(names)), blocks
 
 
 def _chosen(block: type[AttentionBlock], combo: dict[str, Any]) -> dict[str, Any]:
@@ -214,7 +218,8 @@ def _check_combinations(space: SearchSpace) -> None:
                         checked += 1
                         if checked > _MAX_CHECKS:
                             return
-                        raw_layer = {"attention": {"type": name, **opts}, "ffn": {"activation": act, "mult": mult}}
+                        ffn = {"activation": act, "mult": mult}
+                        raw_layer = {"attention": {"type": name, **opts}, "ffn": ffn}
                         try:
                             ArchConfig.from_dict({**g, "layers": [raw_layer]})
                         except ConfigError as err:
@@ -222,7 +227,13 @@ def _check_combinations(space: SearchSpace) -> None:
 
 
 def _combination_error(
-    space: SearchSpace, err: ConfigError, g: dict[str, Any], block: str, opts: dict[str, Any], act: str, mult: float
+    space: SearchSpace,
+    err: ConfigError,
+    g: dict[str, Any],
+    block: str,
+    opts: dict[str, Any],
+    act: str,
+    mult: float,
 ) -> ConfigError:
     """Point at the space's own YAML path and name the combination that fails."""
     inner = err.path

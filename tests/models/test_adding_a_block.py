@@ -38,7 +38,8 @@ CHECK = textwrap.dedent(
         "globals": {"d_model": 32, "n_heads": 4, "n_layers": 2, "max_len": 16, "vocab_size": 64},
         "layers": {"attention": ["mha", "alibi"]},
     })
-    arch = space.suggest(optuna.trial.FixedTrial({"layers.0.attention": "alibi", "layers.1.attention": "mha"}))
+    fixed = optuna.trial.FixedTrial({"layers.0.attention": "alibi", "layers.1.attention": "mha"})
+    arch = space.suggest(fixed)
     assert [layer.attention.type for layer in arch.layers] == ["alibi", "mha"]
     rng = random.Random(0)
     seen = {layer.attention.type for _ in range(20) for layer in space.random_arch(rng).layers}
@@ -94,7 +95,9 @@ def test_new_file_gets_the_contract_suite(package_copy: Path) -> None:
     assert re.fullmatch(r"=+ \d+ passed, \d+ deselected in .* =+", summary), summary  # none skipped
     ran = set(re.findall(r"::(test_\w+)\[[^\]]*alibi[^\]]*\] PASSED", out.stdout))
     # Every test parametrized over the blocks ran for alibi: the contract and its reference.
-    expected = {"test_block_is_causal", "test_block_flops_match_counter", "test_model_param_count_equals_compute",
-                "test_gradients_reach_every_block_parameter", "test_state_dict_round_trip",
-                "test_block_matches_reference", "test_scores_match_reference_logits"}
+    expected = {
+        "test_block_is_causal", "test_block_flops_match_counter", "test_model_param_count_equals_compute",
+        "test_gradients_reach_every_block_parameter", "test_state_dict_round_trip",
+        "test_block_matches_reference", "test_scores_match_reference_logits",
+    }
     assert expected <= ran, sorted(expected - ran)

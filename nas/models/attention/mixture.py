@@ -187,7 +187,9 @@ class Mixture(ValueAttention):
         fixed weights, or a list of these to choose from."""
         super().option_choices(raw)
         if "components" not in raw:
-            raise ConfigError("is required: a list of component lists, e.g. [[mha, synth_random]]", "components")
+            raise ConfigError(
+                "is required: a list of component lists, e.g. [[mha, synth_random]]", "components"
+            )
         comps = raw["components"]
         if isinstance(comps, list) and comps and all(isinstance(c, (str, Mapping)) for c in comps):
             comps = [comps]  # one fixed component list
