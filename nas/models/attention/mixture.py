@@ -182,9 +182,12 @@ class Mixture(ValueAttention):
 
     @classmethod
     def option_choices(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
-        """``components``: one list of blocks, or a list of such lists to choose from;
-        ``weights``: ``learned``, ``search`` (one searched weight per component), a list of
-        fixed weights, or a list of these to choose from."""
+        """Normalise a space's ``mixture`` entry to two choices: component lists and weights.
+
+        ``components`` is one list of blocks or a list of such lists; ``weights`` is
+        ``learned``, ``search`` (one searched weight per component), a list of fixed
+        weights, or a list of these.
+        """
         super().option_choices(raw)
         if "components" not in raw:
             raise ConfigError(
