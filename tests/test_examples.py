@@ -18,10 +18,9 @@ FILES = sorted((ROOT / "examples" / "archs").glob("*.yaml"))
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def test_there_is_a_file_per_attention_block() -> None:
-    names = {f.stem for f in FILES}
-    assert set(nas.ATTENTION.names()) <= names
-    assert {"vanilla", "primer_ez"} <= names
+def test_the_seed_architectures_have_files() -> None:
+    # A block needs no example file (docs/adding_a_block.md); the seeds of every search do.
+    assert {"vanilla", "primer_ez"} <= {f.stem for f in FILES}
 
 
 def test_vanilla_and_primer_ez_are_the_documented_shapes() -> None:

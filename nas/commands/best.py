@@ -6,8 +6,8 @@ import argparse
 import json
 
 from nas.commands._study import add_study_args, open_study
-from nas.commands.common import positive_int
-from nas.search.report import format_leaderboard, jsonable, leaderboard
+from nas.commands.common import jsonable, positive_int
+from nas.search.report import format_leaderboard, leaderboard
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

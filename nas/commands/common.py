@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 
 def positive_number(text: str) -> float:
@@ -60,3 +61,14 @@ def add_device_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto", help="where to train (auto: CUDA if present)"
     )
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as None and keys as strings, so ``json.dumps`` writes valid JSON."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from nas.commands._study import add_study_args, open_study
-from nas.commands.common import non_negative_int
-from nas.search.report import format_trial, get_trial, jsonable, trial_detail
+from nas.commands.common import jsonable, non_negative_int
+from nas.search.report import format_trial, get_trial, trial_detail
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 from typing import Any
 
@@ -22,6 +21,7 @@ from nas.commands.common import (
     add_budget_args,
     add_device_arg,
     budget_from_args,
+    jsonable,
     non_negative_int,
     positive_int,
 )
@@ -117,18 +117,10 @@ def run(args: argparse.Namespace) -> int:
     if args.save:
         stderr_log(f"saved weights to {args.save}")
     if args.json:
-        print(json.dumps(_jsonable(metrics), sort_keys=False))
+        print(json.dumps(jsonable(metrics), sort_keys=False))
     else:
         print(format_metrics(metrics))
     return 0
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def format_metrics(m: dict[str, Any]) -> str:

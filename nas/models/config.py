@@ -47,6 +47,10 @@ class AttentionSpec:
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **self.options.to_dict()}
 
+    def text(self, short: bool = False) -> str:
+        """How reports write it (``mdha kernel=3``; short: ``mdha(k3)``), as its block says."""
+        return ATTENTION.get(self.type).describe(self.options, short)
+
 
 @dataclasses.dataclass(frozen=True)
 class LayerConfig:
@@ -198,21 +202,9 @@ class ArchConfig:
         return f"d{self.d_model} h{self.n_heads} L{self.n_layers}: {body}"
 
 
-_SHORT_OPTS = {"kernel": "k", "rank": "r"}
-
-
 def layer_summary(layer: LayerConfig) -> str:
-    spec = layer.attention
-    opts = spec.options.to_dict()
-    if spec.type == "mixture":
-        names = "+".join(c["type"] for c in opts["components"])
-        att = f"mix({names})"
-    elif opts:
-        att = f"{spec.type}(" + ",".join(f"{_SHORT_OPTS.get(k, k)}{v}" for k, v in opts.items()) + ")"
-    else:
-        att = spec.type
-    mult = f"{layer.ffn.mult:g}"
-    return f"{att} {layer.ffn.activation}x{mult}"
+    """One layer in a summary: ``mdha(k3) squared_relux4``."""
+    return f"{layer.attention.text(short=True)} {layer.ffn.activation}x{layer.ffn.mult:g}"
 
 
 def _refuse_unknown(raw: Mapping[str, Any], valid: Any) -> None:

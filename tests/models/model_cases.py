@@ -1,9 +1,8 @@
 """Tiny sizes and the block variants that the model tests run over (imported by conftest.py).
 
 The ``variant`` fixture is parametrized over every registered attention block
-(with default options) plus a few option variants, so registering a new block
-gives it the whole contract suite.  A block that cannot be built from empty
-options needs an entry in ``REQUIRED_OPTIONS``.
+(with its own ``example_options()``, every default for most blocks) plus a few
+option variants, so registering a new block gives it the whole contract suite.
 """
 
 from __future__ import annotations
@@ -24,9 +23,6 @@ FFN = FFNSpec("relu", 4.0)
 def mixable_names() -> list[str]:
     return [n for n in nas.ATTENTION.names() if nas.ATTENTION.get(n).mixable]
 
-
-#: Options for blocks whose empty options are not a valid block.
-REQUIRED_OPTIONS: dict[str, dict[str, Any]] = {"mixture": {"components": mixable_names()}}
 
 #: Option variants on top of every block with its defaults.
 EXTRA_VARIANTS: dict[str, dict[str, Any]] = {
@@ -77,7 +73,7 @@ class Variant:
 
 def all_variants() -> dict[str, Variant]:
     out = {
-        name: Variant(name, {"type": name, **REQUIRED_OPTIONS.get(name, {})})
+        name: Variant(name, {"type": name, **nas.ATTENTION.get(name).example_options()})
         for name in nas.ATTENTION.names()
     }
     out.update({key: Variant(key, raw) for key, raw in EXTRA_VARIANTS.items()})

@@ -145,6 +145,36 @@ def test_seed_params_build_the_known_architectures():
     assert only_synth.seed_params("vanilla") is None
 
 
+def test_seed_layers_come_from_the_example_files(tmp_path, monkeypatch):
+    """Seeds read examples/archs/NAME.yaml: the file's layer, not a table in the code, is queued."""
+    from nas.search import sampling
+
+    text = (sampling.SEED_DIR / "primer_ez.yaml").read_text().replace("kernel: 3", "kernel: 2")
+    (tmp_path / "primer_ez.yaml").write_text(text)
+    monkeypatch.setattr(sampling, "SEED_DIR", tmp_path)
+    sampling.seed_layer.cache_clear()
+    try:
+        params = parse_space(small_space()).seed_params("primer_ez")
+    finally:
+        sampling.seed_layer.cache_clear()
+    assert params["layers.0.attention.mdha.kernel"] == 2
+    assert params["layers.1.attention"] == "mdha" and params["layers.1.ffn.activation"] == "squared_relu"
+
+
+def test_mixture_weights_search_draws_one_weight_per_component_under_the_block_prefix():
+    raw = small_space(layers={"share": True, "attention": {"mixture": {
+        "components": ["mha", "synth_random", "synth_dense"], "weights": "search"}}})
+    space = parse_space(raw)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    trial = study.ask()
+    opts = space.suggest(trial).layers[0].attention.options
+    drawn = {k: v for k, v in trial.params.items() if ".weight." in k}
+    assert sorted(drawn) == [f"layers.attention.mixture.weight.{j}" for j in range(3)]
+    total = sum(drawn.values())
+    assert opts.weights == pytest.approx(tuple(drawn[f"layers.attention.mixture.weight.{j}"] / total
+                                               for j in range(3)))
+
+
 def test_fingerprint_follows_content_not_order():
     a = parse_space(small_space())
     raw = small_space()

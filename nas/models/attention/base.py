@@ -3,16 +3,18 @@
 A block maps x [B, T, C] to [B, T, C], is causal (position t never sees a
 later position), batches its heads, and publishes its parameter count and
 FLOPs per token as formulas next to its code, so that adding a block is one
-file.  Blocks whose attention weights come from logits also expose
-``scores(x)`` so that ``mixture`` can combine them.
+file (see docs/adding_a_block.md).  Blocks whose attention weights come from
+logits also expose ``scores(x)`` and say ``mixable = True`` so that
+``mixture`` can combine them.  What the rest of the engine needs to know
+about a block (its options in a search space, its name in reports, an
+optional slow reference) it asks the block class, never its name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -20,66 +22,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nas.errors import ConfigError
+from nas.models.attention.options import BlockOptions, FFNSpec, positive_int
 from nas.models.dims import Dims, Flops
+from nas.models.reference import causal_attend
 from nas.registry import Registry
 
+__all__ = [
+    "ATTENTION", "AttentionBlock", "BlockOptions", "Draw", "FFNSpec", "ValueAttention",
+    "default_scale", "positive_int", "sdpa_causal",
+]
 
-@dataclasses.dataclass(frozen=True)
-class FFNSpec:
-    """Feed-forward choice of one layer: activation name and width multiplier (d_ff = mult * d_model)."""
-
-    activation: str = "relu"
-    mult: float = 4.0
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockOptions:
-    """Options of a block; subclasses add fields with defaults and override ``check``."""
-
-    def check(self, dims: Dims, ffn: FFNSpec) -> None:
-        """Raise ConfigError(message, field) if the options cannot work with these sizes."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> BlockOptions:
-        """Build from a plain mapping, refusing unknown keys and wrong types."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        hints = typing.get_type_hints(cls)
-        unknown = sorted(set(raw) - set(fields))
-        if unknown:
-            valid = ", ".join(sorted(fields)) or "(none)"
-            raise ConfigError(f"unknown option {unknown[0]!r}; valid options: {valid}", str(unknown[0]))
-        values = {}
-        for key, value in raw.items():
-            values[key] = _coerce(value, hints[key], key)
-        return cls(**values)
-
-
-def _coerce(value: Any, hint: Any, key: str) -> Any:
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"must be an integer, got {value!r}", key)
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"must be a number, got {value!r}", key)
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"must be a string, got {value!r}", key)
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"must be true or false, got {value!r}", key)
-        return value
-    return value
-
-
-def positive_int(value: int, key: str, minimum: int = 1) -> None:
-    if value < minimum:
-        raise ConfigError(f"must be an integer >= {minimum}, got {value}", key)
+#: ``draw(name, low, high)``: a further number a block asks the search for (see ``chosen_options``).
+Draw = Callable[[str, float, float], float]
 
 
 class AttentionBlock(nn.Module):
@@ -93,10 +47,12 @@ class AttentionBlock(nn.Module):
     Options: ClassVar[type[BlockOptions]] = BlockOptions
     #: True when the block also does the layer's feed-forward work (multi_branch).
     replaces_ffn: ClassVar[bool] = False
-    #: True when the block can produce logits through ``scores`` (mixture component).
-    mixable: ClassVar[bool] = True
+    #: True when the block can produce logits through ``scores`` (mixture component); opt-in.
+    mixable: ClassVar[bool] = False
     #: True when the logits do not depend on the input (random synthesizers).
     static_scores: ClassVar[bool] = False
+    #: Short names of options in one-line summaries: {"kernel": "k"} gives ``mdha(k3)``.
+    short_option_names: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__()
@@ -157,6 +113,60 @@ class AttentionBlock(nn.Module):
         """FLOPs per token at sequence length ``seq_len`` (full T x T attention counted)."""
         raise NotImplementedError
 
+    # -- what the search space, the reports and the tests ask a block --------------------
+    @classmethod
+    def example_options(cls) -> dict[str, Any]:
+        """Options of a typical instance (the contract tests build it): {} means every default.
+
+        A block that cannot be built from empty options (``mixture``) names some here.
+        """
+        return {}
+
+    @classmethod
+    def option_choices(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """This block's entry under ``layers.attention`` of a search space -> {option: choices}.
+
+        Each value is what the space parses as a parameter: a fixed value, a list of
+        choices or a ``{low, high}`` range, searched as ``layers.I.attention.NAME.OPTION``.
+        A block whose options are structured normalises its YAML here (``mixture``).
+        """
+        valid = [f.name for f in dataclasses.fields(cls.Options)]
+        unknown = sorted(str(k) for k in set(raw) - set(valid))
+        if unknown:
+            raise ConfigError(
+                f"unknown option {unknown[0]!r} of {cls.name}; valid options: {', '.join(valid) or '(none)'}"
+            )
+        return dict(raw)
+
+    @classmethod
+    def chosen_options(cls, chosen: dict[str, Any], draw: Draw) -> dict[str, Any]:
+        """The options of one sampled layer (for ``Options.parse``) from the values the space chose.
+
+        A block that searches more than its listed choices asks ``draw(name, low, high)``
+        for each further number (searched as ``layers.I.attention.NAME.<name>``);
+        validating a space calls this with a ``draw`` that returns ``high``.
+        """
+        return chosen
+
+    @classmethod
+    def describe(cls, opts: BlockOptions, short: bool = False) -> str:
+        """The block with its options as reports write it: ``mdha kernel=3``, or short ``mdha(k3)``."""
+        items = opts.to_dict().items()
+        if not items:
+            return cls.name
+        if short:
+            return f"{cls.name}(" + ",".join(f"{cls.short_option_names.get(k, k)}{v}" for k, v in items) + ")"
+        return cls.name + " " + " ".join(f"{k}={v}" for k, v in items)
+
+    # -- optional slow reference (tests/models/test_reference.py) --------------------------
+    def reference_scores(self, x: Tensor) -> Tensor:
+        """Unmasked logits (H, T, T) of one sequence x (T, C), written out with loops."""
+        raise NotImplementedError(f"{self.name} has no slow reference for its logits")
+
+    def reference_forward(self, x: Tensor) -> Tensor:
+        """The output (T, C) of one sequence x (T, C), written out with loops (nas.models.reference)."""
+        raise NotImplementedError(f"{self.name} has no slow reference implementation")
+
 
 class ValueAttention(AttentionBlock):
     """Blocks that mix a value projection with weights from ``scores``: out = W_o softmax(S) (X W_v).
@@ -196,6 +206,10 @@ class ValueAttention(AttentionBlock):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.attend(self.causal_softmax(self.scores(x)), x)
+
+    def reference_forward(self, x: Tensor) -> Tensor:
+        v = x @ self.v_proj.weight.T  # (T, C)
+        return causal_attend(self.reference_scores(x), v) @ self.out_proj.weight.T
 
     @staticmethod
     def value_params(dims: Dims) -> int:

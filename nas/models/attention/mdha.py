@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, positive_int
 from nas.models.attention.mha import MultiHeadAttention
 from nas.models.dims import Dims, Flops
+from nas.models.reference import causal_conv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ def causal_depthwise_conv(x: Tensor, weight: Tensor) -> Tensor:
 @ATTENTION.register("mdha")
 class MultiDConvHeadAttention(MultiHeadAttention):
     Options = MDHAOptions
+    short_option_names = {"kernel": "k"}
 
     def __init__(self, dims: Dims, opts: MDHAOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
@@ -67,6 +69,10 @@ class MultiDConvHeadAttention(MultiHeadAttention):
 
     def project(self, x: Tensor) -> Tensor:
         return causal_depthwise_conv(self.qkv(x), self.conv_weight)
+
+    def reference_qkv(self, x: Tensor) -> list[Tensor]:
+        z = causal_conv(x @ self.qkv.weight.T, self.conv_weight)  # (T, n_proj * C)
+        return list(z.split(self.dims.d_model, dim=-1))
 
     @classmethod
     def count_params(cls, dims: Dims, opts: MDHAOptions, ffn: FFNSpec, with_values: bool = True) -> int:

@@ -18,10 +18,13 @@ from nas.models.attention.base import (
     sdpa_causal,
 )
 from nas.models.dims import Dims, Flops
+from nas.models.reference import causal_attend, dot_logits
 
 
 @ATTENTION.register("mha")
 class MultiHeadAttention(AttentionBlock):
+    mixable = True
+
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
         self.n_proj = 3 if with_values else 2
@@ -49,6 +52,18 @@ class MultiHeadAttention(AttentionBlock):
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = self.heads(x)
         return self.out_proj(self.merge_heads(sdpa_causal(q, k, v)))
+
+    def reference_qkv(self, x: Tensor) -> list[Tensor]:
+        """Q, K (and V), each (T, C), of one sequence x (T, C); MDHA adds its convolution here."""
+        return list((x @ self.qkv.weight.T).split(self.dims.d_model, dim=-1))
+
+    def reference_scores(self, x: Tensor) -> Tensor:
+        q, k = self.reference_qkv(x)[:2]
+        return dot_logits(q, k, self.n_heads)
+
+    def reference_forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.reference_qkv(x)
+        return causal_attend(dot_logits(q, k, self.n_heads), v) @ self.out_proj.weight.T
 
     @classmethod
     def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -22,10 +22,12 @@ from nas.models.attention.base import (
     ATTENTION,
     AttentionBlock,
     BlockOptions,
+    Draw,
     FFNSpec,
     ValueAttention,
 )
 from nas.models.dims import Dims, Flops
+from nas.models.reference import softmax
 
 
 def _mixable_names() -> list[str]:
@@ -117,7 +119,6 @@ class MixtureOptions(BlockOptions):
 @ATTENTION.register("mixture")
 class Mixture(ValueAttention):
     Options = MixtureOptions
-    mixable = False
 
     def __init__(self, dims: Dims, opts: MixtureOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
@@ -173,6 +174,60 @@ class Mixture(ValueAttention):
             logits = part.add_scores(x, a, logits)  # (B, H, T, T)
         wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return self.attend(torch.softmax(wide, dim=-1).to(logits.dtype), x)
+
+    # -- options in a search space and in reports ------------------------------------------
+    @classmethod
+    def example_options(cls) -> dict[str, Any]:
+        return {"components": _mixable_names()}
+
+    @classmethod
+    def option_choices(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Normalise a space's ``mixture`` entry to two choices: component lists and weights.
+
+        ``components`` is one list of blocks or a list of such lists; ``weights`` is
+        ``learned``, ``search`` (one searched weight per component), a list of fixed
+        weights, or a list of these.
+        """
+        super().option_choices(raw)
+        if "components" not in raw:
+            raise ConfigError(
+                "is required: a list of component lists, e.g. [[mha, synth_random]]", "components"
+            )
+        comps = raw["components"]
+        if isinstance(comps, list) and comps and all(isinstance(c, (str, Mapping)) for c in comps):
+            comps = [comps]  # one fixed component list
+        weights = raw.get("weights", "learned")
+        fixed = isinstance(weights, list) and weights and not isinstance(weights[0], (list, str))
+        if weights in ("learned", "search") or fixed:
+            weights = [weights]  # one choice
+        return {"components": comps, "weights": weights}
+
+    @classmethod
+    def chosen_options(cls, chosen: dict[str, Any], draw: Draw) -> dict[str, Any]:
+        components = list(chosen.get("components") or ())
+        weights = chosen.get("weights", "learned")
+        if weights == "search":
+            # One weight per component, searched, normalised to sum 1 by MixtureOptions.parse.
+            weights = [draw(f"weight.{j}", 0.05, 1.0) for j in range(len(components))]
+        return {**chosen, "components": components, "weights": weights}
+
+    @classmethod
+    def describe(cls, opts: BlockOptions, short: bool = False) -> str:
+        """``mixture(mha + mdha kernel=3; learned)``, or short ``mix(mha+mdha)``."""
+        parts = cls._parts(cast(MixtureOptions, opts))
+        weights = cast(MixtureOptions, opts).weights
+        if short:
+            return "mix(" + "+".join(block.name for block, _ in parts) + ")"
+        w = weights if isinstance(weights, str) else "/".join(f"{x:.2g}" for x in weights)
+        return f"mixture({' + '.join(block.describe(o) for block, o in parts)}; {w})"
+
+    def reference_scores(self, x: Tensor) -> Tensor:
+        if self.opts.learned:  # type: ignore[attr-defined]
+            alpha = softmax(self.alpha_logits)
+        else:
+            # The config's weights (normalised when parsed), held by the block as a float32 buffer.
+            alpha = torch.tensor(self.opts.weights, dtype=torch.float32).to(x.dtype)  # type: ignore[attr-defined]
+        return sum(a * part.reference_scores(x) for a, part in zip(alpha, self.parts, strict=True))
 
     @staticmethod
     def _parts(opts: MixtureOptions) -> list[tuple[type[AttentionBlock], BlockOptions]]:

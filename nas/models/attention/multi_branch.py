@@ -21,6 +21,8 @@ from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, sdpa_causal
 from nas.models.dims import Dims, Flops
 from nas.models.ffn import ACTIVATIONS, ffn_width
+from nas.models.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
+from nas.models.reference import causal_attend, dot_logits, head, softmax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +41,6 @@ class _MultiBranchOptions(BlockOptions):
 class MultiBranchAttention(AttentionBlock):
     Options = _MultiBranchOptions
     replaces_ffn = True
-    mixable = False
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
@@ -52,6 +53,7 @@ class MultiBranchAttention(AttentionBlock):
         self.kappa_logits = nn.Parameter(torch.zeros(H))
         self.alpha_logits = nn.Parameter(torch.zeros(H))
         self.act = ACTIVATIONS.get(ffn.activation)
+        self.activation_name = ffn.activation  # for the reference below
 
     @property
     def kappa(self) -> Tensor:
@@ -69,6 +71,18 @@ class MultiBranchAttention(AttentionBlock):
         hidden = self.act(torch.einsum("bhtc,hcf->bhtf", branch, self.w_in))  # (B, H, T, f)
         out = torch.einsum("bhtf,hfc->bhtc", hidden, self.w_out)  # (B, H, T, C)
         return torch.einsum("bhtc,h->btc", out, self.alpha)  # (B, T, C)
+
+    def reference_forward(self, x: Tensor) -> Tensor:
+        H = self.n_heads
+        q, k, v = (x @ self.qkv.weight.T).split(self.dims.d_model, dim=-1)  # (T, C) each
+        heads = causal_attend(dot_logits(q, k, H), v)  # (T, C)
+        kappa, alpha = softmax(self.kappa_logits), softmax(self.alpha_logits)
+        act = REFERENCE_ACTIVATIONS[self.activation_name]
+        y = torch.zeros_like(x)
+        for i in range(H):
+            branch = (head(heads, i, H) @ self.w_o[i]) * kappa[i]  # (T, C)
+            y += alpha[i] * (act(branch @ self.w_in[i]) @ self.w_out[i])
+        return y
 
     @classmethod
     def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:

@@ -34,10 +34,13 @@ from torch import Tensor, nn
 
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, sdpa_causal
 from nas.models.dims import Dims, Flops
+from nas.models.reference import head
 
 
 @ATTENTION.register("synth_dense")
 class DenseSynthesizer(ValueAttention):
+    mixable = True
+
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
         H, dh, L = dims.n_heads, dims.d_head, dims.max_len
@@ -72,6 +75,16 @@ class DenseSynthesizer(ValueAttention):
         v = torch.cat([v, v.new_zeros(B, H, T, 1 + pad)], dim=-1)  # (B, H, T, w)
         y = sdpa_causal(q, k, v, scale=1.0)[..., :dh]  # (B, H, T, dh)
         return self.out_proj(self.merge_heads(y))
+
+    def reference_scores(self, x: Tensor) -> Tensor:
+        T, H = x.shape[0], self.n_heads
+        hid = torch.relu(x @ self.hidden.weight.T + self.hidden.bias)  # relu(X W1 + b1), (T, C)
+        out = torch.zeros(H, T, T, dtype=x.dtype)
+        for h in range(H):
+            for i in range(T):
+                for j in range(T):
+                    out[h, i, j] = head(hid, h, H)[i] @ self.w2[h, :, j] + self.b2[h, j]
+        return out
 
     @classmethod
     def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:

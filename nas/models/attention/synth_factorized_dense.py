@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, positive_int
 from nas.models.dims import Dims, Flops
+from nas.models.reference import head
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,7 @@ class FactorizedDenseOptions(BlockOptions):
 @ATTENTION.register("synth_factorized_dense")
 class FactorizedDenseSynthesizer(ValueAttention):
     Options = FactorizedDenseOptions
+    mixable = True
 
     def __init__(
         self, dims: Dims, opts: FactorizedDenseOptions, *, ffn: FFNSpec, with_values: bool = True
@@ -58,6 +60,18 @@ class FactorizedDenseSynthesizer(ValueAttention):
         # logits[..., j] with j = jb * a + ja is Bv[..., jb] * A[..., ja]
         tiled = (Bv.unsqueeze(-1) * A.unsqueeze(-2)).flatten(-2)  # (B, H, T, a*b)
         return tiled[..., :T]
+
+    def reference_scores(self, x: Tensor) -> Tensor:
+        T, H, a = x.shape[0], self.n_heads, self.a
+        hid = torch.relu(x @ self.hidden.weight.T + self.hidden.bias)  # (T, C)
+        out = torch.zeros(H, T, T, dtype=x.dtype)
+        for h in range(H):
+            for i in range(T):
+                A = head(hid, h, H)[i] @ self.wa[h] + self.ba[h, 0]  # (a,)
+                Bv = head(hid, h, H)[i] @ self.wb[h] + self.bb[h, 0]  # (b,)
+                for j in range(T):
+                    out[h, i, j] = A[j % a] * Bv[j // a]
+        return out
 
     @classmethod
     def count_params(

@@ -36,7 +36,9 @@ class FactorizedRandomOptions(BlockOptions):
 @ATTENTION.register("synth_factorized_random")
 class FactorizedRandomSynthesizer(ValueAttention):
     Options = FactorizedRandomOptions
+    mixable = True
     static_scores = True
+    short_option_names = {"rank": "r"}
 
     def __init__(
         self, dims: Dims, opts: FactorizedRandomOptions, *, ffn: FFNSpec, with_values: bool = True
@@ -51,6 +53,15 @@ class FactorizedRandomSynthesizer(ValueAttention):
         # Once per step, not per sequence: (1, H, T, T).  Its 2*H*T*T*k FLOPs are shared by
         # the whole batch and left out of the per-token count.
         return (self.R1[:, :T] @ self.R2[:, :T].transpose(1, 2)).unsqueeze(0)
+
+    def reference_scores(self, x: Tensor) -> Tensor:
+        T, H = x.shape[0], self.n_heads
+        out = torch.zeros(H, T, T, dtype=x.dtype)
+        for h in range(H):
+            for i in range(T):
+                for j in range(T):
+                    out[h, i, j] = self.R1[h, i] @ self.R2[h, j]
+        return out
 
     @classmethod
     def count_params(

@@ -19,6 +19,7 @@ from nas.models.dims import Dims, Flops
 
 @ATTENTION.register("synth_random")
 class RandomSynthesizer(ValueAttention):
+    mixable = True
     static_scores = True
     trainable_logits = True
 
@@ -33,6 +34,10 @@ class RandomSynthesizer(ValueAttention):
     def scores(self, x: Tensor) -> Tensor:
         T = x.shape[1]
         return self.R[:, :T, :T].unsqueeze(0)  # (1, H, T, T)
+
+    def reference_scores(self, x: Tensor) -> Tensor:
+        T = x.shape[0]
+        return self.R[:, :T, :T].clone()
 
     @classmethod
     def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:

@@ -1,0 +1,72 @@
+"""Finding a study and its trials in storage, for the read-only commands (best, show, plot, export).
+
+Nothing here creates anything: a missing study is a UserError naming what exists.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from nas.errors import UserError
+from nas.search.study import default_storage, is_optuna_sqlite, load_study, open_storage
+
+
+def list_studies(runs_dir: str | os.PathLike[str]) -> list[str]:
+    """Names of the studies with a default-storage database under ``runs_dir``."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob("*/study.db") if p.is_file())
+
+
+def open_existing_study(
+    name: str, storage: str | None = None, runs_dir: str | os.PathLike[str] = "runs"
+) -> tuple[optuna.Study, str]:
+    """Load a study that must already exist, creating nothing (no directory, no database).
+
+    ``storage`` defaults to ``sqlite:///<runs_dir>/<name>/study.db``.  Opening a
+    missing SQLite file would create an empty database, so the file is checked first.
+    Returns the study and the storage URL it came from.
+    """
+    url = storage or default_storage(runs_dir, name)
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if not path.is_file():
+            if storage is None:
+                found = list_studies(runs_dir)
+                where = f"studies in {runs_dir}/: {', '.join(found)}" if found else (
+                    f"{runs_dir}/ holds no studies (start one with: python run_search.py search --study NAME)"
+                )
+                raise UserError(f"--study {name!r} not found: no {path}; {where}")
+            raise UserError(f"--storage {url!r}: no such database file {path}")
+        if not is_optuna_sqlite(path):  # opening it would add Optuna's tables to someone else's file
+            raise UserError(f"--storage {url!r}: {path} is not an Optuna study database")
+    return load_study(open_storage(url, create_dirs=False), name), url
+
+
+def get_trial(study: optuna.Study, number: int) -> FrozenTrial:
+    """Trial ``number`` of ``study``, or a UserError naming the valid range."""
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:
+        if t.number == number:
+            return t
+    have = f"trials 0..{trials[-1].number}" if trials else "no trials yet"
+    raise UserError(f"--trial {number}: study {study.study_name!r} has {have}")
+
+
+def settings_of(study: optuna.Study) -> dict[str, Any]:
+    """What the driver recorded for the whole study (space, objective, budget, recipe, data, seed)."""
+    return dict(study.user_attrs.get("settings") or {})
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    """How many trials the study has in each state, by state name."""
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    return counts

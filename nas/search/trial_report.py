@@ -1,0 +1,208 @@
+"""One trial in full: what ``show`` prints (``format_trial``) and its ``--json`` (``trial_detail``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from nas.search.hurdles import INTERMEDIATE
+from nas.search.lookup import settings_of
+
+#: measured metrics a finished trial carries in its user attributes (the driver's METRIC_KEYS)
+METRICS = (
+    "val_loss", "val_ppl", "val_bpb", "params", "non_embedding_params", "flops_per_token",
+    "train_flops_per_token", "train_flops", "tokens", "steps", "tokens_per_s", "seconds",
+)
+#: how a trial was run, when the driver records it (CPU results depend on the thread count)
+RUN_KEYS = ("device", "threads")
+#: user attributes that say where a trial's architecture came from
+ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from")
+
+
+def metrics_of(t: FrozenTrial) -> dict[str, Any]:
+    """The measured metrics of a trial, in METRICS order (only those it has)."""
+    return {k: t.user_attrs[k] for k in METRICS + RUN_KEYS if t.user_attrs.get(k) is not None}
+
+
+def origin(t: FrozenTrial) -> str:
+    """Where a trial's architecture came from, in a few words ("" for a plain sample)."""
+    ua = t.user_attrs
+    parts = []
+    if ua.get("seed_arch"):
+        parts.append(f"seed {ua['seed_arch']}")
+    if ua.get("parent") is not None:
+        gene = f" ({ua['mutated']})" if ua.get("mutated") else ""
+        parts.append(f"child of #{ua['parent']}{gene}")
+    if ua.get("duplicate_of") is not None:
+        parts.append(f"same as #{ua['duplicate_of']}")
+    if ua.get("requeued_from") is not None:
+        parts.append(f"re-run of #{ua['requeued_from']}")
+    return ", ".join(parts)
+
+
+def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
+    """Everything ``show`` says about one trial, as plain data (its ``--json``)."""
+    from nas.compute import compute, layer_flops, layer_params  # torch: imported when needed
+    from nas.models import ATTENTION, ArchConfig
+
+    ua = t.user_attrs
+    out: dict[str, Any] = {
+        "study": study.study_name,
+        "trial": t.number,
+        "state": t.state.name,
+        "values": list(t.values) if t.values else None,
+        "arch_id": ua.get("arch_id"),
+        "summary": ua.get("summary"),
+        "origin": origin(t),
+    }
+    for key in ORIGIN_KEYS + ("fail_reason", "pruned_at"):
+        out[key] = ua.get(key)
+    out["metrics"] = metrics_of(t)
+    out["intermediate"] = dict(sorted((ua.get(INTERMEDIATE) or {}).items(), key=lambda kv: float(kv[0])))
+    out["optuna_params"] = dict(t.params)
+    out["started"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None
+    out["completed"] = t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None
+    out["arch"] = ua.get("arch")
+    out["layers"] = []
+    if ua.get("arch") is None:
+        return out
+    arch = ArchConfig.from_dict(ua["arch"])
+    recipe = settings_of(study).get("recipe") or {}
+    seq_len = recipe.get("seq_len") or arch.max_len
+    c = compute(arch, seq_len)
+    out["seq_len"] = seq_len
+    for i, layer in enumerate(arch.layers):
+        f = layer_flops(arch, layer, seq_len)
+        out["layers"].append({
+            "layer": i,
+            "attention": layer.attention.to_dict(),
+            "ffn": {"activation": layer.ffn.activation, "mult": layer.ffn.mult},
+            "ffn_in_attention": bool(ATTENTION.get(layer.attention.type).replaces_ffn),
+            "params": layer_params(arch, layer),
+            "fwd_flops_per_token": f.fwd,
+            "train_flops_per_token": f.train,
+        })
+    d, V = arch.d_model, arch.vocab_size
+    out["embedding_params"] = c.embedding_params
+    out["head_fwd_flops_per_token"] = 2.0 * d * V
+    out["total"] = {
+        "params": c.params,
+        "non_embedding_params": c.non_embedding_params,
+        "fwd_flops_per_token": c.fwd_flops_per_token,
+        "train_flops_per_token": c.train_flops_per_token,
+    }
+    return out
+
+
+def format_trial(detail: dict[str, Any]) -> str:
+    """``show``'s text: header, origin, the layer table, metrics and hurdles."""
+    lines = _header_lines(detail)
+    if detail["layers"]:
+        lines += ["", *_layer_table(detail)]
+    lines += _metric_lines(detail)
+    lines += _hurdle_lines(detail)
+    if detail.get("tensorboard"):
+        lines += ["", f"TensorBoard run: {detail['tensorboard']}"]
+    return "\n".join(lines)
+
+
+def _header_lines(d: dict[str, Any]) -> list[str]:
+    lines = [f"study {d['study']!r}, trial {d['trial']}: {d['state']}"
+             + (f"   arch {d['arch_id']}" if d.get("arch_id") else "")]
+    if d.get("summary"):
+        lines.append(f"  {d['summary']}")
+    if d.get("seed_arch"):
+        lines.append(f"  seeded as the known architecture {d['seed_arch']!r}")
+    if d.get("parent") is not None:
+        gene = f", mutated gene {d['mutated']}" if d.get("mutated") else ""
+        lines.append(f"  evolved from trial {d['parent']}{gene}")
+    if d.get("duplicate_of") is not None:
+        lines.append(f"  same architecture as trial {d['duplicate_of']}: its result was reused")
+    if d.get("requeued_from") is not None:
+        lines.append(f"  re-run of trial {d['requeued_from']} (its driver stopped while it ran)")
+    if d["state"] == "FAIL":
+        lines.append(f"  failed: {d.get('fail_reason') or 'no reason recorded'}")
+    if d["state"] == "PRUNED":
+        at = d.get("pruned_at")
+        lines.append(f"  pruned: stopped at hurdle {at:g} of the budget" if isinstance(at, (int, float))
+                     else "  pruned by a hurdle")
+    return lines
+
+
+def _ffn_text(row: dict[str, Any]) -> str:
+    text = f"{row['ffn']['activation']} x{row['ffn']['mult']:g}"
+    return text + " (branches)" if row["ffn_in_attention"] else text  # multi_branch runs it per head
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _layer_table(d: dict[str, Any]) -> list[str]:
+    from nas.models import AttentionSpec  # torch: imported when needed
+
+    atts = [AttentionSpec.from_raw(row["attention"]).text() for row in d["layers"]]
+    ffns = [_ffn_text(row) for row in d["layers"]]
+    wa = max(len("attention"), *(len(x) for x in atts))
+    wf = max(len("ffn"), *(len(x) for x in ffns))
+    head = (f"{'layer':>5}  {'attention':<{wa}}  {'ffn':<{wf}}  {'params':>10}  "
+            f"{'fwd FLOPs/tok':>13}  {'train FLOPs/tok':>15}")
+    lines = [head, "-" * len(head)]
+    for row, att, ffn in zip(d["layers"], atts, ffns, strict=True):
+        lines.append(
+            f"{row['layer']:>5}  {att:<{wa}}  {ffn:<{wf}}  {_num(row['params']):>10}  "
+            f"{_num(row['fwd_flops_per_token']):>13}  {_num(row['train_flops_per_token']):>15}"
+        )
+    head_fwd = d["head_fwd_flops_per_token"]
+    rest = d["total"]["params"] - sum(r["params"] for r in d["layers"])
+    label = "embeddings, final norm, LM head"
+    lines.append(
+        f"{'':>5}  {label:<{wa + wf + 2}}  {_num(rest):>10}  "
+        f"{_num(head_fwd):>13}  {_num(3 * head_fwd):>15}"
+    )
+    tot = d["total"]
+    lines.append(
+        f"{'total':>5}  {'':<{wa + wf + 2}}  {_num(tot['params']):>10}  "
+        f"{_num(tot['fwd_flops_per_token']):>13}  {_num(tot['train_flops_per_token']):>15}"
+    )
+    lines.append(f"  (FLOPs per token at sequence length {d['seq_len']}; "
+                 f"{_num(tot['non_embedding_params'])} non-embedding params)")
+    return lines
+
+
+def _metric_lines(d: dict[str, Any]) -> list[str]:
+    m = d["metrics"]
+    if "val_loss" not in m:
+        return []
+    lines = ["", "metrics"]
+    loss = m["val_loss"]
+    label = "val loss at stop" if d["state"] == "PRUNED" else "val loss"
+    if isinstance(loss, (int, float)) and math.isfinite(loss):
+        lines.append(f"  {label:<16} {loss:.4f} nats/token  (perplexity {math.exp(min(loss, 700)):.3f}, "
+                     f"{loss / math.log(2):.4f} bits/byte)")
+    else:
+        lines.append(f"  {label:<16} {loss} (not a finite number: training diverged)")
+    if "tokens" in m or "steps" in m:
+        lines.append(f"  {'trained':<16} {_num(m.get('steps'))} steps, {_num(m.get('tokens'))} tokens, "
+                     f"{m.get('train_flops', float('nan')):.3g} FLOPs")
+    if "seconds" in m:
+        speed = f" ({m['tokens_per_s']:,.0f} tokens/s)" if m.get("tokens_per_s") else ""
+        lines.append(f"  {'time':<16} {m['seconds']:.1f} s{speed}")
+    return lines
+
+
+def _hurdle_lines(d: dict[str, Any]) -> list[str]:
+    if not d["intermediate"]:
+        return []
+    m = d["metrics"]
+    lines = ["", "hurdles (val loss at a fraction of the budget)"]
+    stop = d.get("pruned_at") if d["state"] == "PRUNED" else None
+    for key, value in d["intermediate"].items():
+        mark = "  (missed it: stopped here)" if stop is not None and float(key) == float(stop) else ""
+        lines.append(f"  {float(key):>5g}  {value:.4f}{mark}")
+    if "val_loss" in m and d["state"] == "COMPLETE":
+        lines.append(f"  {1:>5g}  {m['val_loss']:.4f}  (final)")
+    return lines
