@@ -143,10 +143,10 @@ def recorded_threads(args: argparse.Namespace) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     arch, recipe, budget, data = resolve(args)
+    corpus = load_data(args, data)  # first: a missing corpus is one line, before any progress output
     threads = recorded_threads(args)
     if threads is not None and args.threads is None:
         stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
-    corpus = load_data(args, data)
     stderr_log(corpus.describe())
     if arch.vocab_size != corpus.vocab_size:
         stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file's arch says {arch.vocab_size:,})")
