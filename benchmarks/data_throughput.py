@@ -95,7 +95,9 @@ def main() -> int:
             for name, fn in (("get_batch", get_batch), ("previous gather", previous_gather)):
                 rates = tokens_per_s(fn, corpus.train, batch, args.batches, args.repeats)
                 results[(batch, name)] = rates
-                rows.append((f"{batch} x {T}", name, f"{median(rates) / 1e6:,.1f}M", f"{max(rates) / 1e6:,.1f}M"))
+                rows.append(
+                    (f"{batch} x {T}", name, f"{median(rates) / 1e6:,.1f}M", f"{max(rates) / 1e6:,.1f}M")
+                )
         del corpus
     table = markdown_table(("batch", "sampler", "median tokens/s", "best tokens/s"), rows, "llrr")
     worst = min(median(results[(b, "get_batch")]) for b in BATCHES)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from synthetic_text import write_corpus
 
-from nas.data import text as data_text
 from nas.data import SEPARATOR, Corpus, get_batch, load_corpus, validation_indices, validation_windows
+from nas.data import text as data_text
 from nas.errors import UserError
 
 

@@ -65,7 +65,12 @@ def test_empty_and_bad_data_are_refused(tmp_path: Path, capsys) -> None:
     bad = write_token_corpus(tmp_path / "tok")
     (bad / "meta.json").write_text('{"vocab_size": 100, "dtype": "uint16"}')
     refused(capsys, ["train", "--arch", arch, "--data", str(bad)], "meta.json", ">= vocab_size 100")
-    refused(capsys, ["train", "--arch", arch, "--tokenizer", str(tmp_path / "nope.json")], "--tokenizer", "not found")
+    refused(
+        capsys,
+        ["train", "--arch", arch, "--tokenizer", str(tmp_path / "nope.json")],
+        "--tokenizer",
+        "not found",
+    )
     runs = tmp_path / "runs"
     refused(capsys, ["search", "--space", str(TINY_SPACE), "--data", "", "--local", "--runs-dir", str(runs)],
             "--data is empty")  # fmt: skip
@@ -74,8 +79,8 @@ def test_empty_and_bad_data_are_refused(tmp_path: Path, capsys) -> None:
 
 def search(tmp_path: Path, data: Path | str, trials: int, *extra: str) -> int:
     return main(["search", "--space", str(TINY_SPACE), "--study", "tok", "--runs-dir", str(tmp_path / "runs"),
-                 "--data", str(data), "--local", "--trials", str(trials), "--steps", "4", "--sampler", "random",
-                 "--no-tensorboard", *extra])  # fmt: skip
+                 "--data", str(data), "--local", "--trials", str(trials), "--steps", "4",
+                 "--sampler", "random", "--no-tensorboard", *extra])  # fmt: skip
 
 
 @pytest.mark.timeout(300)
@@ -121,5 +126,7 @@ def test_exported_tokenizer_is_found_or_named(tmp_path: Path, corpus_dir: Path, 
     assert rec["vocab_size"] == 300 and load_arch_file("best.yaml")["arch"].vocab_size == 300
     tok.rename(tmp_path / "elsewhere.json")
     refused(capsys, ["train", "--arch", "best.yaml"], "tokenizer", "pass --tokenizer")
-    m = train_json(capsys, "--arch", "best.yaml", "--tokenizer", str(tmp_path / "elsewhere.json"), "--steps", "1")
+    m = train_json(
+        capsys, "--arch", "best.yaml", "--tokenizer", str(tmp_path / "elsewhere.json"), "--steps", "1"
+    )
     assert m["vocab_size"] == 300

@@ -66,7 +66,9 @@ def test_batches_from_token_files_are_seeded_windows(tmp_path: Path) -> None:
         start = int(torch.nonzero((stream.unfold(0, 64, 1) == row).all(1))[0])
         assert torch.equal(stream[start : start + 64], row)
     vx, vy = validation_windows(corpus.val, 4, 64)
-    assert torch.equal(vx.flatten(), corpus.val[:256].long()) and torch.equal(vy.flatten(), corpus.val[1:257].long())
+    assert torch.equal(vx.flatten(), corpus.val[:256].long()) and torch.equal(
+        vy.flatten(), corpus.val[1:257].long()
+    )
 
 
 def test_byte_batches_are_the_same_as_before(corpus_dir: Path) -> None:
@@ -117,7 +119,8 @@ def _no_train(d: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    "spoil", [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train]
+    "spoil",
+    [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train],
 )
 def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
     d = write_token_corpus(tmp_path / "tok")
@@ -172,7 +175,9 @@ def test_empty_data_spec_is_refused() -> None:
 
 
 def test_with_vocab() -> None:
-    arch = ArchConfig.from_dict({"d_model": 16, "n_heads": 2, "max_len": 8, "layers": {"repeat": 1, "attention": "mha"}})
+    arch = ArchConfig.from_dict(
+        {"d_model": 16, "n_heads": 2, "max_len": 8, "layers": {"repeat": 1, "attention": "mha"}}
+    )
     assert arch.with_vocab(256) is arch
     bigger = arch.with_vocab(1000)
     assert bigger.vocab_size == 1000 and bigger.layers == arch.layers and bigger.arch_id != arch.arch_id
@@ -196,7 +201,9 @@ def test_tokenizer_makes_cached_token_files_once(tokenizer: Path, corpus_dir: Pa
     text = load_corpus(corpus_dir)
     tok = Tokenizer.from_file(str(tokenizer))
     assert corpus.vocab_size == tok.get_vocab_size() == 300
-    assert tok.decode(corpus.val.tolist()) == bytes(text.val.numpy()).decode()  # the validation text, losslessly
+    assert (
+        tok.decode(corpus.val.tolist()) == bytes(text.val.numpy()).decode()
+    )  # the validation text, losslessly
     assert corpus.bytes_per_token == pytest.approx(len(text.val) / len(corpus.val))
     assert corpus.record()["tokenizer"] == str(tokenizer.resolve())
     assert corpus.record()["corpus"] == str(corpus_dir.resolve())
@@ -229,5 +236,9 @@ def test_tokenizer_errors(tokenizer: Path, corpus_dir: Path, tmp_path: Path, mon
 def test_corpus_defaults_keep_byte_corpora_as_they_were() -> None:
     data = torch.tensor(list(b"hello world"), dtype=torch.uint8)
     corpus = Corpus("x", data[:8], data[8:], 1, ())
-    assert corpus.vocab_size == 256 and corpus.bytes_per_token == 1.0 and corpus.fingerprint.startswith("sha256:")
+    assert (
+        corpus.vocab_size == 256
+        and corpus.bytes_per_token == 1.0
+        and corpus.fingerprint.startswith("sha256:")
+    )
     assert DTYPES["uint16"].itemsize == 2

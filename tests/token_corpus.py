@@ -20,8 +20,9 @@ def token_stream(n: int, vocab_size: int, seed: int) -> np.ndarray:
     return (np.cumsum(steps) % vocab_size).astype(np.int64)
 
 
-def write_token_corpus(path: Path, vocab_size: int = 1000, n_train: int = 20_000, n_val: int = 4_000,
-                       **meta: object) -> Path:
+def write_token_corpus(
+    path: Path, vocab_size: int = 1000, n_train: int = 20_000, n_val: int = 4_000, **meta: object
+) -> Path:
     """A token directory (train.bin, val.bin, meta.json) through the engine's own writer."""
     from nas.data import write_token_dir
 

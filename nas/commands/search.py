@@ -71,10 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local", action="store_true",
                    help="no Ray: run the trials one at a time in this process (for debugging: breakpoints "
                    "and tracebacks work); results are the same as with one Ray worker")
-    p.add_argument("--data", default=None, help="text file or directory, or a token-file directory (train.bin, "
-                   "val.bin, meta.json), to train on (default: Shakespeare); the vocabulary comes from it")
+    p.add_argument("--data", default=None, help="text file or directory, or a token-file directory "
+                   "(train.bin, val.bin, meta.json), to train on (default: Shakespeare); the vocabulary "
+                   "comes from it")
     p.add_argument("--tokenizer", metavar="FILE", default=None,
-                   help="a Hugging Face tokenizer.json: tokenizes the text corpus once (cached) before the search")
+                   help="a Hugging Face tokenizer.json: tokenizes the text corpus once (cached) before "
+                   "the search")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write per-trial TensorBoard runs")
     p.add_argument("--ray-dashboard", action="store_true", help="start the Ray dashboard (off by default)")
     p.add_argument("--evaluator", default="lm", type=_evaluator,

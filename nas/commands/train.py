@@ -81,11 +81,11 @@ def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | N
     if args.seed is not None:
         recipe = dataclasses.replace(recipe, seed=args.seed)
     data = doc.get("data")
-    ok = data is None or isinstance(data, str) or (isinstance(data, dict) and isinstance(data.get("corpus"), str))
-    if not ok:
+    record = isinstance(data, dict) and isinstance(data.get("corpus"), str)
+    if not (data is None or isinstance(data, str) or record):
         raise ConfigError(
-            f"must be '{DEFAULT_CORPUS}', a path, or a record {{corpus: ..., vocab_size: ..., fingerprint: ...}} "
-            f"as export writes it; got {data!r}", "data", source,
+            f"must be '{DEFAULT_CORPUS}', a path, or a record {{corpus: ..., vocab_size: ..., "
+            f"fingerprint: ...}} as export writes it; got {data!r}", "data", source,
         )  # fmt: skip
     return doc["arch"], recipe, budget, data
 
@@ -119,7 +119,9 @@ def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None) -> Co
             )
     corpus = load_corpus(resolve_data(spec, tokenizer))
     if rec and rec.get("fingerprint") and rec["fingerprint"] != corpus.fingerprint:
-        differs = f"{args.arch} was trained on {describe_record(rec)}; {corpus.name} holds {corpus.fingerprint}"
+        differs = (
+            f"{args.arch} was trained on {describe_record(rec)}; {corpus.name} holds {corpus.fingerprint}"
+        )
         if not explicit:
             raise UserError(f"{differs}; pass --data (and --tokenizer) to train on this data anyway")
         stderr_log(f"note: {differs}")
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
     stderr_log(corpus.describe())
     if arch.vocab_size != corpus.vocab_size:
-        stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file's arch says {arch.vocab_size:,})")
+        stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file says {arch.vocab_size:,})")
         arch = arch.with_vocab(corpus.vocab_size)
     try:
         metrics = train_lm(

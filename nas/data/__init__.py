@@ -56,8 +56,9 @@ def load_corpus(spec: str | os.PathLike[str] | None = None) -> Corpus:
     return load_text(spec)
 
 
-def resolve_data(spec: str | os.PathLike[str] | None, tokenizer: str | os.PathLike[str] | None = None
-                 ) -> str | None:
+def resolve_data(
+    spec: str | os.PathLike[str] | None, tokenizer: str | os.PathLike[str] | None = None
+) -> str | None:
     """The spec to load: ``spec`` itself, or with a tokenizer the cached token directory of its text.
 
     Tokenizing happens here, once per (tokenizer, text) pair, so a search does it

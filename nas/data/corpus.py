@@ -64,9 +64,10 @@ class Corpus:
                 f"{len(self.val):,} validation bytes ({held})"
             )
         bpt = f", {self.bytes_per_token:.3g} bytes/token" if self.bytes_per_token else ""
+        dtype = str(self.train.dtype).removeprefix("torch.")
         return (
             f"{self.name}: {len(self.train):,} train tokens, {len(self.val):,} validation tokens, "
-            f"vocabulary {self.vocab_size:,}{bpt} (memory-mapped {str(self.train.dtype).removeprefix('torch.')})"
+            f"vocabulary {self.vocab_size:,}{bpt} (memory-mapped {dtype})"
         )
 
     def record(self) -> dict[str, Any]:

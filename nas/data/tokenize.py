@@ -36,7 +36,8 @@ def _load_tokenizer(path: Path) -> tuple[Any, bytes]:
         from tokenizers import Tokenizer
     except ImportError:
         raise UserError(
-            "--tokenizer needs the tokenizers package: pip install tokenizers (or pip install 'nas-lm[tokenizers]')"
+            "--tokenizer needs the tokenizers package: pip install tokenizers "
+            "(or pip install 'nas-lm[tokenizers]')"
         ) from None
     if not path.is_file():
         raise UserError(f"--tokenizer {path}: {'not found' if not path.exists() else 'is not a file'}")
@@ -55,7 +56,9 @@ def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Pat
     path = Path(tokenizer_path).expanduser()
     tokenizer, blob = _load_tokenizer(path)
     if not text.is_bytes:
-        raise UserError(f"--tokenizer applies to text; {text.name} already holds token ids (drop --tokenizer)")
+        raise UserError(
+            f"--tokenizer applies to text; {text.name} already holds token ids (drop --tokenizer)"
+        )
     tok_fp = "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
     key = f"{tok_fp[7:]}-{text.fingerprint.removeprefix('sha256:')}"
     out = cache_dir() / "tokens" / key

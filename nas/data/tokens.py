@@ -74,7 +74,8 @@ def read_meta(path: Path) -> dict[str, Any]:
     limit = int(np.iinfo(DTYPES[dtype]).max) + 1
     if vocab > limit:
         raise UserError(
-            f"{meta_path}: dtype {dtype} holds ids below {limit:,}, too few for vocab_size {vocab:,}; use uint32"
+            f"{meta_path}: dtype {dtype} holds ids below {limit:,}, too few for vocab_size {vocab:,}; "
+            "use uint32"
         )
     bpt = meta.get("bytes_per_token")
     if bpt is not None and (isinstance(bpt, bool) or not isinstance(bpt, (int, float)) or not 0 < bpt < 1e6):
@@ -88,7 +89,7 @@ def load_token_dir(path: Path) -> Corpus:
     dtype = DTYPES[meta["dtype"]]
     vocab = int(meta["vocab_size"])
     parts = [_map(path / name, dtype) for name in FILES]
-    for name, part in zip(FILES, parts):
+    for name, part in zip(FILES, parts, strict=True):
         if len(part) == 0:
             raise UserError(f"{path / name}: is empty; a token corpus needs training and validation tokens")
         _check_ids(part, vocab, path / name)
@@ -170,9 +171,7 @@ def token_fingerprint(path: Path, meta: Mapping[str, Any]) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def write_token_dir(
-    path: Path, train: np.ndarray, val: np.ndarray, vocab_size: int, **meta: Any
-) -> Path:
+def write_token_dir(path: Path, train: np.ndarray, val: np.ndarray, vocab_size: int, **meta: Any) -> Path:
     """Write ``train``/``val`` ids as a token directory (dtype chosen from the vocabulary).
 
     Written into a temporary sibling and renamed, so a reader sees the whole
@@ -182,7 +181,7 @@ def write_token_dir(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        for name, ids in zip(FILES, (train, val)):
+        for name, ids in zip(FILES, (train, val), strict=True):
             np.asarray(ids).astype(DTYPES[dtype_name]).tofile(tmp / name)
         doc = {"vocab_size": vocab_size, "dtype": dtype_name, **meta}
         (tmp / META).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -148,8 +148,9 @@ def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
         if key == "data" and key in old:  # by content: same text elsewhere is fine, new text here is not
             if not same_data(old[key], settings[key]):
                 raise UserError(
-                    f"--study {study.study_name!r} was run on other data ({describe_record(old[key])}, now "
-                    f"{describe_record(settings[key])}); continue it on the same data or choose a new --study name"
+                    f"--study {study.study_name!r} was run on other data ({describe_record(old[key])}, "
+                    f"now {describe_record(settings[key])}); continue it on the same data or choose a new "
+                    "--study name"
                 )
             continue
         if key in old and old[key] != settings.get(key):
