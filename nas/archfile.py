@@ -5,11 +5,14 @@ Layout (every key but ``arch`` optional)::
     arch:    {d_model: 128, n_heads: 4, max_len: 128, layers: [...]}   # ArchConfig.to_dict()
     recipe:  {batch_size: 16, lr: 0.003, ...}                         # evaluators.TrainRecipe
     budget:  {steps: 200}                                             # one of steps/tokens/flops/seconds
-    data:    shakespeare                                              # corpus name or path
+    data:    {corpus: shakespeare, vocab_size: 256, fingerprint: ...}  # written by export; or a name/path
     metrics: {val_loss: ...}                                          # measured, written by export
     source:  {study: ..., trial: ...}                                 # where it came from
 
-A file with ``layers`` at the top level is read as a bare architecture.
+A file with ``layers`` at the top level is read as a bare architecture.  ``data``
+as export writes it is ``nas.data.Corpus.record()``: the corpus (and tokenizer)
+by path, name, vocabulary size and content fingerprint, which ``train`` uses to
+find and check the data again (``nas.commands.train.load_data``).
 """
 
 from __future__ import annotations

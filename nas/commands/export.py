@@ -1,9 +1,10 @@
 """``export``: write a finished trial as an architecture file that ``train --arch`` retrains.
 
 The file holds the ArchConfig, the study's training recipe (seed included),
-budget and corpus, the trial's measured metrics, and where it came from, so
-``run_search.py train --arch FILE`` rebuilds the same model and trains it the
-same way.
+budget and data (the corpus and tokenizer by path, name, vocabulary size and
+content fingerprint: ``nas.data.Corpus.record``), the trial's measured metrics,
+and where it came from, so ``run_search.py train --arch FILE`` rebuilds the same
+model and trains it the same way on the same tokens.
 """
 
 from __future__ import annotations

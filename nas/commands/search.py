@@ -71,7 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local", action="store_true",
                    help="no Ray: run the trials one at a time in this process (for debugging: breakpoints "
                    "and tracebacks work); results are the same as with one Ray worker")
-    p.add_argument("--data", default=None, help="text file or directory to train on (default: Shakespeare)")
+    p.add_argument("--data", default=None, help="text file or directory, or a token-file directory "
+                   "(train.bin, val.bin, meta.json), to train on (default: Shakespeare); the vocabulary "
+                   "comes from it")
+    p.add_argument("--tokenizer", metavar="FILE", default=None,
+                   help="a Hugging Face tokenizer.json: tokenizes the text corpus once (cached) before "
+                   "the search")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write per-trial TensorBoard runs")
     p.add_argument("--ray-dashboard", action="store_true", help="start the Ray dashboard (off by default)")
     p.add_argument("--evaluator", default="lm", type=_evaluator,
@@ -139,9 +144,10 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
             hurdles = Hurdles(parse_fractions(fractions), percentile=args.hurdle_percentile)
         except ValueError as err:
             raise UserError(f"--hurdles: {err}") from None
-    from nas.data import load_corpus
+    from nas.data import load_corpus, resolve_data
 
-    load_corpus(args.data)  # a missing or empty corpus is refused now; the default is fetched once here
+    data = resolve_data(args.data, args.tokenizer)  # with --tokenizer: the cached token files, made once here
+    load_corpus(data)  # a missing or empty corpus is refused now; the default is fetched once here
     study = args.study or space.name
     if not study or any(c in study for c in "/\\") or study.startswith("."):
         raise UserError(f"--study {study!r}: use a plain name (letters, digits, - and _)")
@@ -178,7 +184,7 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
         gpus_per_trial=args.gpus_per_trial,
         address=args.address,
         device=args.device,
-        data=args.data,
+        data=data,
         tb_dir=None if args.no_tensorboard else str(runs / study / "tb"),
         retries=args.retries,
         worker_timeout=args.worker_timeout,

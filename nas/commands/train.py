@@ -1,7 +1,9 @@
 """``train``: train one architecture file for a budget and print its metrics.
 
-The file's ``recipe``, ``budget`` and ``data`` sections are used when present;
-command-line flags override them; with no budget anywhere it trains
+The file's ``recipe``, ``budget`` and ``data`` sections are used when present
+(``data`` as exported records the corpus and tokenizer with their fingerprints,
+see :func:`load_data`); command-line flags override them; the model's vocabulary
+is the corpus's; with no budget anywhere it trains
 :data:`DEFAULT_BUDGET`.  ``--json`` makes the last line of stdout one JSON
 object of metrics; progress goes to stderr.
 """
@@ -12,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from evaluators import Budget, Diverged, TrainRecipe, train_lm
@@ -25,8 +28,9 @@ from nas.commands.common import (
     non_negative_int,
     positive_int,
 )
-from nas.data import DEFAULT_CORPUS, load_corpus
-from nas.errors import ConfigError
+from nas.data import DEFAULT_CORPUS, VOCAB_SIZE, Corpus, describe_record, load_corpus, resolve_data
+from nas.data.tokens import is_token_dir
+from nas.errors import ConfigError, UserError
 
 DEFAULT_BUDGET = {"steps": 200}
 
@@ -44,7 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_budget_args(p)
     p.add_argument(
         "--data", metavar="PATH", default=None,
-        help=f"corpus: '{DEFAULT_CORPUS}' (default), a text file, or a directory of text files",
+        help=f"corpus: '{DEFAULT_CORPUS}' (default), a text file, a directory of text files, or a "
+        "token-file directory (train.bin, val.bin, meta.json); the vocabulary comes from it",
+    )  # fmt: skip
+    p.add_argument(
+        "--tokenizer", metavar="FILE", default=None,
+        help="a Hugging Face tokenizer.json: the text corpus is tokenized once (cached) and trained on",
     )  # fmt: skip
     add_device_arg(p)
     p.add_argument("--seed", type=non_negative_int, default=None, help="overrides recipe.seed")
@@ -71,10 +80,52 @@ def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | N
         budget = file_budget or Budget.from_dict(DEFAULT_BUDGET)
     if args.seed is not None:
         recipe = dataclasses.replace(recipe, seed=args.seed)
-    data = args.data if args.data is not None else doc.get("data")
-    if data is not None and not isinstance(data, str):
-        raise ConfigError(f"must be '{DEFAULT_CORPUS}' or a path, got {data!r}", "data", source)
+    data = doc.get("data")
+    record = isinstance(data, dict) and isinstance(data.get("corpus"), str)
+    if not (data is None or isinstance(data, str) or record):
+        raise ConfigError(
+            f"must be '{DEFAULT_CORPUS}', a path, or a record {{corpus: ..., vocab_size: ..., "
+            f"fingerprint: ...}} as export writes it; got {data!r}", "data", source,
+        )  # fmt: skip
     return doc["arch"], recipe, budget, data
+
+
+def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None) -> Corpus:
+    """The corpus to train on: the flags', else the one the file records.
+
+    An exported file records its corpus and tokenizer by path and fingerprint
+    (``Corpus.record``).  Without flags both must still be where they were and hold
+    the same tokens, else one line says which flag to pass.  ``--data`` replaces the
+    recorded corpus (keeping a recorded tokenizer for text), ``--tokenizer`` the
+    recorded tokenizer; data that then differs from the record is trained on with
+    a note.
+    """
+    rec = data if isinstance(data, dict) else None
+    spec = args.data if args.data is not None else (rec["corpus"] if rec else data)
+    tokenizer = args.tokenizer or (rec.get("tokenizer") if rec else None)
+    if args.data is not None and args.tokenizer is None and is_token_dir(Path(args.data).expanduser()):
+        tokenizer = None  # token files need no tokenizer, whatever the file used
+    explicit = args.data is not None or args.tokenizer is not None
+    if rec and not explicit:
+        if spec != DEFAULT_CORPUS and not Path(spec).expanduser().exists():
+            raise UserError(
+                f"{args.arch}: its corpus {spec} is not there (trained on {describe_record(rec)}); "
+                "pass --data PATH with a copy of it"
+            )
+        if tokenizer and not Path(tokenizer).expanduser().is_file():
+            raise UserError(
+                f"{args.arch}: its tokenizer {tokenizer} is not there (fingerprint "
+                f"{rec.get('tokenizer_fingerprint')}); pass --tokenizer PATH with a copy of it"
+            )
+    corpus = load_corpus(resolve_data(spec, tokenizer))
+    if rec and rec.get("fingerprint") and rec["fingerprint"] != corpus.fingerprint:
+        differs = (
+            f"{args.arch} was trained on {describe_record(rec)}; {corpus.name} holds {corpus.fingerprint}"
+        )
+        if not explicit:
+            raise UserError(f"{differs}; pass --data (and --tokenizer) to train on this data anyway")
+        stderr_log(f"note: {differs}")
+    return corpus
 
 
 def recorded_threads(args: argparse.Namespace) -> int | None:
@@ -94,11 +145,14 @@ def recorded_threads(args: argparse.Namespace) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     arch, recipe, budget, data = resolve(args)
+    corpus = load_data(args, data)  # first: a missing corpus is one line, before any progress output
     threads = recorded_threads(args)
     if threads is not None and args.threads is None:
         stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
-    corpus = load_corpus(data)
     stderr_log(corpus.describe())
+    if arch.vocab_size != corpus.vocab_size:
+        stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file says {arch.vocab_size:,})")
+        arch = arch.with_vocab(corpus.vocab_size)
     try:
         metrics = train_lm(
             arch,
@@ -116,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.save:
         stderr_log(f"saved weights to {args.save}")
+    metrics.setdefault("vocab_size", arch.vocab_size)
     if args.json:
         print(json.dumps(jsonable(metrics), sort_keys=False))
     else:
@@ -126,9 +181,10 @@ def run(args: argparse.Namespace) -> int:
 def format_metrics(m: dict[str, Any]) -> str:
     rows = [
         ("architecture", m["arch_id"]),
-        ("val_loss", f"{m['val_loss']:.4f} nats/byte"),
+        ("val_loss", f"{m['val_loss']:.4f} nats/token"),
         ("val_ppl", f"{m['val_ppl']:.3f}"),
-        ("val_bpb", f"{m['val_bpb']:.4f} bits/byte"),
+        ("val_bpb", _bpb(m.get("val_bpb"))),
+        ("vocabulary", f"{m.get('vocab_size', VOCAB_SIZE):,} tokens"),
         ("params", f"{m['params']:,} ({m['non_embedding_params']:,} non-embedding)"),
         ("FLOPs/token", f"{m['flops_per_token']:.4g} forward, {m['train_flops_per_token']:.4g} training"),
         ("trained", f"{m['steps']} steps, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
@@ -137,3 +193,9 @@ def format_metrics(m: dict[str, Any]) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _bpb(value: Any) -> str:
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return f"{value:.4f} bits/byte"
+    return "unknown (the corpus's bytes per token is not known)"

@@ -154,6 +154,17 @@ class ArchConfig:
             "layers": [layer.to_dict() for layer in self.layers],
         }
 
+    def with_vocab(self, vocab_size: int) -> ArchConfig:
+        """This architecture sized for a corpus of ``vocab_size`` tokens (itself when it already is).
+
+        The vocabulary belongs to the data, not to the search: an architecture meets
+        its corpus through this, so the embedding, the output layer, parameters and
+        FLOPs follow the tokenizer.
+        """
+        if vocab_size == self.vocab_size:
+            return self
+        return dataclasses.replace(self, vocab_size=vocab_size)
+
     @classmethod
     def from_dict(cls, raw: Any) -> ArchConfig:
         """Build from plain data.  ``layers`` is a list, or ``{repeat: N, ...one layer...}``."""

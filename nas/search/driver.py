@@ -29,6 +29,7 @@ from optuna.trial import Trial, TrialState
 
 from evaluators import Budget, TrainRecipe
 from nas.compute import compute
+from nas.data import data_record, vocab_size_of
 from nas.errors import ConfigError, UserError
 from nas.execution.pool import NoWorkersLeft
 from nas.search.hurdles import INTERMEDIATE, Hurdles
@@ -94,7 +95,7 @@ class SearchSettings:
             "objective": self.objective,
             "budget": self.budget.to_dict(),
             "recipe": self.recipe.to_dict(),
-            "data": self.data or "shakespeare",
+            "data": data_record(self.data),  # by content: name, vocabulary, fingerprint, tokenizer
             "seed": self.seed,
             "evaluator": self.evaluator,
         }
@@ -332,7 +333,7 @@ class Driver:
                  ) -> tuple[str, str] | None:
         s = self.s
         try:
-            arch = s.space.suggest(trial)
+            arch = s.space.suggest(trial).with_vocab(vocab_size_of(s.data))  # the vocabulary is the data's
         except ConfigError as err:  # the space's own checks should make this rare
             return self._finish_now(study, trial, TrialState.FAIL, f"invalid architecture: {err}")
         c = compute(arch, s.recipe.seq_len)

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from nas.data import describe_record, same_data
 from nas.errors import UserError
 
 OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
@@ -144,6 +145,14 @@ def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
                 f"{settings.get('space_file')}, fingerprint {settings.get(key)}); "
                 "continue it with the same space or choose a new --study name"
             )
+        if key == "data" and key in old:  # by content: same text elsewhere is fine, new text here is not
+            if not same_data(old[key], settings[key]):
+                raise UserError(
+                    f"--study {study.study_name!r} was run on other data ({describe_record(old[key])}, "
+                    f"now {describe_record(settings[key])}); continue it on the same data or choose a new "
+                    "--study name"
+                )
+            continue
         if key in old and old[key] != settings.get(key):
             raise UserError(
                 f"--study {study.study_name!r} was run with a different {key.replace('_', ' ')} "

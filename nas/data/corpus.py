@@ -1,0 +1,150 @@
+"""The :class:`Corpus` every source produces, its content fingerprint, and the cache directory.
+
+A corpus is identified by what it holds, not by the path it was read from: a
+study records :meth:`Corpus.record` (name, vocabulary, fingerprint, tokenizer),
+continues only on data with the same fingerprint (:func:`same_data`), and an
+exported architecture file carries the same record so ``train --arch`` can find
+and check its data again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+DEFAULT_CORPUS = "shakespeare"
+VOCAB_SIZE = 256  # byte-level tokens
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Corpus:
+    """Token ids for training and validation, with what they are and where they came from.
+
+    ``train`` and ``val`` are 1-D tensors: uint8 bytes for text corpora (held in
+    memory), uint16 or uint32 ids memory-mapped from token files (never read
+    whole).  ``bytes_per_token`` turns nats per token into bits per byte: exactly
+    1 for byte corpora, measured on the text for tokenized ones, None when
+    unknown.  ``fingerprint`` is a hash of the content (see :func:`bytes_fingerprint`
+    and :func:`nas.data.tokens.load_token_dir`); ``source`` says how to rebuild it:
+    ``{"corpus": spec}`` plus ``tokenizer`` and ``tokenizer_fingerprint`` when a
+    tokenizer made it.
+    """
+
+    name: str
+    train: Tensor  # (N_train,) token ids
+    val: Tensor  # (N_val,) token ids
+    n_docs: int  # 0 for token files (documents are not known there)
+    val_docs: tuple[str, ...]  # names of the held-out documents (empty: byte-split single document)
+    vocab_size: int = VOCAB_SIZE
+    bytes_per_token: float | None = 1.0
+    fingerprint: str = ""  # computed from train and val when not given
+    source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.fingerprint:
+            object.__setattr__(self, "fingerprint", bytes_fingerprint(self.train, self.val))
+
+    @property
+    def is_bytes(self) -> bool:
+        return self.train.dtype == torch.uint8
+
+    def describe(self) -> str:
+        """One line for logs: what was loaded and how much of it."""
+        if self.is_bytes:
+            held = f"{len(self.val_docs)} held-out documents" if self.val_docs else "last 10% held out"
+            return (
+                f"{self.name}: {self.n_docs} documents, {len(self.train):,} train bytes, "
+                f"{len(self.val):,} validation bytes ({held})"
+            )
+        bpt = f", {self.bytes_per_token:.3g} bytes/token" if self.bytes_per_token else ""
+        dtype = str(self.train.dtype).removeprefix("torch.")
+        return (
+            f"{self.name}: {len(self.train):,} train tokens, {len(self.val):,} validation tokens, "
+            f"vocabulary {self.vocab_size:,}{bpt} (memory-mapped {dtype})"
+        )
+
+    def record(self) -> dict[str, Any]:
+        """What a study and an exported architecture file store about this corpus."""
+        rec: dict[str, Any] = {
+            "corpus": self.source.get("corpus", self.name),
+            "name": self.name,
+            "vocab_size": self.vocab_size,
+            "fingerprint": self.fingerprint,
+        }
+        for key in ("tokenizer", "tokenizer_fingerprint"):
+            if self.source.get(key):
+                rec[key] = self.source[key]
+        return rec
+
+
+def bytes_fingerprint(train: Tensor, val: Tensor) -> str:
+    """sha256 of every token of an in-memory corpus, with the split point (16 hex digits)."""
+    h = hashlib.sha256(f"{train.dtype}:{len(train)}:{len(val)}\n".encode())
+    for part in (train, val):
+        if len(part):
+            h.update(memoryview(part.contiguous().numpy()))
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def same_data(old: Any, new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` (a :meth:`Corpus.record`) is the data a study recorded as ``old``.
+
+    Records are compared by fingerprint, so the same text under another path is the
+    same data and other text under the same path is not.  Studies made before
+    fingerprints recorded the ``--data`` string (None or ``shakespeare`` for the
+    default); those compare by the resolved path.
+    """
+    if isinstance(old, Mapping):
+        return bool(old.get("fingerprint")) and old.get("fingerprint") == new.get("fingerprint")
+    if new.get("tokenizer"):
+        return False
+    if old in (None, DEFAULT_CORPUS):
+        return new.get("corpus") == DEFAULT_CORPUS
+    return isinstance(old, str) and str(Path(old).expanduser().resolve()) == new.get("corpus")
+
+
+def describe_record(rec: Any) -> str:
+    """A record (or a legacy path string) in a few words, for error messages."""
+    if not isinstance(rec, Mapping):
+        return repr(rec or DEFAULT_CORPUS)
+    tok = f" tokenized by {rec['tokenizer']}" if rec.get("tokenizer") else ""
+    return f"{rec.get('corpus')}{tok} (vocabulary {rec.get('vocab_size')}, {rec.get('fingerprint')})"
+
+
+def cache_dir() -> Path:
+    """Where processed corpora are cached: ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
+    env = os.environ.get("NAS_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "nas-lm"
+
+
+class file_lock:
+    """An exclusive advisory lock (POSIX ``flock``), so concurrent processes build a cache entry once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def __enter__(self) -> file_lock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: atomic writes still keep readers safe
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None

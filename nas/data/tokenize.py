@@ -1,0 +1,116 @@
+"""Text through a local Hugging Face ``tokenizers`` file, once, into cached token files.
+
+``--tokenizer PATH/tokenizer.json`` turns a text corpus (the default Shakespeare,
+a file, a directory) into a token directory under ``cache_dir()/tokens/``, keyed
+by the tokenizer file's content hash and the text's fingerprint, so any later
+run, worker or retrain with the same two inputs reuses it.  Nothing is fetched
+from a hub: the tokenizer is read from disk.
+
+Each document (the byte corpus's train and validation text, split at its NUL
+separators) is encoded in pieces of about a MiB cut at line ends, so memory
+stays bounded for big documents; tokenizers that merge across a newline lose
+those merges at the cuts only.  ``bytes_per_token`` is measured on the
+validation text, the text bits per byte are reported on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nas.data.corpus import Corpus, cache_dir, file_lock
+from nas.data.text import SEPARATOR
+from nas.data.tokens import META, is_token_dir, write_token_dir
+from nas.errors import UserError
+
+_PIECE = 1 << 20  # characters per encoded piece
+
+
+def _load_tokenizer(path: Path) -> tuple[Any, bytes]:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UserError(
+            "--tokenizer needs the tokenizers package: pip install tokenizers "
+            "(or pip install 'nas-lm[tokenizers]')"
+        ) from None
+    if not path.is_file():
+        raise UserError(f"--tokenizer {path}: {'not found' if not path.exists() else 'is not a file'}")
+    try:
+        blob = path.read_bytes()
+        return Tokenizer.from_str(blob.decode("utf-8")), blob
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"--tokenizer {path}: cannot read it ({err})") from None
+    except Exception as err:  # noqa: BLE001 - the Rust parser raises plain Exception
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"--tokenizer {path}: not a Hugging Face tokenizers file ({first})") from None
+
+
+def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Path:
+    """The cached token directory of ``text`` (a byte corpus) through the tokenizer file."""
+    path = Path(tokenizer_path).expanduser()
+    tokenizer, blob = _load_tokenizer(path)
+    if not text.is_bytes:
+        raise UserError(
+            f"--tokenizer applies to text; {text.name} already holds token ids (drop --tokenizer)"
+        )
+    tok_fp = "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
+    key = f"{tok_fp[7:]}-{text.fingerprint.removeprefix('sha256:')}"
+    out = cache_dir() / "tokens" / key
+    source = {
+        "corpus": text.source.get("corpus", text.name),
+        "tokenizer": str(path.resolve()),
+        "tokenizer_fingerprint": tok_fp,
+    }
+    with file_lock(out.with_name(key + ".lock")):
+        if not is_token_dir(out):
+            _write(out, text, tokenizer, source, path.name)
+        else:
+            _update_source(out, source)
+    return out
+
+
+def _write(out: Path, text: Corpus, tokenizer: Any, source: dict[str, str], tok_name: str) -> None:
+    vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    ids = []
+    for part in (text.train, text.val):
+        docs = bytes(part.numpy()).split(SEPARATOR)
+        ids.append(np.concatenate([_encode(tokenizer, d.decode("utf-8")) for d in docs]))
+    val_bytes = len(bytes(text.val.numpy()).replace(SEPARATOR, b""))
+    write_token_dir(
+        out,
+        ids[0],
+        ids[1],
+        vocab,
+        bytes_per_token=val_bytes / max(1, len(ids[1])),
+        name=f"{text.name} tokenized by {tok_name}",
+        source=source,
+    )
+
+
+def _encode(tokenizer: Any, doc: str) -> np.ndarray:
+    pieces, start = [], 0
+    while start < len(doc):
+        end = doc.find("\n", start + _PIECE)
+        end = len(doc) if end < 0 else end + 1
+        pieces.append(doc[start:end])
+        start = end
+    encoded = tokenizer.encode_batch(pieces, add_special_tokens=False) if pieces else []
+    return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encoded] or [np.zeros(0, np.int64)])
+
+
+def _update_source(out: Path, source: dict[str, str]) -> None:
+    """Point a cache hit's meta.json at the paths given now (the fingerprint ignores them)."""
+    meta_path = out / META
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("source") == source:
+        return
+    meta["source"] = source
+    tmp = meta_path.with_name(f".{META}.{os.getpid()}")
+    tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, meta_path)

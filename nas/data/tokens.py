@@ -1,0 +1,193 @@
+"""Token-file corpora: ``train.bin``, ``val.bin`` and ``meta.json`` in one directory.
+
+The format nanoGPT and llm.c users already have: raw little-endian token ids,
+``uint16`` (vocabularies up to 65,536) or ``uint32``, and ``meta.json`` with at
+least ``{"vocab_size": N, "dtype": "uint16"}``, optionally ``"bytes_per_token"``
+(so bits per byte can be reported), ``"name"`` and ``"source"`` (written by
+:mod:`nas.data.tokenize`).
+
+The files are memory-mapped (numpy copy-on-write maps wrapped as tensors), never
+read whole: a 50 GB corpus needs the pages that batches touch, not 50 GB of RAM.
+Checks made on loading, each a one-line :class:`UserError`: meta.json present and
+valid, a known dtype wide enough for the vocabulary, sizes a multiple of the
+dtype, neither file empty, and no id >= vocab_size in every id of files up to
+:data:`FULL_CHECK` tokens, or in :data:`SAMPLE_CHUNKS` evenly spaced chunks of
+:data:`CHUNK` tokens of bigger ones (about a million ids: milliseconds, not a
+pass over 50 GB).  An out-of-range id outside the sample is caught by the
+model's embedding when a batch reaches it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nas.data.corpus import Corpus
+from nas.errors import UserError
+
+META = "meta.json"
+FILES = ("train.bin", "val.bin")
+DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+FULL_CHECK = 1 << 22  # ids checked one by one up to this many tokens per file
+CHUNK = 1 << 14  # tokens per sampled chunk above it
+SAMPLE_CHUNKS = 64
+_HASH_CHUNK = 1 << 20  # bytes per fingerprint chunk
+_HASH_WHOLE = 64 << 20  # files up to this size are hashed whole
+
+
+def is_token_dir(path: Path) -> bool:
+    """A directory that holds (or is meant to hold) token files rather than text."""
+    return path.is_dir() and any((path / name).exists() for name in (META, *FILES))
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """meta.json of a token directory, checked: vocab_size, dtype, bytes_per_token."""
+    meta_path = path / META
+    if not meta_path.is_file():
+        raise UserError(
+            f"{meta_path}: missing; a token-file directory needs meta.json with "
+            '{"vocab_size": N, "dtype": "uint16" or "uint32"} next to train.bin and val.bin'
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserError(f"{meta_path}: not readable JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{meta_path}: must be a JSON object with vocab_size and dtype")
+    vocab = meta.get("vocab_size")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise UserError(f"{meta_path}: vocab_size must be a positive integer, got {vocab!r}")
+    dtype = meta.get("dtype")
+    if dtype not in DTYPES:
+        raise UserError(f"{meta_path}: unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    limit = int(np.iinfo(DTYPES[dtype]).max) + 1
+    if vocab > limit:
+        raise UserError(
+            f"{meta_path}: dtype {dtype} holds ids below {limit:,}, too few for vocab_size {vocab:,}; "
+            "use uint32"
+        )
+    bpt = meta.get("bytes_per_token")
+    if bpt is not None and (isinstance(bpt, bool) or not isinstance(bpt, (int, float)) or not 0 < bpt < 1e6):
+        raise UserError(f"{meta_path}: bytes_per_token must be a positive number, got {bpt!r}")
+    return meta
+
+
+def load_token_dir(path: Path) -> Corpus:
+    """The memory-mapped corpus in a token directory (see the module docstring for the checks)."""
+    meta = read_meta(path)
+    dtype = DTYPES[meta["dtype"]]
+    vocab = int(meta["vocab_size"])
+    parts = [_map(path / name, dtype) for name in FILES]
+    for name, part in zip(FILES, parts, strict=True):
+        if len(part) == 0:
+            raise UserError(f"{path / name}: is empty; a token corpus needs training and validation tokens")
+        _check_ids(part, vocab, path / name)
+    source = meta.get("source") if isinstance(meta.get("source"), Mapping) else {}
+    bpt = meta.get("bytes_per_token")
+    return Corpus(
+        name=str(meta.get("name") or path),
+        train=parts[0],
+        val=parts[1],
+        n_docs=0,
+        val_docs=(),
+        vocab_size=vocab,
+        bytes_per_token=float(bpt) if bpt is not None else None,
+        fingerprint=token_fingerprint(path, meta),
+        source={"corpus": str(path.resolve()), **source},
+    )
+
+
+def _map(file: Path, dtype: np.dtype) -> Tensor:
+    if not file.is_file():
+        raise UserError(f"{file}: missing; a token-file directory holds {', '.join(FILES)} and {META}")
+    size = file.stat().st_size
+    if size % dtype.itemsize:
+        raise UserError(
+            f"{file}: {size:,} bytes is not a multiple of {dtype.itemsize} ({dtype.name} ids); "
+            "is meta.json's dtype right, or the file truncated?"
+        )
+    if size == 0:
+        return torch.empty(0, dtype=torch.uint16 if dtype.itemsize == 2 else torch.uint32)
+    # Copy-on-write ("c"): pages are read from the file on first touch and never written
+    # back, so the tensor is writable as torch expects without risking the file.
+    array = np.memmap(file, dtype=dtype, mode="c")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns about uint16/uint32 support being limited
+        return torch.from_numpy(array)
+
+
+def _check_ids(part: Tensor, vocab: int, file: Path) -> None:
+    """No id >= vocab in all of a small file, or in a bounded sample of chunks of a big one."""
+    n = len(part)
+    if n <= FULL_CHECK:
+        spans = [(0, n)]
+    else:
+        starts = np.linspace(0, n - CHUNK, SAMPLE_CHUNKS).astype(np.int64)
+        spans = [(int(s), int(s) + CHUNK) for s in starts]
+    array = part.numpy()
+    for a, b in spans:
+        top = int(array[a:b].max())
+        if top >= vocab:
+            where = a + int(np.argmax(array[a:b] >= vocab))
+            raise UserError(
+                f"{file}: token id {top:,} at position {where:,} is >= vocab_size {vocab:,} (meta.json); "
+                "the vocabulary or the dtype in meta.json is wrong"
+            )
+
+
+def token_fingerprint(path: Path, meta: Mapping[str, Any]) -> str:
+    """A hash of the tokens: meta's vocab_size and dtype, the file sizes, and their content.
+
+    Files up to 64 MiB are hashed whole.  Bigger ones are hashed from their first and
+    last MiB and 62 evenly spaced MiB between, so a 50 GB corpus is identified in
+    milliseconds; two corpora of the same sizes that differ only between those
+    samples would share a fingerprint, which for real token files does not happen
+    by accident.  ``name`` and ``source`` are left out: they say where the tokens
+    came from, not what they are.
+    """
+    h = hashlib.sha256(f"{meta['vocab_size']}:{meta['dtype']}\n".encode())
+    for name in FILES:
+        file = path / name
+        size = file.stat().st_size
+        h.update(f"{name}:{size}\n".encode())
+        with open(file, "rb") as f:
+            if size <= _HASH_WHOLE:
+                h.update(f.read())
+                continue
+            for offset in np.linspace(0, size - _HASH_CHUNK, SAMPLE_CHUNKS).astype(np.int64):
+                f.seek(int(offset))
+                h.update(f.read(_HASH_CHUNK))
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def write_token_dir(path: Path, train: np.ndarray, val: np.ndarray, vocab_size: int, **meta: Any) -> Path:
+    """Write ``train``/``val`` ids as a token directory (dtype chosen from the vocabulary).
+
+    Written into a temporary sibling and renamed, so a reader sees the whole
+    directory or none.  ``meta`` adds fields (``bytes_per_token``, ``name``, ``source``).
+    """
+    dtype_name = "uint16" if vocab_size <= 1 << 16 else "uint32"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        for name, ids in zip(FILES, (train, val), strict=True):
+            np.asarray(ids).astype(DTYPES[dtype_name]).tofile(tmp / name)
+        doc = {"vocab_size": vocab_size, "dtype": dtype_name, **meta}
+        (tmp / META).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path

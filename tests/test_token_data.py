@@ -1,0 +1,244 @@
+"""nas.data for token files and tokenizers: loading, checks, batches, fingerprints, the tokenizer cache."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from token_corpus import token_stream, train_tiny_bpe, write_token_corpus
+
+from nas.data import (
+    Corpus,
+    get_batch,
+    load_corpus,
+    resolve_data,
+    same_data,
+    validation_windows,
+    vocab_size_of,
+    write_token_dir,
+)
+from nas.data.tokens import DTYPES
+from nas.errors import UserError
+from nas.models import ArchConfig
+
+
+def test_token_dir_is_memory_mapped_with_its_vocabulary(tmp_path: Path) -> None:
+    corpus = load_corpus(write_token_corpus(tmp_path / "tok", vocab_size=1000, bytes_per_token=3.5))
+    assert corpus.vocab_size == 1000 and corpus.bytes_per_token == 3.5
+    assert corpus.train.dtype == torch.uint16 and len(corpus.train) == 20_000 and len(corpus.val) == 4_000
+    assert torch.equal(corpus.val.long(), torch.from_numpy(token_stream(4_000, 1000, 1)))
+    assert _mapped_from(corpus.train.data_ptr()) == tmp_path / "tok" / "train.bin"  # not a copy in memory
+    assert vocab_size_of(str(tmp_path / "tok")) == 1000 and vocab_size_of(None) == 256
+    assert "20,000 train tokens" in corpus.describe()
+
+
+def _mapped_from(address: int) -> Path | None:
+    """The file whose memory mapping holds ``address`` (Linux /proc/self/maps), or None."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if lo <= address < hi:
+            return Path(fields[5]) if len(fields) == 6 else None
+    return None
+
+
+def test_big_vocabularies_use_uint32(tmp_path: Path) -> None:
+    corpus = load_corpus(write_token_corpus(tmp_path / "tok", vocab_size=70_000))
+    assert json.loads((tmp_path / "tok" / "meta.json").read_text())["dtype"] == "uint32"
+    assert corpus.train.dtype == torch.uint32 and int(corpus.train.long().max()) >= 1 << 16
+    x, _ = get_batch(corpus.train, 4, 32, torch.Generator().manual_seed(0))  # torch's uint32 ops suffice
+    assert int(x.max()) < 70_000 and validation_windows(corpus.val, 2, 32)[0].shape == (2, 32)
+    assert corpus.bytes_per_token is None  # not given: bits per byte cannot be known
+
+
+def test_batches_from_token_files_are_seeded_windows(tmp_path: Path) -> None:
+    corpus = load_corpus(write_token_corpus(tmp_path / "tok"))
+    x1, y1 = get_batch(corpus.train, 8, 64, torch.Generator().manual_seed(1))
+    x2, _ = get_batch(corpus.train, 8, 64, torch.Generator().manual_seed(1))
+    assert x1.dtype == torch.int64 and x1.shape == (8, 64) and torch.equal(x1, x2)
+    assert torch.equal(x1[:, 1:], y1[:, :-1])
+    stream = corpus.train.long()
+    for row in x1:  # every row is a window of the stream
+        start = int(torch.nonzero((stream.unfold(0, 64, 1) == row).all(1))[0])
+        assert torch.equal(stream[start : start + 64], row)
+    vx, vy = validation_windows(corpus.val, 4, 64)
+    assert torch.equal(vx.flatten(), corpus.val[:256].long()) and torch.equal(
+        vy.flatten(), corpus.val[1:257].long()
+    )
+
+
+def test_byte_batches_are_the_same_as_before(corpus_dir: Path) -> None:
+    """The window gather was rewritten for speed; byte corpora must give the same batches (same loss)."""
+    data = load_corpus(corpus_dir).train
+    g, ref = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    for _ in range(3):
+        x, y = get_batch(data, 16, 32, g)
+        starts = torch.randint(len(data) - 32, (16,), generator=ref)
+        window = data[starts[:, None] + torch.arange(33)].long()  # the previous formula
+        assert torch.equal(x, window[:, :-1]) and torch.equal(y, window[:, 1:])
+
+
+def _no_meta(d: Path) -> str:
+    (d / "meta.json").unlink()
+    return "meta.json: missing"
+
+
+def _unknown_dtype(d: Path) -> str:
+    (d / "meta.json").write_text('{"vocab_size": 1000, "dtype": "int8"}')
+    return "unknown dtype 'int8'"
+
+
+def _dtype_too_small(d: Path) -> str:
+    (d / "meta.json").write_text('{"vocab_size": 70000, "dtype": "uint16"}')
+    return "too few for vocab_size 70,000"
+
+
+def _id_out_of_range(d: Path) -> str:
+    (d / "meta.json").write_text('{"vocab_size": 500, "dtype": "uint16"}')
+    return "is >= vocab_size 500"
+
+
+def _ragged_size(d: Path) -> str:
+    with open(d / "train.bin", "ab") as f:
+        f.write(b"\x01")
+    return "not a multiple of 2"
+
+
+def _empty_val(d: Path) -> str:
+    (d / "val.bin").write_bytes(b"")
+    return "val.bin: is empty"
+
+
+def _no_train(d: Path) -> str:
+    (d / "train.bin").unlink()
+    return "train.bin: missing"
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train],
+)
+def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
+    d = write_token_corpus(tmp_path / "tok")
+    expected = spoil(d)
+    with pytest.raises(UserError) as info:
+        load_corpus(d)
+    assert expected in str(info.value) and str(d) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_ids_are_checked_in_a_sample_of_big_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nas.data import tokens
+
+    monkeypatch.setattr(tokens, "FULL_CHECK", 1000)  # a "big" file without writing gigabytes
+    monkeypatch.setattr(tokens, "CHUNK", 100)
+    train = np.zeros(50_000, np.int64)
+    train[-1] = 999  # the last chunk is always sampled
+    write_token_dir(tmp_path / "tok", train, np.zeros(10, np.int64), 500)
+    with pytest.raises(UserError, match="token id 999 at position 49,999"):
+        load_corpus(tmp_path / "tok")
+
+
+def test_fingerprint_is_of_the_content_not_the_path(tmp_path: Path, corpus_dir: Path) -> None:
+    a = load_corpus(write_token_corpus(tmp_path / "a"))
+    b = load_corpus(write_token_corpus(tmp_path / "b", name="another name"))
+    c = load_corpus(write_token_corpus(tmp_path / "c", n_train=20_001))
+    assert a.fingerprint == b.fingerprint != c.fingerprint
+    assert same_data(a.record(), b.record()) and not same_data(a.record(), c.record())
+    text = load_corpus(corpus_dir)
+    assert load_corpus(str(corpus_dir) + "/").fingerprint == text.fingerprint
+    assert text.record()["corpus"] == str(corpus_dir.resolve())
+    # Studies made before fingerprints recorded the --data string.
+    assert same_data(str(corpus_dir), text.record()) and not same_data("shakespeare", text.record())
+
+
+def test_big_files_are_fingerprinted_from_a_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nas.data import tokens
+
+    monkeypatch.setattr(tokens, "_HASH_WHOLE", 1 << 12)
+    monkeypatch.setattr(tokens, "_HASH_CHUNK", 1 << 8)
+    d = write_token_corpus(tmp_path / "tok")
+    before = load_corpus(d).fingerprint
+    data = bytearray((d / "train.bin").read_bytes())
+    data[0] ^= 1  # the first chunk is always hashed
+    (d / "train.bin").write_bytes(bytes(data))
+    assert load_corpus(d).fingerprint != before
+
+
+def test_empty_data_spec_is_refused() -> None:
+    for call in (lambda: load_corpus(""), lambda: resolve_data(" "), lambda: resolve_data(None, "")):
+        with pytest.raises(UserError, match="is empty"):
+            call()
+
+
+def test_with_vocab() -> None:
+    arch = ArchConfig.from_dict(
+        {"d_model": 16, "n_heads": 2, "max_len": 8, "layers": {"repeat": 1, "attention": "mha"}}
+    )
+    assert arch.with_vocab(256) is arch
+    bigger = arch.with_vocab(1000)
+    assert bigger.vocab_size == 1000 and bigger.layers == arch.layers and bigger.arch_id != arch.arch_id
+
+
+# -- tokenizers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tokenizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    return train_tiny_bpe(tmp_path / "tok" / "tokenizer.json", vocab_size=300)
+
+
+def test_tokenizer_makes_cached_token_files_once(tokenizer: Path, corpus_dir: Path, tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    spec = resolve_data(str(corpus_dir), str(tokenizer))
+    assert Path(spec).parent == tmp_path / "cache" / "tokens"
+    corpus = load_corpus(spec)
+    text = load_corpus(corpus_dir)
+    tok = Tokenizer.from_file(str(tokenizer))
+    assert corpus.vocab_size == tok.get_vocab_size() == 300
+    assert (
+        tok.decode(corpus.val.tolist()) == bytes(text.val.numpy()).decode()
+    )  # the validation text, losslessly
+    assert corpus.bytes_per_token == pytest.approx(len(text.val) / len(corpus.val))
+    assert corpus.record()["tokenizer"] == str(tokenizer.resolve())
+    assert corpus.record()["corpus"] == str(corpus_dir.resolve())
+    stamp = (Path(spec) / "train.bin").stat().st_mtime_ns
+    assert resolve_data(str(corpus_dir), str(tokenizer)) == spec  # a cache hit: nothing rewritten
+    assert (Path(spec) / "train.bin").stat().st_mtime_ns == stamp
+    moved = tmp_path / "elsewhere.json"
+    moved.write_bytes(tokenizer.read_bytes())
+    again = load_corpus(resolve_data(str(corpus_dir), str(moved)))  # same content: same tokens, new path
+    assert again.fingerprint == corpus.fingerprint and again.record()["tokenizer"] == str(moved.resolve())
+
+
+def test_tokenizer_errors(tokenizer: Path, corpus_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    cases = [
+        (str(tmp_path / "nope.json"), str(corpus_dir), "not found"),
+        (str(bad), str(corpus_dir), "not a Hugging Face tokenizers file"),
+        (str(tokenizer), str(write_token_corpus(tmp_path / "ids")), "already holds token ids"),
+    ]
+    for tok, data, expected in cases:
+        with pytest.raises(UserError, match=expected) as info:
+            resolve_data(data, tok)
+        assert "\n" not in str(info.value)
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if not installed
+    with pytest.raises(UserError, match="pip install tokenizers"):
+        resolve_data(str(corpus_dir), str(tokenizer))
+
+
+def test_corpus_defaults_keep_byte_corpora_as_they_were() -> None:
+    data = torch.tensor(list(b"hello world"), dtype=torch.uint8)
+    corpus = Corpus("x", data[:8], data[8:], 1, ())
+    assert (
+        corpus.vocab_size == 256
+        and corpus.bytes_per_token == 1.0
+        and corpus.fingerprint.startswith("sha256:")
+    )
+    assert DTYPES["uint16"].itemsize == 2
