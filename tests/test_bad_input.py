@@ -272,7 +272,7 @@ def in_case_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     def no_pool(settings: Any) -> Any:
         raise AssertionError("a bad-input case got past validation to the worker pool")
 
-    monkeypatch.setattr(nas.search.driver, "_ray_pool", no_pool)
+    monkeypatch.setattr(nas.search.driver, "default_pool", no_pool)
     return tmp_path
 
 
