@@ -12,7 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import UserError
 from nas.search.hurdles import INTERMEDIATE
-from nas.search.study import default_storage, is_optuna_sqlite, load_study, open_storage
+from nas.search.study import default_storage, load_study, open_storage
 
 
 def _row(t: FrozenTrial, pareto: bool) -> dict[str, Any]:
@@ -123,9 +123,7 @@ def open_existing_study(
                 )
                 raise UserError(f"--study {name!r} not found: no {path}; {where}")
             raise UserError(f"--storage {url!r}: no such database file {path}")
-        if not is_optuna_sqlite(path):  # opening it would add Optuna's tables to someone else's file
-            raise UserError(f"--storage {url!r}: {path} is not an Optuna study database")
-    return load_study(open_storage(url, create_dirs=False), name), url
+    return load_study(open_storage(url, read_only=True), name), url
 
 
 def jsonable(value: Any) -> Any:

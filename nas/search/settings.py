@@ -26,7 +26,7 @@ from nas.errors import UserError
 from nas.search.hurdles import Hurdles
 from nas.search.samplers import SAMPLERS
 from nas.search.space import SearchSpace
-from nas.search.storage import check_storage_url
+from nas.search.storage import check_storage_url, is_memory_sqlite
 
 OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
 DEVICES = ("auto", "cpu", "cuda")
@@ -70,6 +70,11 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         _check_study_name(self.study)
+        if is_memory_sqlite(self.storage):
+            raise UserError(
+                f"--storage {self.storage!r} keeps the study in memory: every trial would be lost when the "
+                "search ends; use a file (sqlite:///path/study.db) or a database server (postgresql://...)"
+            )
         _check_int("trials", self.trials, low=1)
         _check_int("seed", self.seed, low=0, high=MAX_SEED)
         _check_int("workers", self.workers, low=1)
