@@ -39,7 +39,6 @@ from nas.search.settings import SearchSettings
 from nas.search.study import (
     count_done,
     create_new_study,
-    enqueue_seed_archs,
     load_existing_study,
     recover_stale,
     requeue,
@@ -98,8 +97,7 @@ class Driver:
         pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
         try:
             if study is None:
-                study = create_new_study(s)
-                seeds = enqueue_seed_archs(study, s.space)
+                study, seeds = create_new_study(s)
                 if seeds:
                     report.line(f"seeded the first generation with: {', '.join(seeds)}")
             self.study = study

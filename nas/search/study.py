@@ -21,7 +21,6 @@ from nas.search.space import SearchSpace
 from nas.search.storage import (  # noqa: F401 - re-exported: the read-only commands open studies through here
     default_storage,
     fast_sqlite_commits,
-    is_optuna_sqlite,
     open_storage,
     storage_exists,
 )
@@ -43,9 +42,7 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
 
 def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
     """Refuse to continue a study under different settings (the results would not compare)."""
-    old = study.user_attrs.get(SETTINGS)
-    if old is None:
-        return
+    old = study.user_attrs[SETTINGS]
     for key in ("space_fingerprint", "objective", "budget", "recipe", "data", "seed", "evaluator"):
         if key == "space_fingerprint" and key in old and old[key] != settings.get(key):
             raise UserError(
@@ -74,6 +71,13 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
     if not study_exists(storage, settings.study):
         return None
     study = optuna.load_study(study_name=settings.study, storage=storage, sampler=_sampler(settings))
+    if SETTINGS not in study.user_attrs:
+        if _never_ran(study):  # its creation was interrupted: create_new_study replaces it
+            return None
+        raise UserError(
+            f"--study {settings.study!r} has trials but no settings record (it was not made by "
+            "`search`), so nothing says what they were run with; choose a new --study name"
+        )
     if len(study.directions) != len(OBJECTIVES[settings.objective]):
         raise UserError(
             f"--study {settings.study!r} has {len(study.directions)} objective(s); "
@@ -84,16 +88,33 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
     return study
 
 
-def create_new_study(settings: SearchSettings) -> optuna.Study:
-    """Create the study (and its SQLite file and directory) and record the settings it must keep."""
+def create_new_study(settings: SearchSettings) -> tuple[optuna.Study, list[str]]:
+    """Create the study (and its SQLite file and directory); returns it and the seed archs queued.
+
+    Optuna writes a study and each of its attributes in separate transactions, so the
+    settings record is written last and is the commit point: a study without it was
+    interrupted while being created, has run nothing, and is replaced here.
+    """
+    storage = open_storage(settings.storage, writer=True)
+    if study_exists(storage, settings.study):
+        old = optuna.load_study(study_name=settings.study, storage=storage)
+        if SETTINGS in old.user_attrs or not _never_ran(old):
+            raise UserError(f"--study {settings.study!r} exists already in --storage {settings.storage!r}")
+        optuna.delete_study(study_name=settings.study, storage=storage)
     study = optuna.create_study(
         study_name=settings.study,
-        storage=open_storage(settings.storage, writer=True),
+        storage=storage,
         directions=list(OBJECTIVES[settings.objective]),
         sampler=_sampler(settings),
     )
+    seeds = enqueue_seed_archs(study, settings.space)
     study.set_user_attr(SETTINGS, settings.fingerprint())
-    return study
+    return study, seeds
+
+
+def _never_ran(study: optuna.Study) -> bool:
+    """No trial of ``study`` was ever asked: at most the seed architectures are queued."""
+    return all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
 def _sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
