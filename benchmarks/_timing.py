@@ -22,7 +22,7 @@ def timed_search(argv: list[str]) -> tuple[Any, dict[str, float]]:
     marks: dict[str, float] = {"start": time.perf_counter()}
 
     def pool_factory(s: Any) -> Any:
-        pool = drv._ray_pool(s)
+        pool = drv.default_pool(s)
         while len(pool.worker_pids()) < s.workers:  # every actor placed, started and answering
             pool.wait(0.05)
         marks["ready"] = time.perf_counter()  # overwritten below when the search loop starts

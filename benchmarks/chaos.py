@@ -39,7 +39,7 @@ from optuna.trial import TrialState  # noqa: E402
 from nas.cli import build_parser  # noqa: E402
 from nas.commands.search import build_settings  # noqa: E402
 from nas.execution.chaos import WorkerKiller  # noqa: E402
-from nas.search.driver import Driver, _ray_pool  # noqa: E402
+from nas.search.driver import Driver, default_pool  # noqa: E402
 
 SECTION = "chaos"
 DOC = ROOT / "docs" / "reliability.md"
@@ -139,7 +139,7 @@ def main() -> int:
         holder: dict[str, Any] = {}
 
         def factory(s: Any) -> Any:
-            pool = holder["pool"] = _ray_pool(s)
+            pool = holder["pool"] = default_pool(s)
             holder["sockets"] = listening()
             holder["node_ip"] = getattr(pool, "node_ip", "?")
             return pool

@@ -67,10 +67,10 @@ def measure(
     trials: int, workers: int, sleep: float, extra: tuple[str, ...], rollback: bool
 ) -> dict[str, Any]:
     """One search in this process; returns its timings."""
-    from nas.search import driver as drv
+    from nas.search import storage
 
     if rollback:  # what the driver did before it switched SQLite to WAL (see fast_sqlite_commits)
-        drv.fast_sqlite_commits = lambda study: None
+        storage.fast_sqlite_commits = lambda rdb: None
     runs = tempfile.mkdtemp(prefix="nas-orch-")
     study, marks = _timing.timed_search(
         ["search", "--space", str(SPACE), "--trials", str(trials), "--workers", str(workers),
@@ -200,7 +200,7 @@ def main() -> int:
         f"process; the short configurations take turns over {args.repeats} rounds (medians; *range* is "
         "min - max). *rollback journal (before)* is the driver with SQLite's default journal, as it "
         "was before this benchmark (every commit waits for an fsync; see `fast_sqlite_commits` in "
-        "`nas/search/driver.py`).\n\n"
+        "`nas/search/storage.py`).\n\n"
         f"{md}\n\n{estimate}\n\n{verdict}\n\n"
         "Where the time of a `sleep:0` trial goes (one worker, measured by wrapping the driver's "
         "methods): about half is Optuna itself (`ask` about 5 ms, sampling about 12 ms for the default "

@@ -160,9 +160,9 @@ def search(sampler: str, seed: int, n: int, limit: int, objective: StandIn) -> l
     from optuna.trial import TrialState
 
     from nas.compute import compute
-    from nas.search.driver import enqueue_seed_archs
     from nas.search.samplers import make_sampler
     from nas.search.space import load_space
+    from nas.search.study import enqueue_seed_archs
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(SPACE)

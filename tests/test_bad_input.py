@@ -13,7 +13,9 @@ fails the test, so a case that slips through validation cannot start Ray.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import hashlib
 import sqlite3
 import subprocess
@@ -24,6 +26,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 import nas.search.driver
@@ -70,6 +73,42 @@ def foreign_sqlite(path: Path) -> None:
         db.execute("CREATE TABLE notes (text TEXT)")
         db.execute("INSERT INTO notes VALUES ('mine')")
 
+
+def optuna_lookalike(path: Path) -> None:
+    """Someone else's database that happens to have tables named ``studies`` and ``trials``.
+
+    In WAL mode, so a reader that opened it would leave ``-wal`` and ``-shm`` files beside it.
+    """
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE studies (id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("CREATE TABLE trials (id INTEGER PRIMARY KEY, study INTEGER, score REAL)")
+        db.execute("INSERT INTO studies VALUES (1, 'mine')")
+        db.commit()
+
+
+def damaged_study(path: Path) -> None:
+    """A real Optuna study database in WAL mode, cut to half its size (a disk filled up, a bad copy)."""
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+    study = optuna.create_study(study_name="s", storage=storage)
+    for i in range(30):
+        study.add_trial(optuna.trial.create_trial(value=float(i), params={"x": float(i)},
+                                                  distributions={"x": FloatDistribution(0, 100)},
+                                                  user_attrs={"note": "x" * 200}))
+    with storage.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    storage.engine.dispose()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+#: the five commands that open a study, on the SQLite file DB (``{db}`` in the URL)
+STUDY_COMMANDS: dict[str, list[str]] = {
+    "best": ["best", "--study", "s", "--storage", "sqlite:///DB"],
+    "show": ["show", "--study", "s", "--storage", "sqlite:///DB", "--trial", "0"],
+    "plot": ["plot", "--study", "s", "--storage", "sqlite:///DB", "--out", "plots"],
+    "export": ["export", "--study", "s", "--storage", "sqlite:///DB", "--best", "--out", "x.yaml"],
+}
 
 #: what each case's directory holds: the valid space, a corpus, and a few decoys
 BASE_FILES: dict[str, Any] = {
@@ -128,6 +167,17 @@ def cases() -> list[Any]:
     case("storage-is-someone-elses-sqlite", search("--storage", "sqlite:///mine.db"), ("--storage", "mine.db"),
          {"mine.db": foreign_sqlite})
     case("storage-is-a-directory", search("--storage", "sqlite:///emptydir"), ("--storage", "emptydir"))
+    case("storage-in-memory", search("--storage", "sqlite://"), ("--storage", "in memory"))
+    case("storage-memory-file", search("--storage", "sqlite:///:memory:"), ("--storage", "in memory"))
+    case("storage-shared-memory", search("--storage", "sqlite:///file::memory:?cache=shared"),
+         ("--storage", "in memory"))
+    # Someone else's SQLite file with tables named like Optuna's, and a damaged study: refused by
+    # every command, byte for byte unchanged, no -wal/-shm left beside it (the directory snapshot).
+    for name, argv in {"search": search("--storage", "sqlite:///DB"), **STUDY_COMMANDS}.items():
+        case(f"{name}-on-a-lookalike-database", [a.replace("DB", "app.db") for a in argv],
+             ("app.db", "not an Optuna study database"), {"app.db": optuna_lookalike})
+        case(f"{name}-on-a-damaged-study", [a.replace("DB", "study.db") for a in argv],
+             ("study.db", "damaged"), {"study.db": damaged_study})
     case("runs-dir-is-a-file", search("--runs-dir", "notes.txt"), ("--runs-dir", "notes.txt"))
     case("runs-dir-under-a-file", search("--runs-dir", "notes.txt/runs"), ("--runs-dir", "notes.txt"))
     # -- search: corpus -------------------------------------------------------------------------
@@ -225,6 +275,9 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     trials = optuna.load_study(study_name="s", storage=url).trials
     failed = [t.number for t in trials if t.state == TrialState.FAIL]
     assert failed and any(t.state == TrialState.COMPLETE for t in trials)
+    # The search's SQLAlchemy engines sit in reference cycles; the last connection to close
+    # checkpoints the WAL into the database file.  Close them now, not during some case.
+    gc.collect()
     return {"url": url, "db": root / "s.db", "space": str(root / "space.yaml"), "failed": str(failed[0])}
 
 
@@ -272,7 +325,7 @@ def in_case_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     def no_pool(settings: Any) -> Any:
         raise AssertionError("a bad-input case got past validation to the worker pool")
 
-    monkeypatch.setattr(nas.search.driver, "_ray_pool", no_pool)
+    monkeypatch.setattr(nas.search.driver, "default_pool", no_pool)
     return tmp_path
 
 

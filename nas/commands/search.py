@@ -7,22 +7,18 @@ import contextlib
 import os
 import shlex
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from nas.commands.common import (
-    add_budget_args,
-    add_device_arg,
-    budget_from_args,
-    non_negative_int,
-    positive_int,
-    positive_number,
-)
+from nas.commands.common import add_budget_args, add_device_arg, budget_from_args
 from nas.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from nas.search.hurdles import Hurdles
+    from nas.search.settings import SearchSettings
 
 #: where the shipped spaces live when run from a checkout
 SHIPPED_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
@@ -44,28 +40,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", default=None, help="study name (default: the space's name)")
     p.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)")
     p.add_argument("--runs-dir", default="runs", help="where studies and TensorBoard logs go (default runs/)")
-    p.add_argument("--trials", type=positive_int, default=None, help="finished trials wanted in the study (default 20)")
+    p.add_argument("--trials", type=int, default=None, help="finished trials wanted in the study (default 20)")
     add_budget_args(p)
     p.add_argument("--objective", choices=("loss+flops", "loss"), default="loss+flops",
                    help="loss+flops: Pareto front of validation loss and FLOPs/token (default); "
                    "loss: validation loss at the fixed budget")
     p.add_argument("--sampler", choices=("nsga2", "evolution", "tpe", "random"), default="nsga2")
-    p.add_argument("--population", type=positive_int, default=None,
+    p.add_argument("--population", type=int, default=None,
                    help="population size for nsga2/evolution (default: trials/3, between 4 and 50)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the sampler and of every trial's training")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")
     p.add_argument("--hurdles", default=None, help="budget fractions where weak candidates stop, e.g. 0.25,0.5")
-    p.add_argument("--hurdle-percentile", type=positive_number, default=50.0,
+    p.add_argument("--hurdle-percentile", type=float, default=50.0,
                    help="a candidate continues if its loss is at or below this percentile of earlier "
                    "trials' losses at the hurdle (default 50: the median)")
-    p.add_argument("--workers", type=positive_int, default=None, help="concurrent trials (default: one per CPU, at most 2)")
-    p.add_argument("--cpus-per-trial", type=positive_number, default=1.0)
-    p.add_argument("--gpus-per-trial", type=_non_negative_float, default=0.0, help="GPUs per trial (fractions allowed)")
+    p.add_argument("--workers", type=int, default=None, help="concurrent trials (default: one per CPU, at most 2)")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0)
+    p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial (fractions allowed)")
     p.add_argument("--address", default=None, help="join an existing Ray cluster (e.g. 10.0.0.1:6379 or auto)")
-    p.add_argument("--retries", type=non_negative_int, default=2, help="re-runs of a trial whose worker died")
-    p.add_argument("--worker-timeout", type=positive_number, default=300.0, metavar="SECONDS",
+    p.add_argument("--retries", type=int, default=2, help="re-runs of a trial whose worker died")
+    p.add_argument("--worker-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="a Ray worker that cannot be started or restarted within this time (its node is gone "
                    "and no other has room) is given up and the search goes on with fewer (default 300)")
-    p.add_argument("--trial-timeout", type=positive_number, default=None, metavar="SECONDS",
+    p.add_argument("--trial-timeout", type=float, default=None, metavar="SECONDS",
                    help="a trial still running after this long (a hung worker) has its worker killed and "
                    "restarted and ends FAIL 'timed out' (default: no limit)")
     p.add_argument("--local", action="store_true",
@@ -84,16 +80,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     add_device_arg(p)
     p.set_defaults(func=run)
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return v
 
 
 def _evaluator(text: str) -> str:
@@ -120,72 +106,43 @@ def resolve_space_path(arg: str | None) -> Path:
     return path
 
 
-def build_settings(args: argparse.Namespace):  # -> SearchSettings
-    """Validate every flag and file before anything is created on disk."""
+def build_settings(args: argparse.Namespace) -> SearchSettings:
+    """Map the flags (and the space file's defaults) to settings; the settings check the values."""
     from evaluators import Budget, TrainRecipe
-    from nas.search.driver import SearchSettings
-    from nas.search.hurdles import Hurdles, parse_fractions
+    from nas.data import resolve_data
+    from nas.search.settings import SearchSettings
     from nas.search.space import load_space
-    from nas.search.study import default_storage
+    from nas.search.storage import default_storage
 
     space = load_space(resolve_space_path(args.space))
-    budget_raw = budget_from_args(args) or space.budget or DEFAULT_BUDGET
     try:
-        budget = Budget.from_dict(budget_raw)
+        budget = Budget.from_dict(budget_from_args(args) or space.budget or DEFAULT_BUDGET)
         recipe = TrainRecipe.from_dict({**space.recipe, "seed": args.seed})
     except ConfigError as err:
         raise err.in_file(space.source) from None
-    if not 0 < args.hurdle_percentile <= 100:
-        raise UserError(f"--hurdle-percentile must be in (0, 100], got {args.hurdle_percentile:g}")
-    hurdles = Hurdles()
-    fractions = args.hurdles or (DEMO_HURDLES if args.demo else None)
-    if fractions:
-        try:
-            hurdles = Hurdles(parse_fractions(fractions), percentile=args.hurdle_percentile)
-        except ValueError as err:
-            raise UserError(f"--hurdles: {err}") from None
-    from nas.data import load_corpus, resolve_data
-
     data = resolve_data(args.data, args.tokenizer)  # with --tokenizer: the cached token files, made once here
-    load_corpus(data)  # a missing or empty corpus is refused now; the default is fetched once here
     study = args.study or space.name
-    if not study or any(c in study for c in "/\\") or study.startswith("."):
-        raise UserError(f"--study {study!r}: use a plain name (letters, digits, - and _)")
     runs = Path(args.runs_dir)
-    _check_writable(runs, "--runs-dir")
-    storage = args.storage or default_storage(runs, study)
-    trials = args.trials or (DEMO_TRIALS if args.demo else 20)
-    workers = args.workers or max(1, min(2, os.cpu_count() or 1))
-    if args.gpus_per_trial > 0 and args.device == "cpu":
-        raise UserError("--gpus-per-trial > 0 with --device cpu: choose one")
-    if args.address is not None and not args.local:
-        check_address(args.address)
-    if args.local:
-        for flag, given in (("--address", args.address), ("--ray-dashboard", args.ray_dashboard),
-                            ("--workers", args.workers is not None and args.workers > 1),
-                            ("--trial-timeout", args.trial_timeout is not None)):
-            if given:
-                raise UserError(f"--local runs trials one at a time without Ray; drop {flag}")
-        workers = 1
     return SearchSettings(
         study=study,
-        storage=storage,
+        storage=args.storage or default_storage(runs, study),
         space=space,
-        trials=trials,
+        trials=_default(args.trials, DEMO_TRIALS if args.demo else 20),
         budget=budget,
         recipe=recipe,
         objective=args.objective,
         sampler=args.sampler,
         population=args.population,
         seed=args.seed,
-        hurdles=hurdles,
-        workers=workers,
+        hurdles=_hurdles(args.hurdles or (DEMO_HURDLES if args.demo else None), args.hurdle_percentile),
+        workers=_default(args.workers, 1 if args.local else max(1, min(2, os.cpu_count() or 1))),
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial,
         address=args.address,
         device=args.device,
         data=data,
         tb_dir=None if args.no_tensorboard else str(runs / study / "tb"),
+        runs_dir=str(runs),
         retries=args.retries,
         worker_timeout=args.worker_timeout,
         trial_timeout=args.trial_timeout,
@@ -195,25 +152,25 @@ def build_settings(args: argparse.Namespace):  # -> SearchSettings
     )
 
 
-def check_address(address: str) -> None:
-    """Refuse a Ray address that is malformed or unreachable now (Ray itself would retry for minutes)."""
-    if address in ("auto", "local"):
-        return
-    target = address[len("ray://") :] if address.startswith("ray://") else address
-    host, sep, port = target.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(
-            f"--address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379), ray://HOST:PORT or auto"
-        )
+T = TypeVar("T")
+
+
+def _default(given: T | None, default: T) -> T:
+    """The flag's value when given (0 included: the settings refuse it), else ``default``."""
+    return default if given is None else given
+
+
+def _hurdles(fractions: str | None, percentile: float) -> Hurdles:
+    from nas.search.hurdles import Hurdles, parse_fractions
+
     try:
-        with socket.create_connection((host, int(port)), timeout=10):
-            pass
-    except OSError as err:
-        raise UserError(
-            f"--address {address!r}: cannot reach {host}:{port} ({err.strerror or err}); "
-            "is the Ray head running?"
-        ) from None
+        parsed = parse_fractions(fractions) if fractions else ()
+    except ValueError as err:
+        raise UserError(f"--hurdles: {err}") from None
+    try:
+        return Hurdles(parsed, percentile=percentile)
+    except ValueError:
+        raise UserError(f"--hurdle-percentile must be in (0, 100], got {percentile:g}") from None
 
 
 @contextlib.contextmanager
@@ -235,16 +192,6 @@ def _sigterm_stops_the_driver() -> Iterator[None]:
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _check_writable(path: Path, flag: str) -> None:
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and (not probe.is_dir() or not os.access(probe, os.W_OK)):
-        raise UserError(f"{flag} {str(path)!r}: {probe} is not a writable directory")
 
 
 def run(args: argparse.Namespace) -> int:

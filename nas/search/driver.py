@@ -8,10 +8,12 @@ values, PRUNED when a hurdle stopped it, FAIL with a reason otherwise.  A
 worker that dies costs its trial a retry, not the search; what is guaranteed
 after worker, node and driver failures is in docs/reliability.md.
 
-Order of a run: every flag and file is checked (by the CLI), then an existing
-study's settings, then the worker pool is started (a bad ``--address`` fails
-here), and only then is a new study created on disk, so a mistake leaves
-nothing behind.
+Order of a run: the settings check their values when made; ``run`` checks
+what they point at (corpus, directories, storage, Ray address), then an
+existing study's settings, then starts the worker pool (a bad ``--address``
+fails here), and only then creates a new study on disk, so a mistake leaves
+nothing behind.  Settings are in :mod:`nas.search.settings`, studies in
+:mod:`nas.search.study`, the progress lines in :mod:`nas.search.console`.
 """
 
 from __future__ import annotations
@@ -21,30 +23,26 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
-from evaluators import Budget, TrainRecipe
 from nas.compute import compute
-from nas.data import data_record, vocab_size_of
+from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
-from nas.execution.pool import NoWorkersLeft
-from nas.search.hurdles import INTERMEDIATE, Hurdles
-from nas.search.samplers import make_sampler
-from nas.search.space import SearchSpace
+from nas.execution.payload import TrialPayload
+from nas.execution.pool import Finished, NoWorkersLeft, Pool
+from nas.search.candidate import over_caps, trial_payload
+from nas.search.console import Reporter
+from nas.search.hurdles import INTERMEDIATE
+from nas.search.settings import SearchSettings
 from nas.search.study import (
-    OBJECTIVES,
-    check_settings,
-    check_storage_url,
     count_done,
-    open_storage,
+    create_new_study,
+    load_existing_study,
     recover_stale,
     requeue,
-    storage_exists,
-    study_exists,
 )
 
 #: metrics copied onto each trial's user attributes
@@ -56,155 +54,13 @@ METRIC_KEYS = (
 
 
 @dataclasses.dataclass
-class SearchSettings:
-    """Everything a search run needs; the CLI fills it from flags and the space file."""
-
-    study: str
-    storage: str
-    space: SearchSpace
-    trials: int
-    budget: Budget
-    recipe: TrainRecipe
-    objective: str = "loss+flops"
-    sampler: str = "nsga2"
-    population: int | None = None
-    seed: int = 0
-    hurdles: Hurdles = dataclasses.field(default_factory=Hurdles)
-    workers: int = 1
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    address: str | None = None
-    device: str = "auto"
-    data: str | None = None
-    tb_dir: str | None = None
-    retries: int = 2
-    #: seconds a Ray worker may take to start or restart before the search goes on without it
-    worker_timeout: float = 300.0
-    trial_timeout: float | None = None  # seconds a trial may run before its worker is killed
-    #: run trials one at a time in the driver's process, without Ray (``--local``)
-    local: bool = False
-    dashboard: bool = False
-    #: "lm" trains; "proxy:params" etc. scores without training; "sleep:S" is for overhead benchmarks
-    evaluator: str = "lm"
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What must match for a study to be continued."""
-        return {
-            "space_fingerprint": self.space.fingerprint,
-            "space_file": self.space.source,
-            "objective": self.objective,
-            "budget": self.budget.to_dict(),
-            "recipe": self.recipe.to_dict(),
-            "data": data_record(self.data),  # by content: name, vocabulary, fingerprint, tokenizer
-            "seed": self.seed,
-            "evaluator": self.evaluator,
-        }
-
-
-@dataclasses.dataclass
 class _Running:
     trial: Trial
-    payload: dict[str, Any]
+    payload: TrialPayload
     arch_id: str
     started: float
     attempts: int = 1
     errors: list[str] = dataclasses.field(default_factory=list)  # why earlier attempts had no result
-
-
-class Reporter:
-    """One line per finished trial and a closing summary; quiet enough for logs, clear for people."""
-
-    def __init__(self, total: int, out: TextIO | None = None) -> None:
-        self.total = total
-        self.out = out or sys.stdout
-        self.started = time.monotonic()
-        self.durations: list[float] = []
-        self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
-        self.best: float | None = None
-
-    def line(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
-
-    def finished(self, done: int, running: int, number: int, state: str, text: str, seconds: float,
-                 workers: int, loss: float | None = None) -> None:
-        self.counts[state] = self.counts.get(state, 0) + 1
-        self.durations.append(seconds)
-        if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best):
-            self.best = loss
-        left = max(0, self.total - done)
-        eta = ""
-        if left and self.durations:
-            per = sum(self.durations) / len(self.durations)
-            eta = f", ~{_fmt_time(per * left / max(1, workers))} left"
-        best = f"best {self.best:.4f}" if self.best is not None else "best -"
-        self.line(
-            f"[{done:>3}/{self.total}] trial {number:<4} {state:<8} {text}  | {best}, "
-            f"{self.counts['COMPLETE']} done {self.counts['PRUNED']} pruned {self.counts['FAIL']} failed, "
-            f"{running} running, {_fmt_time(time.monotonic() - self.started)} elapsed{eta}"
-        )
-
-
-def _fmt_time(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
-    """The study ``settings`` names if it exists (None otherwise), after checking it may be continued.
-
-    Reads only: a missing SQLite file is not created, and a study run under other
-    settings is refused before anything is written to it.
-    """
-    if settings.objective not in OBJECTIVES:
-        raise UserError(f"--objective {settings.objective!r}; valid: {', '.join(OBJECTIVES)}")
-    check_storage_url(settings.storage)
-    if not storage_exists(settings.storage):
-        return None
-    storage = open_storage(settings.storage, create_dirs=False)
-    if not study_exists(storage, settings.study):
-        return None
-    sampler = make_sampler(settings.sampler, settings.population, settings.seed, settings.trials)
-    study = optuna.load_study(study_name=settings.study, storage=storage, sampler=sampler)
-    if len(study.directions) != len(OBJECTIVES[settings.objective]):
-        raise UserError(
-            f"--study {settings.study!r} has {len(study.directions)} objective(s); "
-            f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
-        )
-    check_settings(study, settings.fingerprint())
-    return study
-
-
-def create_new_study(settings: SearchSettings) -> optuna.Study:
-    """Create the study (and its SQLite file and directory) and record the settings it must keep."""
-    storage = open_storage(settings.storage)
-    sampler = make_sampler(settings.sampler, settings.population, settings.seed, settings.trials)
-    study = optuna.create_study(
-        study_name=settings.study,
-        storage=storage,
-        directions=list(OBJECTIVES[settings.objective]),
-        sampler=sampler,
-    )
-    study.set_user_attr("settings", settings.fingerprint())
-    return study
-
-
-def create_or_load_study(settings: SearchSettings) -> tuple[optuna.Study, bool]:
-    """The study for ``settings`` and whether it was created now; refuses one created under other settings."""
-    study = load_existing_study(settings)
-    if study is not None:
-        return study, False
-    return create_new_study(settings), True
-
-
-def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:
-    """Put the known architectures the space contains at the front of the queue."""
-    queued = []
-    for name in space.seed_archs:
-        params = space.seed_params(name)
-        if params is not None:
-            study.enqueue_trial(params, user_attrs={"seed_arch": name})
-            queued.append(name)
-    return queued
 
 
 class Driver:
@@ -213,15 +69,21 @@ class Driver:
     def __init__(
         self,
         settings: SearchSettings,
-        pool_factory: Callable[[SearchSettings], Any] | None = None,
+        pool_factory: Callable[[SearchSettings], Pool] | None = None,
         out: TextIO | None = None,
     ) -> None:
         self.s = settings
-        self.pool_factory = pool_factory or _ray_pool
+        self.pool_factory = pool_factory or default_pool
         self.out = out or sys.stdout
+        self.running: dict[int, _Running] = {}  # trial number -> the trial a worker has
+        self.retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
+        self.done = 0  # trials that count toward --trials
+        self.known: dict[str, FrozenTrial] = {}  # arch_id -> a COMPLETE trial that measured it
 
     def run(self) -> optuna.Study:
+        """Search until the study holds ``settings.trials`` finished trials; returns the study."""
         s = self.s
+        s.check_environment()
         report = Reporter(s.trials, self.out)
         study = load_existing_study(s)
         if study is not None:
@@ -236,8 +98,7 @@ class Driver:
         pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
         try:
             if study is None:
-                study = create_new_study(s)
-                seeds = enqueue_seed_archs(study, s.space)
+                study, seeds = create_new_study(s)
                 if seeds:
                     report.line(f"seeded the first generation with: {', '.join(seeds)}")
             self.study = study
@@ -246,91 +107,75 @@ class Driver:
             pool.shutdown()
         return study
 
-    def _search(self, study: optuna.Study, pool: Any, report: Reporter) -> None:
+    def _search(self, study: optuna.Study, pool: Pool, report: Reporter) -> None:
         s = self.s
-        fast_sqlite_commits(study)
-        done = count_done(study)
+        self.done = count_done(study)
         self.known = self._known_archs(study)
         where = "in this process (--local)" if s.local else f"on {s.workers} worker(s)"
         report.line(
-            f"study {s.study!r}: {done} finished, running {s.trials - done} more {where}; "
+            f"study {s.study!r}: {self.done} finished, running {s.trials - self.done} more {where}; "
             f"budget {s.budget} per trial, objective {s.objective}, sampler {s.sampler}"
         )
-        running: dict[int, _Running] = {}
-        retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
         try:
             while True:
-                while retry and pool.has_idle():
-                    number = retry.pop(0)
-                    pool.submit(number, running[number].payload)
-                while not retry and pool.has_idle() and done + len(running) < s.trials:
-                    launched = self._launch(study, pool, running)
-                    if launched is not None:  # finished at once (refused, duplicate, invalid)
-                        done += 1
-                        state, text = launched
-                        number = study.trials[-1].number
-                        report.finished(done, len(running), number, state, text, 0.0, s.workers)
-                if not running and done >= s.trials:
+                self._fill(study, pool, report)
+                if not self.running and self.done >= s.trials:
                     break
                 try:
                     finished = pool.wait(timeout=1.0)
                 except NoWorkersLeft as err:
-                    n = len(running)
-                    self._requeue_all(study, running, "no worker left to run it")
+                    n = len(self.running)
+                    self._requeue_all(study, "no worker left to run it")
                     raise UserError(
                         f"{err}; {n} unfinished trial(s) re-queued, finished ones are kept: "
                         "run the same command again to continue"
                     ) from None
                 for fin in finished:
-                    r = running[fin.tag]
-                    if fin.result is None:
-                        r.errors.append(str(fin.error))
-                        r.trial.set_user_attr("worker_errors", r.errors[-10:])
-                        if fin.retry and r.attempts <= s.retries:
-                            r.attempts += 1
-                            r.trial.set_user_attr("attempts", r.attempts)
-                            report.line(f"trial {fin.tag}: {fin.error}; retrying (attempt {r.attempts})")
-                            retry.append(fin.tag)
-                            continue
-                        why = f"{fin.error} ({r.attempts} attempts)" if fin.retry else str(fin.error)
-                        state, text, loss = self._fail(study, r, why)
-                    else:
-                        state, text, loss = self._tell(study, r, fin.result)
-                    del running[fin.tag]
-                    done += 1
-                    report.finished(done, len(running), fin.tag, state, text,
-                                    time.monotonic() - r.started, s.workers, loss)
+                    self._collect(study, fin, report)
         except BaseException as err:
             # Ctrl-C, SIGTERM, an error: leave nothing RUNNING; the unfinished trials' parameters
             # are queued and run first when the search is continued.
-            self._requeue_all(study, running, f"driver stopped ({type(err).__name__})")
+            self._requeue_all(study, f"driver stopped ({type(err).__name__})")
             raise
 
-    @staticmethod
-    def _requeue_all(study: optuna.Study, running: dict[int, _Running], reason: str) -> None:
-        for number in list(running):
+    def _requeue_all(self, study: optuna.Study, reason: str) -> None:
+        for number in list(self.running):
             try:
-                requeue(study, running.pop(number).trial, reason)
+                requeue(study, self.running.pop(number).trial, reason)
             except Exception:  # noqa: BLE001 - the storage may be what failed; the next start recovers them
                 return
 
     # -- launching ------------------------------------------------------------------------
-    def _launch(self, study: optuna.Study, pool: Any, running: dict[int, _Running]) -> tuple[str, str] | None:
+    def _fill(self, study: optuna.Study, pool: Pool, report: Reporter) -> None:
+        """Give every idle worker a trial: retries first, then new trials up to ``--trials``."""
+        while self.retry and pool.has_idle():
+            number = self.retry.pop(0)
+            pool.submit(number, self.running[number].payload.to_dict())
+        while not self.retry and pool.has_idle() and self.done + len(self.running) < self.s.trials:
+            launched = self._launch(study, pool)
+            if launched is not None:  # finished at once (refused, duplicate, invalid)
+                self.done += 1
+                number, state, text = launched
+                report.finished(self.done, len(self.running), number, state, text, 0.0, self.s.workers)
+
+    def _launch(self, study: optuna.Study, pool: Pool) -> tuple[int, str, str] | None:
         trial = study.ask()
         try:
-            return self._prepare(study, trial, pool, running)
+            ended = self._prepare(study, trial, pool)
         except BaseException:
             # Stopped between ask and submit: the trial is neither running nor told; re-queue it.
-            if trial.number not in running:
+            if trial.number not in self.running:
                 try:
-                    if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                    now = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+                    if now.state == TrialState.RUNNING:
                         requeue(study, trial, "driver stopped while it was being launched")
                 except Exception:  # noqa: BLE001 - the next start recovers it
                     pass
             raise
+        return None if ended is None else (trial.number, *ended)
 
-    def _prepare(self, study: optuna.Study, trial: Trial, pool: Any, running: dict[int, _Running]
-                 ) -> tuple[str, str] | None:
+    def _prepare(self, study: optuna.Study, trial: Trial, pool: Pool) -> tuple[str, str] | None:
+        """Sample, check and submit ``trial``; (state, text) when it ended without a worker."""
         s = self.s
         try:
             arch = s.space.suggest(trial).with_vocab(vocab_size_of(s.data))  # the vocabulary is the data's
@@ -342,33 +187,15 @@ class Driver:
         trial.set_user_attr("summary", arch.summary())
         trial.set_user_attr("params", c.params)
         trial.set_user_attr("flops_per_token", c.fwd_flops_per_token)
-        over = []
-        if c.params > s.space.constraints.get("max_params", math.inf):
-            over.append(f"params {c.params:,} > max_params {s.space.constraints['max_params']:,.0f}")
-        if c.fwd_flops_per_token > s.space.constraints.get("max_flops_per_token", math.inf):
-            over.append(
-                f"FLOPs/token {c.fwd_flops_per_token:,.0f} > max_flops_per_token "
-                f"{s.space.constraints['max_flops_per_token']:,.0f}"
-            )
+        over = over_caps(s.space.constraints, c.params, c.fwd_flops_per_token)
         if over:
             return self._finish_now(study, trial, TrialState.FAIL, "over cap: " + "; ".join(over))
         twin = self.known.get(arch.arch_id)
         if twin is not None:
             return self._reuse(study, trial, twin)
-        payload = {
-            "arch": arch.to_dict(),
-            "recipe": s.recipe.to_dict(),
-            "budget": s.budget.to_dict(),
-            "data": s.data,
-            "device": s.device if s.device != "auto" else ("cuda" if s.gpus_per_trial > 0 else "cpu"),
-            "hurdles": list(s.hurdles.fractions),
-            "thresholds": s.hurdles.thresholds(study.get_trials(deepcopy=False)) if s.hurdles.fractions else {},
-            "logdir": str(Path(s.tb_dir) / f"trial_{trial.number:05d}") if s.tb_dir else None,
-            "hparams": _hparams(trial.params, arch.arch_id, trial.number),
-            "evaluator": s.evaluator,
-        }
-        pool.submit(trial.number, payload)
-        running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
+        payload = trial_payload(s, study, trial, arch)
+        pool.submit(trial.number, payload.to_dict())
+        self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
         return None
 
     def _finish_now(self, study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> tuple[str, str]:
@@ -376,7 +203,7 @@ class Driver:
         study.tell(trial, state=state)
         return state.name, reason
 
-    def _reuse(self, study: optuna.Study, trial: Trial, twin: optuna.trial.FrozenTrial) -> tuple[str, str]:
+    def _reuse(self, study: optuna.Study, trial: Trial, twin: FrozenTrial) -> tuple[str, str]:
         for key in (*METRIC_KEYS, INTERMEDIATE):
             if key in twin.user_attrs:
                 trial.set_user_attr(key, twin.user_attrs[key])
@@ -384,14 +211,35 @@ class Driver:
         study.tell(trial, twin.values)
         return "COMPLETE", f"same architecture as trial {twin.number}: loss {twin.values[0]:.4f} reused"
 
-    def _known_archs(self, study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
-        known = {}
+    def _known_archs(self, study: optuna.Study) -> dict[str, FrozenTrial]:
+        known: dict[str, FrozenTrial] = {}
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if "arch_id" in t.user_attrs:
                 known.setdefault(t.user_attrs["arch_id"], t)
         return known
 
     # -- results --------------------------------------------------------------------------
+    def _collect(self, study: optuna.Study, fin: Finished, report: Reporter) -> None:
+        """Record what the pool says of one trial: a result to tell, or a lost worker to retry or fail."""
+        r = self.running[fin.tag]
+        if fin.result is None:
+            r.errors.append(str(fin.error))
+            r.trial.set_user_attr("worker_errors", r.errors[-10:])
+            if fin.retry and r.attempts <= self.s.retries:
+                r.attempts += 1
+                r.trial.set_user_attr("attempts", r.attempts)
+                report.line(f"trial {fin.tag}: {fin.error}; retrying (attempt {r.attempts})")
+                self.retry.append(fin.tag)
+                return
+            why = f"{fin.error} ({r.attempts} attempts)" if fin.retry else str(fin.error)
+            state, text, loss = self._fail(study, r, why)
+        else:
+            state, text, loss = self._tell(study, r, fin.result)
+        del self.running[fin.tag]
+        self.done += 1
+        report.finished(self.done, len(self.running), fin.tag, state, text,
+                        time.monotonic() - r.started, self.s.workers, loss)
+
     def _fail(
         self, study: optuna.Study, r: _Running, reason: str, tb: str | None = None, detail: str | None = None
     ) -> tuple[str, str, None]:
@@ -444,49 +292,8 @@ def _last(inter: dict[str, float]) -> float:
     return inter[max(inter, key=float)] if inter else float("nan")
 
 
-def _hparams(params: dict[str, Any], arch_id: str, number: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"trial": number, "arch_id": arch_id}
-    for k, v in params.items():
-        out[k] = v if isinstance(v, (int, float, str, bool)) else str(v)
-    return out
-
-
-def fast_sqlite_commits(study: optuna.Study) -> None:
-    """Put an SQLite study in WAL mode with ``synchronous=NORMAL``: commits stop waiting for the disk.
-
-    Speed: the driver commits about 40 times per trial (one per sampled parameter and
-    per user attribute: Optuna's storage API has no batch write), and with SQLite's
-    default rollback journal every commit waits for an fsync: 0.7 ms on an idle disk
-    here, 5 to 13 ms when other jobs use it, which made the driver's per-trial overhead
-    0.09 to 0.2 s (benchmarks/orchestration.py).  In WAL mode with synchronous=NORMAL a
-    commit is an append to the -wal file (0.02 ms) and the disk is synced at checkpoints.
-    Batching the user attributes in one transaction (through Optuna's private RDB
-    helpers) saved only 2 ms per trial more under WAL, so it is not done.
-
-    Durability: a driver that crashes or is killed loses nothing (the data is in the
-    operating system's cache); only a power loss or OS crash may roll back the last
-    commits, never corrupting the file: a trial lost that way was never seen finished
-    and is sampled again.  WAL also lets readers (dashboard, ``best``) read while the
-    driver writes.  The mode stays with the file; other databases are left alone.
-    """
-    backend = getattr(study._storage, "_backend", study._storage)  # inside Optuna's cache layer
-    engine = getattr(backend, "engine", None)
-    if engine is None or engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
-        return
-    from sqlalchemy import event
-
-    def pragmas(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    if not event.contains(engine, "connect", pragmas):
-        event.listen(engine, "connect", pragmas)
-        engine.dispose()  # pooled connections were opened before; new ones get the pragmas
-
-
-def _ray_pool(settings: SearchSettings) -> Any:
+def default_pool(settings: SearchSettings) -> Pool:
+    """The pool ``settings`` ask for: Ray actors, or the driver's own process with ``--local``."""
     if settings.local:
         from nas.execution.local_pool import LocalPool
 

@@ -13,7 +13,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from nas.errors import UserError
-from nas.search.study import default_storage, is_optuna_sqlite, load_study, open_storage
+from nas.search.storage import default_storage, open_storage
+from nas.search.study import load_study
 
 
 def list_studies(runs_dir: str | os.PathLike[str]) -> list[str]:
@@ -44,9 +45,7 @@ def open_existing_study(
                 )
                 raise UserError(f"--study {name!r} not found: no {path}; {where}")
             raise UserError(f"--storage {url!r}: no such database file {path}")
-        if not is_optuna_sqlite(path):  # opening it would add Optuna's tables to someone else's file
-            raise UserError(f"--storage {url!r}: {path} is not an Optuna study database")
-    return load_study(open_storage(url, create_dirs=False), name), url
+    return load_study(open_storage(url, read_only=True), name), url
 
 
 def get_trial(study: optuna.Study, number: int) -> FrozenTrial:

@@ -1,19 +1,14 @@
-"""Optuna studies on disk: storage URLs, study settings, resuming after a crash.
+"""Optuna studies: open or create one with its settings record, resume after a crash.
 
 The Optuna storage is the single record of a search.  The study's user
 attributes hold what every trial must share (space fingerprint, objective,
 budget, recipe, data, seed), so a second run continues the same experiment
-or is refused with a clear line, never silently mixed.
+or is refused with a clear line, never silently mixed.  Storage URLs and how
+a database is opened are in :mod:`nas.search.storage`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sqlite3
-import time
-import urllib.parse
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -21,104 +16,18 @@ from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
+from nas.search.samplers import make_sampler
+from nas.search.settings import OBJECTIVES, SearchSettings
+from nas.search.space import SearchSpace
+from nas.search.storage import (  # noqa: F401 - re-exported: the read-only commands open studies through here
+    default_storage,
+    fast_sqlite_commits,
+    open_storage,
+    storage_exists,
+)
 
-OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
 REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def default_storage(runs_dir: str | os.PathLike[str], study: str) -> str:
-    return f"sqlite:///{Path(runs_dir) / study / 'study.db'}"
-
-
-def _check_sqlite_path(url: str) -> None:
-    path = url[len("sqlite:///") :]
-    if not path or path == ":memory:":
-        return
-    parent = Path(path).parent
-    probe = parent
-    while not probe.exists():
-        probe = probe.parent
-    if not os.access(probe, os.W_OK):
-        raise UserError(f"--storage {url!r}: directory {probe} is not writable")
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
-    if not url.startswith("sqlite:///"):
-        return None
-    path = url[len("sqlite:///") :]
-    return Path(path) if path and path != ":memory:" else None
-
-
-def is_optuna_sqlite(path: Path) -> bool:
-    """Whether ``path`` is an SQLite file holding Optuna's tables (read-only check)."""
-    try:
-        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
-        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=60)) as db:
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.Error:
-        return False
-    return {"studies", "trials"} <= tables
-
-
-def storage_exists(url: str) -> bool:
-    """False when ``url`` names an SQLite file that does not exist yet (opening it would create it)."""
-    path = sqlite_path(url)
-    return path is None or path.exists()
-
-
-def check_storage_url(url: str) -> None:
-    """Refuse a storage URL that cannot work, without opening (or creating) anything.
-
-    An existing SQLite file that is not an Optuna database is refused too:
-    opening it would add Optuna's tables to someone else's file.
-    """
-    if not isinstance(url, str) or "://" not in url:
-        raise UserError(
-            f"--storage {url!r} is not a database URL; valid: sqlite:///path/study.db, "
-            "postgresql://user:password@host/db, mysql://user@host/db"
-        )
-    if url.startswith("sqlite:///"):
-        _check_sqlite_path(url)
-        path = sqlite_path(url)
-        if path is not None and path.exists():
-            if not path.is_file():
-                raise UserError(f"--storage {url!r}: {path} is not a file")
-            if path.stat().st_size > 0 and not is_optuna_sqlite(path):
-                raise UserError(f"--storage {url!r}: {path} is not an Optuna study database")
-
-
-def open_storage(url: str, create_dirs: bool = True) -> optuna.storages.BaseStorage:
-    """An Optuna RDB storage for ``url`` (sqlite:///..., postgresql://...); see ``check_storage_url``."""
-    check_storage_url(url)
-    if url.startswith("sqlite:///"):
-        if create_dirs:
-            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        # A reader (dashboard, `best`) may hold the file briefly: wait instead of failing.
-        kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}}
-    else:
-        kwargs = {"pool_pre_ping": True}
-    for attempt in range(5):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-        except Exception as err:  # noqa: BLE001 - SQLAlchemy raises many kinds
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            # Two processes opening a new database at once (a search starting while a dashboard
-            # or `best` polls the file) race to create Optuna's tables: the loser tries again.
-            if attempt < 4 and any(m in first for m in _CREATION_RACE):
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            raise UserError(
-                f"--storage {url!r}: cannot open it ({first}); valid: sqlite:///path/study.db, "
-                "postgresql://user:password@host/db"
-            ) from None
-    raise AssertionError("unreachable")
-
-
-#: errors that mean another process is creating the same database right now
-_CREATION_RACE = ("UNIQUE constraint failed", "already exists", "database is locked", "duplicate key")
+SETTINGS = "settings"  # study user attr: SearchSettings.fingerprint() of the run that created it
 
 
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
@@ -134,9 +43,7 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
 
 def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
     """Refuse to continue a study under different settings (the results would not compare)."""
-    old = study.user_attrs.get("settings")
-    if old is None:
-        return
+    old = study.user_attrs[SETTINGS]
     for key in ("space_fingerprint", "objective", "budget", "recipe", "data", "seed", "evaluator"):
         if key == "space_fingerprint" and key in old and old[key] != settings.get(key):
             raise UserError(
@@ -159,6 +66,79 @@ def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
                 f"({old[key]!r}, now {settings.get(key)!r}); continue it with the same settings "
                 "or choose a new --study name"
             )
+
+
+def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
+    """The study ``settings`` names if it exists (None otherwise), after checking it may be continued.
+
+    Reads only: a missing SQLite file is not created, and a study run under other
+    settings is refused before anything is written to it.
+    """
+    if not storage_exists(settings.storage):
+        return None
+    storage = open_storage(settings.storage, create_dirs=False)
+    if not study_exists(storage, settings.study):
+        return None
+    study = optuna.load_study(study_name=settings.study, storage=storage, sampler=_sampler(settings))
+    if SETTINGS not in study.user_attrs:
+        if _never_ran(study):  # its creation was interrupted: create_new_study replaces it
+            return None
+        raise UserError(
+            f"--study {settings.study!r} has trials but no settings record (it was not made by "
+            "`search`), so nothing says what they were run with; choose a new --study name"
+        )
+    if len(study.directions) != len(OBJECTIVES[settings.objective]):
+        raise UserError(
+            f"--study {settings.study!r} has {len(study.directions)} objective(s); "
+            f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
+        )
+    check_settings(study, settings.fingerprint())
+    fast_sqlite_commits(storage)  # only now: a study refused above is left exactly as it was
+    return study
+
+
+def create_new_study(settings: SearchSettings) -> tuple[optuna.Study, list[str]]:
+    """Create the study (and its SQLite file and directory); returns it and the seed archs queued.
+
+    Optuna writes a study and each of its attributes in separate transactions, so the
+    settings record is written last and is the commit point: a study without it was
+    interrupted while being created, has run nothing, and is replaced here.
+    """
+    storage = open_storage(settings.storage, writer=True)
+    if study_exists(storage, settings.study):
+        old = optuna.load_study(study_name=settings.study, storage=storage)
+        if SETTINGS in old.user_attrs or not _never_ran(old):
+            raise UserError(f"--study {settings.study!r} exists already in --storage {settings.storage!r}")
+        optuna.delete_study(study_name=settings.study, storage=storage)
+    study = optuna.create_study(
+        study_name=settings.study,
+        storage=storage,
+        directions=list(OBJECTIVES[settings.objective]),
+        sampler=_sampler(settings),
+    )
+    seeds = enqueue_seed_archs(study, settings.space)
+    study.set_user_attr(SETTINGS, settings.fingerprint())
+    return study, seeds
+
+
+def _never_ran(study: optuna.Study) -> bool:
+    """No trial of ``study`` was ever asked: at most the seed architectures are queued."""
+    return all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
+def _sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
+    return make_sampler(settings.sampler, settings.population, settings.seed, settings.trials)
+
+
+def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:
+    """Put the known architectures the space contains at the front of the queue."""
+    queued = []
+    for name in space.seed_archs:
+        params = space.seed_params(name)
+        if params is not None:
+            study.enqueue_trial(params, user_attrs={"seed_arch": name})
+            queued.append(name)
+    return queued
 
 
 def recover_stale(study: optuna.Study) -> list[int]:

@@ -1,0 +1,82 @@
+"""Study identity and storage: the settings record is a study's commit point; readers write nothing."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+import nas.search.study
+from nas.cli import main
+from nas.errors import UserError
+from nas.search.storage import open_storage
+
+TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join("the king and queen went to see what every lord would say" for _ in range(300)))
+    return path
+
+
+def search(tmp_path: Path, corpus: Path, *extra: str) -> int:
+    return main(["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
+                 "--data", str(corpus), "--local", "--evaluator", "proxy:params", "--no-tensorboard",
+                 "--sampler", "random", *extra])
+
+
+def load(tmp_path: Path) -> optuna.Study:
+    return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+
+
+def test_an_interrupted_creation_is_replaced_by_the_next_start(tmp_path, corpus, monkeypatch, capsys):
+    real = nas.search.study.enqueue_seed_archs
+
+    def interrupted(study: optuna.Study, space: Any) -> list[str]:
+        real(study, space)
+        raise KeyboardInterrupt  # Ctrl-C after the study and its seeds, before the settings record
+
+    monkeypatch.setattr(nas.search.study, "enqueue_seed_archs", interrupted)
+    assert search(tmp_path, corpus, "--trials", "3") == 130
+    half = load(tmp_path)
+    assert "settings" not in half.user_attrs
+    assert {t.state for t in half.trials} == {TrialState.WAITING}  # only the queued seeds
+    monkeypatch.undo()
+    # Continued under another budget: nothing says the half-made study had one, so it is replaced.
+    assert search(tmp_path, corpus, "--trials", "3", "--steps", "9") == 0
+    study = load(tmp_path)
+    assert study.user_attrs["settings"]["budget"] == {"steps": 9}
+    assert len(study.trials) == 3 and all(t.state != TrialState.WAITING for t in study.trials)
+    assert study.trials[0].user_attrs.get("seed_arch") == "vanilla"  # seeded once, not twice
+
+
+def test_a_study_with_trials_but_no_settings_is_refused(tmp_path, corpus, capsys):
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db", directions=["minimize"] * 2)
+    study.add_trial(optuna.trial.create_trial(values=[1.0, 2.0]))
+    before = hashlib.sha256((tmp_path / "s.db").read_bytes()).hexdigest()
+    assert search(tmp_path, corpus, "--trials", "3") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--study 's'" in err[0] and "no settings record" in err[0]
+    assert hashlib.sha256((tmp_path / "s.db").read_bytes()).hexdigest() == before
+
+
+def test_read_only_commands_cannot_write(tmp_path, corpus):
+    assert search(tmp_path, corpus, "--trials", "2") == 0
+    db = tmp_path / "s.db"
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    assert main(["best", "--study", "s", "--storage", f"sqlite:///{db}"]) == 0
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    storage = open_storage(f"sqlite:///{db}", read_only=True)
+    with pytest.raises(optuna.exceptions.StorageInternalError) as info:
+        optuna.create_study(study_name="other", storage=storage)
+    assert "readonly" in str(info.value.__cause__)  # SQLite itself refused the write
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    with pytest.raises(UserError, match="no such database file"):
+        open_storage(f"sqlite:///{tmp_path}/missing.db", read_only=True)
+    assert not (tmp_path / "missing.db").exists()
