@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluators import Budget, TrainRecipe
+from nas.data import data_record
 from nas.errors import UserError
 from nas.search.hurdles import Hurdles
 from nas.search.samplers import SAMPLERS
