@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import Trial, TrialState
 
-from evaluators import Budget, TrainRecipe
+from evaluators import METRICS, RUN_FIELDS, Budget, TrainRecipe
 from nas.compute import compute
 from nas.errors import ConfigError, UserError
 from nas.execution.pool import NoWorkersLeft
@@ -47,11 +47,7 @@ from nas.search.study import (
 )
 
 #: metrics copied onto each trial's user attributes
-METRIC_KEYS = (
-    "val_loss", "val_ppl", "val_bpb", "params", "non_embedding_params", "flops_per_token",
-    "train_flops_per_token", "train_flops", "tokens", "steps", "tokens_per_s", "seconds", "arch_id",
-    "device", "threads",
-)
+METRIC_KEYS = (*METRICS, *RUN_FIELDS)
 
 
 @dataclasses.dataclass
@@ -85,6 +81,8 @@ class SearchSettings:
     dashboard: bool = False
     #: "lm" trains; "proxy:params" etc. scores without training; "sleep:S" is for overhead benchmarks
     evaluator: str = "lm"
+    #: train through torch.compile; not in the fingerprint: it changes speed, not what is measured
+    compile: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a study to be continued."""
@@ -365,6 +363,7 @@ class Driver:
             "logdir": str(Path(s.tb_dir) / f"trial_{trial.number:05d}") if s.tb_dir else None,
             "hparams": _hparams(trial.params, arch.arch_id, trial.number),
             "evaluator": s.evaluator,
+            "compile": s.compile,
         }
         pool.submit(trial.number, payload)
         running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
@@ -418,7 +417,7 @@ class Driver:
             return self._fail(study, r, reason, result.get("traceback"), result.get("detail"))
         metrics = result.get("metrics") or {}
         for key in METRIC_KEYS:
-            if key in metrics:
+            if metrics.get(key) is not None:
                 trial.set_user_attr(key, metrics[key])
         loss = metrics.get("val_loss")
         if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN

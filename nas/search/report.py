@@ -10,6 +10,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from evaluators.result import METRICS  # the measured metrics a finished trial carries in its user attributes
+from evaluators.result import RUN_FIELDS as RUN_KEYS  # how a trial was run (CPU results depend on threads)
 from nas.errors import UserError
 from nas.search.hurdles import INTERMEDIATE
 from nas.search.study import default_storage, is_optuna_sqlite, load_study, open_storage
@@ -84,13 +86,6 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------
 # Inspection: the read-only side of a study (``best``, ``show``, ``plot``, ``export``)
 # ---------------------------------------------------------------------------------------------
-#: measured metrics a finished trial carries in its user attributes (the driver's METRIC_KEYS)
-METRICS = (
-    "val_loss", "val_ppl", "val_bpb", "params", "non_embedding_params", "flops_per_token",
-    "train_flops_per_token", "train_flops", "tokens", "steps", "tokens_per_s", "seconds",
-)
-#: how a trial was run, when the driver records it (CPU results depend on the thread count)
-RUN_KEYS = ("device", "threads")
 #: user attributes that say where a trial's architecture came from
 ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from")
 
