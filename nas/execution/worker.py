@@ -60,9 +60,18 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         out.update(
             status="failed",
             reason=f"error: {type(err).__name__}: {err}".splitlines()[0][:300],
-            traceback=traceback.format_exc()[-8000:],
+            traceback=_traceback_tail(8000),
         )
     if out["status"] == "failed" or torch.cuda.is_initialized():
         evaluators.release_memory()  # so the next trial on this process (and those sharing its GPU) has it
     out["seconds"] = time.perf_counter() - started
     return out
+
+
+def _traceback_tail(limit: int) -> str:
+    """The current exception's traceback, its innermost frames kept when it is over ``limit`` characters."""
+    text = traceback.format_exc()
+    if len(text) <= limit:
+        return text
+    head = "Traceback (most recent call last):\n  ...\n"
+    return head + text[len(text) - (limit - len(head)) :]
