@@ -70,7 +70,7 @@ class TrainingPlan:
 
 
 def check_arch_fits(arch: ArchConfig, recipe: TrainRecipe, corpus: Any) -> int:
-    """The training sequence length, after checking ``arch`` against the recipe and the corpus's vocabulary."""
+    """The training sequence length, after checking ``arch`` against the recipe and the corpus vocabulary."""
     seq_len = recipe.seq_len if recipe.seq_len is not None else arch.max_len
     if seq_len > arch.max_len:
         raise ConfigError(f"{seq_len} exceeds the architecture's max_len {arch.max_len}", "recipe.seq_len")
@@ -123,7 +123,9 @@ class BudgetClock:
         self.eval_steps: dict[int, list[float]] = {}
         if plan.total_steps is not None:
             for f in plan.fractions:
-                self.eval_steps.setdefault(min(plan.total_steps, max(1, round(f * plan.total_steps))), []).append(f)
+                self.eval_steps.setdefault(
+                    min(plan.total_steps, max(1, round(f * plan.total_steps))), []
+                ).append(f)
         self.pending = list(plan.fractions)  # seconds budgets: fractions not yet reached
         self.train_seconds = 0.0
         self._t = time.perf_counter()

@@ -33,7 +33,9 @@ def evaluate_loss(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, devic
 class Validation:
     """The same ``n_windows`` windows of ``seq_len`` tokens for every evaluation of a run, on ``device``."""
 
-    def __init__(self, corpus: Any, n_windows: int, seq_len: int, batch_size: int, device: torch.device) -> None:
+    def __init__(
+        self, corpus: Any, n_windows: int, seq_len: int, batch_size: int, device: torch.device
+    ) -> None:
         self.x, self.y = (t.to(device) for t in validation_windows(corpus.val, n_windows, seq_len))
         self.batch_size = batch_size
         self.device = device

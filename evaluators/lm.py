@@ -60,7 +60,7 @@ def train_lm(
     log: Callable[[str], None] | None = None,
     compile: bool = False,
 ) -> Result:
-    """Train ``arch`` on ``corpus`` (a loaded corpus, or a spec for :func:`nas.data.load_corpus`) for ``budget``.
+    """Train ``arch`` on ``corpus`` (loaded, or a spec for :func:`nas.data.load_corpus`) for ``budget``.
 
     ``callback(progress)`` is called every ``recipe.log_every`` steps, at each
     ``eval_at`` fraction (with ``progress.val_loss`` set) and once at the end
@@ -92,15 +92,17 @@ def train_lm(
             tlog.say(f"torch.compile failed, training eager instead: {compile_error}")
             prep = prepare_model(arch, recipe, dev, compile=False)  # from the same seed: as if never compiled
             run = run_loop(prep, plan, recipe, corpus, validation, tlog, callback)
-        result = _result(arch, recipe, plan, corpus, run, dev, compile_error=compile_error,
-                         seconds=time.perf_counter() - t_start)
+        elapsed = time.perf_counter() - t_start
+        result = _result(arch, recipe, plan, corpus, run, dev, compile_error=compile_error, seconds=elapsed)
         tlog.finish(arch, recipe, budget, result, log_hparams)
     finally:
         tlog.close()
     if save_to is not None:
         from nas.checkpoint import save_checkpoint
 
-        save_checkpoint(save_to, prep.model, recipe=recipe.to_dict(), budget=budget.to_dict(), metrics=result.to_dict())
+        save_checkpoint(
+            save_to, prep.model, recipe=recipe.to_dict(), budget=budget.to_dict(), metrics=result.to_dict()
+        )
     return result
 
 
@@ -143,7 +145,7 @@ class LMEvaluator:
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> LMEvaluator:
-        """From plain data: ``recipe`` (a dict), ``data`` (a corpus spec), ``device``, ``threads``, ``compile``."""
+        """From plain data: ``recipe`` (dict), ``data`` (corpus), ``device``, ``threads``, ``compile``."""
         return cls(
             TrainRecipe.from_dict(settings.get("recipe")),
             settings.get("data"),
@@ -163,5 +165,7 @@ class LMEvaluator:
         log_hparams: Mapping[str, Any] | None = None,
     ) -> Result:
         corpus = cached_corpus(self.data) if self.data is None or isinstance(self.data, str) else self.data
-        return train_lm(arch, self.recipe, budget, corpus, device=self.device, logdir=logdir, callback=callback,
-                        eval_at=eval_at, log_hparams=log_hparams, threads=self.threads, compile=self.compile)  # fmt: skip
+        return train_lm(
+            arch, self.recipe, budget, corpus, device=self.device, logdir=logdir, callback=callback,
+            eval_at=eval_at, log_hparams=log_hparams, threads=self.threads, compile=self.compile,
+        )  # fmt: skip

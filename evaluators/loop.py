@@ -48,7 +48,8 @@ def run_loop(prep: Prepared, plan: TrainingPlan, recipe: TrainRecipe, corpus: An
 
 class _Loop:
     def __init__(self, prep: Prepared, plan: TrainingPlan, recipe: TrainRecipe, corpus: Any,
-                 validation: Validation, log: TrainLog, callback: ProgressCallback | None) -> None:  # fmt: skip
+                 validation: Validation, log: TrainLog,
+                 callback: ProgressCallback | None) -> None:  # fmt: skip
         self.prep, self.plan, self.recipe, self.corpus = prep, plan, recipe, corpus
         self.validation, self.log, self.callback = validation, log, callback
         self.device = prep.step.device
@@ -67,7 +68,9 @@ class _Loop:
             lr = lr_at(self.recipe, self.clock.next_fraction(step))
             stepper.set_lr(lr)
             x, y = get_batch(self.corpus.train, B, T, batches)
-            self.loss_sum += self._step(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True))
+            self.loss_sum += self._step(
+                x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            )
             self.n_window += 1
             step += 1
             point = self.clock.after(step)

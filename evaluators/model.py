@@ -33,7 +33,9 @@ class Prepared:
     compile_seconds: float  # the torch.compile call; compiling itself happens in the first step
 
 
-def prepare_model(arch: ArchConfig, recipe: TrainRecipe, device: torch.device, compile: bool = False) -> Prepared:
+def prepare_model(
+    arch: ArchConfig, recipe: TrainRecipe, device: torch.device, compile: bool = False
+) -> Prepared:
     """``build_model(arch)`` after seeding torch with ``recipe.seed``, on ``device``, in training mode."""
     torch.manual_seed(recipe.seed)
     model = build_model(arch).to(device)

@@ -67,7 +67,13 @@ class Result:
 
     @classmethod
     def measured(
-        cls, arch: ArchConfig, cost: Compute, val_loss: float, *, bytes_per_token: float | None = 1.0, **fields: Any
+        cls,
+        arch: ArchConfig,
+        cost: Compute,
+        val_loss: float,
+        *,
+        bytes_per_token: float | None = 1.0,
+        **fields: Any,
     ) -> Result:
         """The result of ``arch`` (whose ``cost`` is known) scoring ``val_loss``: the one place that
         derives perplexity, bits per byte and the size and FLOP columns."""

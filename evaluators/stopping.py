@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 
 def fraction_key(fraction: float) -> str:
-    """How a budget fraction is written as a key (``0.25`` -> ``"0.25"``), in thresholds and user attributes."""
+    """A budget fraction as a key (``0.25`` -> ``"0.25"``) of thresholds and user attributes."""
     return f"{fraction:g}"
 
 

@@ -45,7 +45,8 @@ class TrainLog:
         self.say(
             f"step {p.step}"
             + (f"/{total_steps}" if total_steps is not None else "")
-            + f" ({p.fraction:.0%}) loss {p.train_loss:.4f} lr {p.lr:.2e} {window_tokens_per_s / 1000:.1f}k tok/s"
+            + f" ({p.fraction:.0%}) loss {p.train_loss:.4f} lr {p.lr:.2e}"
+            + f" {window_tokens_per_s / 1000:.1f}k tok/s"
             + (f" | val {p.val_loss:.4f}" if p.val_loss is not None else "")
         )
         if self.writer is not None:
@@ -75,7 +76,12 @@ class TrainLog:
 
 
 def _write_hparams(
-    writer: Any, arch: ArchConfig, recipe: TrainRecipe, budget: Budget, r: Result, extra: Mapping[str, Any] | None
+    writer: Any,
+    arch: ArchConfig,
+    recipe: TrainRecipe,
+    budget: Budget,
+    r: Result,
+    extra: Mapping[str, Any] | None,
 ) -> None:
     """HParams for TensorBoard's table, written into this run (not a timestamped sub-run)."""
     from torch.utils.tensorboard.summary import hparams

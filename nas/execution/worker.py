@@ -46,8 +46,14 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         arch = ArchConfig.from_dict(payload["arch"])
         budget = Budget.from_dict(payload["budget"])
         evaluator = evaluators.build(str(payload.get("evaluator") or "lm"), payload)
-        result = evaluator.evaluate(arch, budget, on_progress, eval_at=fractions, logdir=payload.get("logdir"),
-                                    log_hparams=payload.get("hparams"))  # fmt: skip
+        result = evaluator.evaluate(
+            arch,
+            budget,
+            on_progress,
+            eval_at=fractions,
+            logdir=payload.get("logdir"),
+            log_hparams=payload.get("hparams"),
+        )
         out["metrics"] = result.to_dict()  # plain data from here on: it crosses to the driver and Optuna
         out["status"] = "pruned" if result.stopped_early else "ok"
     except Diverged as err:

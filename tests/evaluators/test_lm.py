@@ -13,7 +13,18 @@ import evaluators.evaluation as evaluation
 import evaluators.model as model_prep
 import evaluators.step as step
 import nas
-from evaluators import METRICS, RUN_FIELDS, Budget, Diverged, Progress, Result, TrainRecipe, lr_at, plan_steps, train_lm
+from evaluators import (
+    METRICS,
+    RUN_FIELDS,
+    Budget,
+    Diverged,
+    Progress,
+    Result,
+    TrainRecipe,
+    lr_at,
+    plan_steps,
+    train_lm,
+)
 from nas.data import Corpus, load_corpus
 from nas.errors import ConfigError
 
@@ -155,7 +166,9 @@ def test_result_has_every_metric_and_training_reduces_loss(corpus: Corpus) -> No
     result = train(
         corpus, Budget("steps", 30), recipe=TrainRecipe(batch_size=8, eval_batches=2, log_every=10)
     )
-    assert all(getattr(result, k) is not None for k in METRICS) and set(METRICS + RUN_FIELDS) <= set(result.to_dict())
+    assert all(getattr(result, k) is not None for k in METRICS) and set(METRICS + RUN_FIELDS) <= set(
+        result.to_dict()
+    )
     assert result.val_loss < math.log(256) - 1.0
     assert result.val_ppl == pytest.approx(math.exp(result.val_loss))
     assert result.val_bpb == pytest.approx(result.val_loss / math.log(2))
@@ -243,9 +256,13 @@ class TokenCorpus:
 
 
 @pytest.mark.parametrize("bytes_per_token", [2.5, None])
-def test_bits_per_byte_follow_the_corpus_bytes_per_token(corpus: Corpus, bytes_per_token: float | None) -> None:
+def test_bits_per_byte_follow_the_corpus_bytes_per_token(
+    corpus: Corpus, bytes_per_token: float | None
+) -> None:
     plain = train(corpus, Budget("steps", 2))
-    tokens = train(TokenCorpus("tok", corpus.train, corpus.val, bytes_per_token=bytes_per_token), Budget("steps", 2))
+    tokens = train(
+        TokenCorpus("tok", corpus.train, corpus.val, bytes_per_token=bytes_per_token), Budget("steps", 2)
+    )
     assert tokens.val_loss == plain.val_loss and tokens.corpus == "tok"
     if bytes_per_token is None:
         assert tokens.val_bpb is None
@@ -287,8 +304,10 @@ def _refuse(model: torch.nn.Module) -> torch.nn.Module:
     raise RuntimeError("no compiler here")
 
 
-@pytest.mark.parametrize("compiler,reason", [(_refuse, "RuntimeError: no compiler here"),
-                                             (_BrokenCompiled, "RuntimeError: backend exploded")])  # fmt: skip
+@pytest.mark.parametrize(
+    "compiler,reason",
+    [(_refuse, "RuntimeError: no compiler here"), (_BrokenCompiled, "RuntimeError: backend exploded")],
+)
 def test_a_model_that_fails_to_compile_trains_eager_and_says_why(
     corpus: Corpus, monkeypatch: pytest.MonkeyPatch, compiler, reason: str
 ) -> None:
@@ -296,7 +315,9 @@ def test_a_model_that_fails_to_compile_trains_eager_and_says_why(
     monkeypatch.setattr(torch, "compile", compiler)
     fallback = train(corpus, Budget("steps", 3), compile=True)
     assert fallback.compile_error == reason and fallback.compile_seconds is None
-    assert fallback.val_loss == eager.val_loss and fallback.train_loss == eager.train_loss  # from the same seed
+    assert (
+        fallback.val_loss == eager.val_loss and fallback.train_loss == eager.train_loss
+    )  # from the same seed
 
 
 def test_corpus_too_small_for_one_window_names_the_corpus(tmp_path: Path) -> None:

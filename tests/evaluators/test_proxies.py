@@ -38,8 +38,14 @@ def test_proxy_follows_the_callback_protocol() -> None:
 
 
 def test_proxy_flops_follow_the_recipe_sequence_length() -> None:
-    short = ProxyEvaluator.from_settings({"proxy": "flops", "recipe": {"seq_len": 8}}).evaluate(ARCH, Budget("steps", 1))
-    assert short.flops_per_token == nas.compute(ARCH, 8).fwd_flops_per_token < nas.compute(ARCH).fwd_flops_per_token
+    short = ProxyEvaluator.from_settings({"proxy": "flops", "recipe": {"seq_len": 8}}).evaluate(
+        ARCH, Budget("steps", 1)
+    )
+    assert (
+        short.flops_per_token
+        == nas.compute(ARCH, 8).fwd_flops_per_token
+        < nas.compute(ARCH).fwd_flops_per_token
+    )
 
 
 def test_sleep_scores_like_the_params_proxy() -> None:

@@ -16,7 +16,12 @@ ARCH = nas.ArchConfig.from_dict(
 
 
 def test_every_name_builds_its_evaluator_from_plain_settings() -> None:
-    settings = {"recipe": {"batch_size": 4, "seq_len": 16}, "data": "somewhere", "device": "cpu", "compile": True}
+    settings = {
+        "recipe": {"batch_size": 4, "seq_len": 16},
+        "data": "somewhere",
+        "device": "cpu",
+        "compile": True,
+    }
     lm = evaluators.build("lm", settings)
     assert isinstance(lm, LMEvaluator) and lm.recipe.batch_size == 4 and lm.data == "somewhere"
     assert lm.device == "cpu" and lm.compile is True
@@ -32,13 +37,24 @@ def test_check_accepts_the_valid_names(name: str) -> None:
     assert evaluators.check(name) == name
 
 
-@pytest.mark.parametrize("name,why", [("bleu", "unknown evaluator 'bleu'"), ("proxy:vibes", "NAME must be one of"),
-                                      ("proxy", "NAME must be one of"), ("sleep:-1", "SECONDS must be"),
-                                      ("sleep:soon", "SECONDS must be"), ("lm:fast", "takes no argument")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,why",
+    [
+        ("bleu", "unknown evaluator 'bleu'"),
+        ("proxy:vibes", "NAME must be one of"),
+        ("proxy", "NAME must be one of"),
+        ("sleep:-1", "SECONDS must be"),
+        ("sleep:soon", "SECONDS must be"),
+        ("lm:fast", "takes no argument"),
+    ],
+)
 def test_a_bad_name_is_refused_listing_the_valid_ones(name: str, why: str) -> None:
     with pytest.raises(nas.ConfigError, match=why) as err:
         evaluators.check(name)
-    assert "valid: lm; proxy:NAME (NAME: params, non_embedding_params, flops, train_flops); sleep:SECONDS" in str(err.value)
+    assert (
+        "valid: lm; proxy:NAME (NAME: params, non_embedding_params, flops, train_flops); sleep:SECONDS"
+        in str(err.value)
+    )
 
 
 def test_metric_names_are_result_fields_and_to_dict_is_plain_data() -> None:

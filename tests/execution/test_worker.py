@@ -24,11 +24,21 @@ ARCH = nas.ArchConfig.from_dict(
 
 
 def payload(corpus: Path | None = None, **extra: Any) -> dict[str, Any]:
-    return {"arch": ARCH.to_dict(), "recipe": {"batch_size": 2, "eval_batches": 1, "log_every": 2},
-            "budget": {"steps": 4}, "data": str(corpus) if corpus else None, "device": "cpu", **extra}  # fmt: skip
+    recipe = {"batch_size": 2, "eval_batches": 1, "log_every": 2}
+    data = str(corpus) if corpus else None
+    return {
+        "arch": ARCH.to_dict(),
+        "recipe": recipe,
+        "budget": {"steps": 4},
+        "data": data,
+        "device": "cpu",
+        **extra,
+    }
 
 
-def test_a_trial_that_runs_out_of_memory_gives_it_back_and_the_next_trial_runs(corpus_dir, monkeypatch) -> None:
+def test_a_trial_that_runs_out_of_memory_gives_it_back_and_the_next_trial_runs(
+    corpus_dir, monkeypatch
+) -> None:
     models: list[weakref.ref] = []
     real_step = TrainStep.__call__
 
@@ -71,7 +81,10 @@ def test_an_unknown_evaluator_fails_the_trial_naming_the_valid_ones() -> None:
 
 
 def test_workers_and_evaluators_import_nothing_of_the_search_optuna_or_ray() -> None:
-    code = ("import sys, nas.execution.worker, evaluators; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('optuna', 'ray') or m.startswith('nas.search')))")  # fmt: skip
+    code = (
+        "import sys, nas.execution.worker, evaluators; "
+        "print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in ('optuna', 'ray') or m.startswith('nas.search')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
