@@ -91,10 +91,10 @@ def measure(n_archs: int, budget_flops: float, threads: int, seed: int) -> None:
     for i, arch in enumerate(archs.values()):
         t0 = time.perf_counter()
         m = train_lm(arch, recipe, Budget("flops", budget_flops), corpus, device="cpu", threads=threads)
-        rows.append({"arch_id": arch.arch_id, "summary": arch.summary(), "val_loss": m["val_loss"],
+        rows.append({"arch_id": arch.arch_id, "summary": arch.summary(), "val_loss": m.val_loss,
                      "arch": arch.to_dict()})
         took = time.perf_counter() - t0
-        print(f"{i + 1}/{len(archs)} {arch.summary()}: {m['val_loss']:.4f} ({took:.0f} s)", file=sys.stderr)
+        print(f"{i + 1}/{len(archs)} {arch.summary()}: {m.val_loss:.4f} ({took:.0f} s)", file=sys.stderr)
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     TABLE.write_text(json.dumps({
         "what": "validation loss (nats/token) of architectures drawn uniformly from the default space",

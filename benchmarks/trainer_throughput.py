@@ -136,7 +136,7 @@ def main() -> int:
     md += (
         f"\n\n`train_lm` on the same candidate, 60 steps end to end (learning-rate schedule, batch "
         f"sampling, loss read-back every 10 steps; evaluation excluded): "
-        f"{end_to_end['tokens_per_s']:,.0f} tokens/s."
+        f"{end_to_end.tokens_per_s:,.0f} tokens/s."
     )
     print(md)
     cpu = platform.processor() or platform.machine()

@@ -1,28 +1,32 @@
 """How a candidate is scored.  No optuna, no ray here.
 
-* :func:`train_lm` / :class:`LMEvaluator`: train on the corpus for a budget,
-  report validation loss and compute.
-* :mod:`evaluators.proxies`: parameter count and FLOPs, no training.
+Every evaluator implements :class:`Evaluator` (built from plain settings,
+``evaluate(arch, budget, callback, ...) -> Result``) and is resolved by name
+through :mod:`evaluators.registry` (``lm``, ``proxy:NAME``, ``sleep:SECONDS``):
+
+* :class:`LMEvaluator` / :func:`train_lm`: train on the corpus for a budget,
+  report validation loss and compute (the trainer's parts: :mod:`evaluators.budget`,
+  :mod:`~evaluators.device`, :mod:`~evaluators.model`, :mod:`~evaluators.step`,
+  :mod:`~evaluators.loop`, :mod:`~evaluators.evaluation`, :mod:`~evaluators.trainlog`).
+* :class:`ProxyEvaluator`, :class:`SleepEvaluator` (:mod:`evaluators.proxies`):
+  parameter count and FLOPs, no training.
 """
 
-from evaluators.base import (
-    BUDGET_KINDS,
-    RESULT_KEYS,
-    Budget,
-    Diverged,
-    Evaluator,
-    Progress,
-    ProgressCallback,
-    TrainRecipe,
-    metrics_from_loss,
-)
-from evaluators.lm import LMEvaluator, TrainStep, lr_at, plan_steps, resolve_device, train_lm
-from evaluators.proxies import PROXIES, ProxyEvaluator, proxy_metrics
+from evaluators.base import BUDGET_KINDS, Budget, Diverged, Evaluator, Progress, ProgressCallback, TrainRecipe
+from evaluators.budget import lr_at, plan_steps
+from evaluators.device import release_memory, resolve_device
+from evaluators.lm import LMEvaluator, train_lm
+from evaluators.proxies import PROXIES, ProxyEvaluator, SleepEvaluator
+from evaluators.registry import EVALUATORS, build, check
+from evaluators.result import METRICS, RUN_FIELDS, Result
+from evaluators.step import TrainStep
 
 __all__ = [
     "BUDGET_KINDS",
+    "EVALUATORS",
+    "METRICS",
     "PROXIES",
-    "RESULT_KEYS",
+    "RUN_FIELDS",
     "Budget",
     "Diverged",
     "Evaluator",
@@ -30,12 +34,15 @@ __all__ = [
     "Progress",
     "ProgressCallback",
     "ProxyEvaluator",
+    "Result",
+    "SleepEvaluator",
     "TrainRecipe",
     "TrainStep",
+    "build",
+    "check",
     "lr_at",
-    "metrics_from_loss",
     "plan_steps",
-    "proxy_metrics",
+    "release_memory",
     "resolve_device",
     "train_lm",
 ]

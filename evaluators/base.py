@@ -1,8 +1,8 @@
 """What an evaluator takes and gives back.  No optuna, no ray here.
 
 An evaluator scores one ArchConfig.  The LM evaluator trains it on a corpus
-for a :class:`Budget` following a :class:`TrainRecipe`, and returns a metrics
-dict.  While it trains it calls a progress callback; the callback returns True
+for a :class:`Budget` following a :class:`TrainRecipe`, and returns a
+:class:`~evaluators.result.Result`.  While it trains it calls a progress callback; the callback returns True
 to stop training early (that is how the search's hurdles reach a trial).
 """
 
@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from evaluators.result import Result
 from nas.errors import ConfigError
 from nas.models import ArchConfig
 
@@ -138,45 +139,27 @@ class Diverged(RuntimeError):
     reason = "diverged"
 
 
-#: Keys of every evaluator's result dict (a proxy fills the training ones with zeros).
-RESULT_KEYS = (
-    "val_loss",  # nats per byte on the fixed validation slice, at the end (or where stopped)
-    "val_ppl",
-    "val_bpb",
-    "params",
-    "non_embedding_params",
-    "flops_per_token",  # forward, analytic (nas.compute) at the training sequence length
-    "train_flops_per_token",
-    "train_flops",  # spent
-    "tokens",
-    "steps",
-    "tokens_per_s",  # training throughput, evaluation excluded
-    "seconds",  # wall clock of the whole evaluation
-    "arch_id",
-    "intermediate",  # {fraction of budget: val_loss} at the eval_at points reached
-    "stopped_early",
-    "stopped_at",  # fraction of the budget where the callback stopped training, else None
-    "device",
-)
-
-
 class Evaluator(Protocol):
-    """Scores one architecture: returns a dict with at least :data:`RESULT_KEYS`.
+    """Scores one architecture under a budget and returns a :class:`~evaluators.result.Result`.
 
-    ``callback`` gets :class:`Progress` reports (with ``val_loss`` at the
-    ``eval_at`` fractions) and returns True to stop; ``logdir`` asks for
-    TensorBoard event files; ``log_hparams`` adds columns to their HParams table.
+    Implementations are built from plain settings (``from_settings``, so a Ray
+    worker can rebuild one from its payload) and resolved by name through
+    :mod:`evaluators.registry`.  ``callback`` gets :class:`Progress` reports
+    (with ``val_loss`` at the ``eval_at`` fractions) and returns True to stop;
+    ``logdir`` asks for TensorBoard event files; ``log_hparams`` adds columns to
+    their HParams table.
     """
 
-    def __call__(
+    def evaluate(
         self,
         arch: ArchConfig,
-        *,
+        budget: Budget,
         callback: ProgressCallback | None = None,
+        *,
         eval_at: Sequence[float] = (),
         logdir: str | None = None,
         log_hparams: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> Result: ...
 
 
 def check_eval_at(eval_at: Sequence[float]) -> tuple[float, ...]:
@@ -187,12 +170,3 @@ def check_eval_at(eval_at: Sequence[float]) -> tuple[float, ...]:
             raise ConfigError(f"fractions of the budget must be in (0, 1], got {f!r}", "eval_at")
         out.add(float(f))
     return tuple(sorted(out))
-
-
-def metrics_from_loss(val_loss: float) -> dict[str, float]:
-    """Perplexity and bits per byte from a loss in nats per byte-level token."""
-    return {
-        "val_loss": val_loss,
-        "val_ppl": math.exp(min(val_loss, 700.0)),
-        "val_bpb": val_loss / math.log(2.0),
-    }

@@ -76,3 +76,15 @@ def test_a_fault_inside_a_block_fails_only_that_candidate(tmp_path, corpus_dir, 
     for t in others:
         assert t.state == TrialState.COMPLETE, t.user_attrs.get("fail_reason")
     assert no_nan(trials)
+
+
+def test_a_candidate_that_fails_to_compile_trains_eager_and_its_trial_says_why(tmp_path, corpus_dir, single_thread,
+                                                                              monkeypatch):
+    def refuse(model):
+        raise RuntimeError("injected compiler failure")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    trials = search(tmp_path, corpus_dir, "--steps", "2", "--trials", "2", "--compile")
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert all(t.user_attrs["compile_error"] == "RuntimeError: injected compiler failure" for t in trials)
+    assert all(t.user_attrs["dtype"] == "float32" and t.user_attrs["vocab_size"] == 256 for t in trials)

@@ -46,4 +46,4 @@ def test_example_loads_builds_and_trains(path: Path, corpus_dir: Path) -> None:
     assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 256)
     small = dataclasses.replace(recipe, batch_size=2, seq_len=32, eval_batches=1)
     result = train_lm(arch, small, Budget("steps", 2), load_corpus(corpus_dir), device="cpu")
-    assert result["steps"] == 2 and result["val_loss"] < 10
+    assert result.steps == 2 and result.val_loss < 10

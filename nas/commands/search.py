@@ -77,26 +77,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-dashboard", action="store_true", help="start the Ray dashboard (off by default)")
     p.add_argument("--evaluator", default="lm", type=_evaluator,
                    help="lm: train each candidate (default); proxy:params / proxy:flops: score without training")
+    p.add_argument("--compile", action="store_true",
+                   help="train each candidate through torch.compile (compile time is reported apart; a "
+                   "candidate that fails to compile trains eager)")
     p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     add_device_arg(p)
     p.set_defaults(func=run)
 
 
 def _evaluator(text: str) -> str:
-    from evaluators import PROXIES
+    import evaluators
 
-    kind, _, arg = text.partition(":")
-    if text == "lm" or (kind == "proxy" and arg in PROXIES):
-        return text
-    if kind == "sleep":  # benchmarks only: a known wait per trial isolates orchestration overhead
-        try:
-            if float(arg) >= 0:
-                return text
-        except ValueError:
-            pass
-    raise argparse.ArgumentTypeError(
-        f"expected lm or proxy:NAME with NAME one of {', '.join(PROXIES)}, got {text!r}"
-    )
+    try:
+        return evaluators.check(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def resolve_space_path(arg: str | None) -> Path:
@@ -149,6 +144,7 @@ def build_settings(args: argparse.Namespace) -> SearchSettings:
         local=args.local,
         dashboard=args.ray_dashboard,
         evaluator=args.evaluator,
+        compile=args.compile,
     )
 
 

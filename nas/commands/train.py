@@ -61,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
+    p.add_argument("--compile", action="store_true",
+                   help="train through torch.compile (compile time reported apart; falls back to eager)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON line on stdout")
     p.set_defaults(func=run)
 
@@ -165,13 +167,13 @@ def run(args: argparse.Namespace) -> int:
             threads=threads,
             save_to=args.save,
             log=stderr_log,
-        )
+            compile=args.compile,
+        ).to_dict()
     except Diverged as err:
         print(f"error: {args.arch}: training diverged: {err}", file=sys.stderr)
         return 1
     if args.save:
         stderr_log(f"saved weights to {args.save}")
-    metrics.setdefault("vocab_size", arch.vocab_size)
     if args.json:
         print(json.dumps(jsonable(metrics), sort_keys=False))
     else:

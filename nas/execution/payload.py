@@ -26,6 +26,7 @@ class TrialPayload:
     logdir: str | None  # this trial's TensorBoard run, None for none
     hparams: dict[str, Any]  # the trial's parameters, for TensorBoard's HParams table
     evaluator: str  # "lm", "proxy:NAME" or "sleep:S"
+    compile: bool = False  # train through torch.compile (falls back to eager if compiling fails)
 
     def to_dict(self) -> dict[str, Any]:
         """The plain dict a worker receives (the keys are the field names)."""

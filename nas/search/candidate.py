@@ -40,6 +40,7 @@ def trial_payload(s: SearchSettings, study: optuna.Study, trial: Trial, arch: Ar
         logdir=str(Path(s.tb_dir) / f"trial_{trial.number:05d}") if s.tb_dir else None,
         hparams=_hparams(trial.params, arch.arch_id, trial.number),
         evaluator=s.evaluator,
+        compile=s.compile,
     )
 
 

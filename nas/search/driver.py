@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from evaluators import METRICS, RUN_FIELDS
 from nas.compute import compute
 from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
@@ -46,11 +47,7 @@ from nas.search.study import (
 )
 
 #: metrics copied onto each trial's user attributes
-METRIC_KEYS = (
-    "val_loss", "val_ppl", "val_bpb", "params", "non_embedding_params", "flops_per_token",
-    "train_flops_per_token", "train_flops", "tokens", "steps", "tokens_per_s", "seconds", "arch_id",
-    "device", "threads",
-)
+METRIC_KEYS = (*METRICS, *RUN_FIELDS)
 
 
 @dataclasses.dataclass
@@ -267,7 +264,7 @@ class Driver:
             return self._fail(study, r, reason, result.get("traceback"), result.get("detail"))
         metrics = result.get("metrics") or {}
         for key in METRIC_KEYS:
-            if key in metrics:
+            if metrics.get(key) is not None:
                 trial.set_user_attr(key, metrics[key])
         loss = metrics.get("val_loss")
         if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN

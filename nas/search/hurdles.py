@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
+from evaluators.stopping import fraction_key, missed
+
+__all__ = ["INTERMEDIATE", "Hurdles", "fraction_key", "hurdle_summary", "missed", "parse_fractions"]
+
 INTERMEDIATE = "intermediate"  # user attr: {"0.25": loss, ...}
-
-
-def fraction_key(fraction: float) -> str:
-    return f"{fraction:g}"
 
 
 def parse_fractions(text: str) -> tuple[float, ...]:
@@ -71,12 +71,6 @@ class Hurdles:
             for key, vals in losses.items()
             if len(vals) >= self.min_trials
         }
-
-
-def missed(thresholds: Mapping[str, float], fraction: float, loss: float) -> bool:
-    """True when ``loss`` at ``fraction`` is above that hurdle's threshold."""
-    limit = thresholds.get(fraction_key(fraction))
-    return limit is not None and loss > limit
 
 
 def hurdle_summary(intermediate: Mapping[str, float], fractions: Sequence[float]) -> str:

@@ -68,6 +68,8 @@ class SearchSettings:
     dashboard: bool = False
     #: "lm" trains; "proxy:params" etc. scores without training; "sleep:S" is for overhead benchmarks
     evaluator: str = "lm"
+    #: train through torch.compile; not in the fingerprint: it changes speed, not what is measured
+    compile: bool = False
 
     def __post_init__(self) -> None:
         _check_study_name(self.study)

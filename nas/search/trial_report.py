@@ -8,16 +8,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from evaluators.result import METRICS  # the measured metrics a finished trial carries in its user attributes
+from evaluators.result import RUN_FIELDS as RUN_KEYS  # how a trial was run (CPU results depend on threads)
 from nas.search.hurdles import INTERMEDIATE
 from nas.search.lookup import settings_of
 
-#: measured metrics a finished trial carries in its user attributes (the driver's METRIC_KEYS)
-METRICS = (
-    "val_loss", "val_ppl", "val_bpb", "params", "non_embedding_params", "flops_per_token",
-    "train_flops_per_token", "train_flops", "tokens", "steps", "tokens_per_s", "seconds",
-)
-#: how a trial was run, when the driver records it (CPU results depend on the thread count)
-RUN_KEYS = ("device", "threads")
 #: user attributes that say where a trial's architecture came from
 ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from")
 

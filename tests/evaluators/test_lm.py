@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-import evaluators.lm as lm
+import evaluators.evaluation as evaluation
+import evaluators.model as model_prep
+import evaluators.step as step
 import nas
-from evaluators import RESULT_KEYS, Budget, Diverged, Progress, TrainRecipe, lr_at, plan_steps, train_lm
+from evaluators import (
+    METRICS,
+    RUN_FIELDS,
+    Budget,
+    Diverged,
+    Progress,
+    Result,
+    TrainRecipe,
+    lr_at,
+    plan_steps,
+    train_lm,
+)
 from nas.data import Corpus, load_corpus
 from nas.errors import ConfigError
 
@@ -30,7 +44,7 @@ def corpus(corpus_dir: Path) -> Corpus:
     return load_corpus(corpus_dir)
 
 
-def train(corpus: Corpus, budget: Budget, **kwargs) -> dict:
+def train(corpus: Corpus, budget: Budget, **kwargs) -> Result:
     recipe = kwargs.pop("recipe", RECIPE)
     arch = kwargs.pop("arch", TINY)
     return train_lm(arch, recipe, budget, corpus, device="cpu", **kwargs)
@@ -64,17 +78,17 @@ def test_budget_below_one_step_is_refused_naming_the_minimum(budget: Budget) -> 
 
 def test_tokens_budget_trains_whole_steps(corpus: Corpus) -> None:
     result = train(corpus, Budget("tokens", 5 * 128 + 100))
-    assert result["steps"] == 5 and result["tokens"] == 5 * 128
-    assert result["train_flops"] == pytest.approx(5 * 128 * result["train_flops_per_token"])
+    assert result.steps == 5 and result.tokens == 5 * 128
+    assert result.train_flops == pytest.approx(5 * 128 * result.train_flops_per_token)
 
 
 def test_seconds_budget_runs_until_time_is_up(corpus: Corpus) -> None:
     seen: list[Progress] = []
     result = train(corpus, Budget("seconds", 0.3), callback=lambda p: seen.append(p) or False, eval_at=(0.5,))
-    assert result["steps"] >= 1
-    assert result["train_seconds"] >= 0.3
+    assert result.steps >= 1
+    assert result.train_seconds >= 0.3
     assert seen[-1].fraction == 1.0 and seen[-1].val_loss is not None
-    assert list(result["intermediate"]) == [0.5]
+    assert list(result.intermediate) == [0.5]
 
 
 def test_seq_len_longer_than_max_len_is_refused(corpus: Corpus) -> None:
@@ -96,7 +110,7 @@ def test_lr_warms_up_linearly_then_decays_to_the_floor() -> None:
 
 def test_weight_decay_applies_to_matrices_only() -> None:
     model = nas.build_model(TINY)
-    opt = lm.make_optimizer(model, RECIPE, torch.device("cpu"))
+    opt = step.make_optimizer(model, RECIPE, torch.device("cpu"))
     decayed, plain = opt.param_groups
     assert decayed["weight_decay"] == RECIPE.weight_decay and plain["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in plain["params"])
@@ -114,13 +128,13 @@ def test_eval_at_reports_validation_loss_to_the_callback(corpus: Corpus) -> None
     )
     assert [p.step for p in seen] == [2, 4, 6, 8]  # log_every 2; evals at steps 2 and 4 and the end
     assert [p.val_loss is not None for p in seen] == [True, True, False, True]
-    assert result["intermediate"] == {0.25: seen[0].val_loss, 0.5: seen[1].val_loss}
-    assert seen[-1].val_loss == result["val_loss"] and seen[-1].fraction == 1.0
+    assert result.intermediate == {0.25: seen[0].val_loss, 0.5: seen[1].val_loss}
+    assert seen[-1].val_loss == result.val_loss and seen[-1].fraction == 1.0
     assert seen[1].tokens == 4 * 128 and seen[1].flops == pytest.approx(
-        4 * 128 * result["train_flops_per_token"]
+        4 * 128 * result.train_flops_per_token
     )
     assert all(math.isfinite(p.train_loss) and p.lr > 0 for p in seen)
-    assert not result["stopped_early"] and result["stopped_at"] is None
+    assert not result.stopped_early and result.stopped_at is None
 
 
 def test_callback_returning_true_stops_training(corpus: Corpus) -> None:
@@ -128,16 +142,16 @@ def test_callback_returning_true_stops_training(corpus: Corpus) -> None:
         return p.val_loss is not None
 
     result = train(corpus, Budget("steps", 10), callback=hurdle, eval_at=(0.5,))
-    assert result["stopped_early"] is True
-    assert result["stopped_at"] == 0.5
-    assert result["steps"] == 5
-    assert result["val_loss"] == result["intermediate"][0.5]
+    assert result.stopped_early is True
+    assert result.stopped_at == 0.5
+    assert result.steps == 5
+    assert result.val_loss == result.intermediate[0.5]
 
 
 def test_stop_between_evaluations_still_measures_validation_loss(corpus: Corpus) -> None:
     result = train(corpus, Budget("steps", 10), callback=lambda p: p.step >= 4)
-    assert result["stopped_early"] and result["steps"] == 4 and result["stopped_at"] == 0.4
-    assert math.isfinite(result["val_loss"])
+    assert result.stopped_early and result.steps == 4 and result.stopped_at == 0.4
+    assert math.isfinite(result.val_loss)
 
 
 def test_eval_at_outside_the_budget_is_refused(corpus: Corpus) -> None:
@@ -152,23 +166,27 @@ def test_result_has_every_metric_and_training_reduces_loss(corpus: Corpus) -> No
     result = train(
         corpus, Budget("steps", 30), recipe=TrainRecipe(batch_size=8, eval_batches=2, log_every=10)
     )
-    assert set(RESULT_KEYS) <= set(result)
-    assert result["val_loss"] < math.log(256) - 1.0
-    assert result["val_ppl"] == pytest.approx(math.exp(result["val_loss"]))
-    assert result["val_bpb"] == pytest.approx(result["val_loss"] / math.log(2))
+    assert all(getattr(result, k) is not None for k in METRICS) and set(METRICS + RUN_FIELDS) <= set(
+        result.to_dict()
+    )
+    assert result.val_loss < math.log(256) - 1.0
+    assert result.val_ppl == pytest.approx(math.exp(result.val_loss))
+    assert result.val_bpb == pytest.approx(result.val_loss / math.log(2))
     cost = nas.compute(TINY)
-    assert result["params"] == cost.params == sum(p.numel() for p in nas.build_model(TINY).parameters())
-    assert result["flops_per_token"] == cost.fwd_flops_per_token
-    assert result["arch_id"] == TINY.arch_id and result["device"] == "cpu"
-    assert result["tokens_per_s"] > 0 and result["seconds"] >= result["train_seconds"] > 0
+    assert result.params == cost.params == sum(p.numel() for p in nas.build_model(TINY).parameters())
+    assert result.flops_per_token == cost.fwd_flops_per_token
+    assert result.arch_id == TINY.arch_id and result.device == "cpu"
+    assert result.tokens_per_s > 0 and result.seconds >= result.train_seconds > 0
+    assert (result.dtype, result.vocab_size, result.peak_memory_bytes) == ("float32", 256, None)
+    assert result.device_name and result.compile_seconds is None and result.compile_error is None
 
 
 def test_same_seed_gives_identical_losses_and_another_seed_does_not(corpus: Corpus) -> None:
     a = train(corpus, Budget("steps", 6))
     b = train(corpus, Budget("steps", 6))
     c = train(corpus, Budget("steps", 6), recipe=TrainRecipe(batch_size=4, eval_batches=2, seed=1))
-    assert a["val_loss"] == b["val_loss"] and a["train_loss"] == b["train_loss"]
-    assert c["val_loss"] != a["val_loss"]
+    assert a.val_loss == b.val_loss and a.train_loss == b.train_loss
+    assert c.val_loss != a.val_loss
 
 
 def test_non_finite_loss_raises_diverged(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,7 +196,7 @@ def test_non_finite_loss_raises_diverged(corpus: Corpus, monkeypatch: pytest.Mon
             model.ln_f.weight.fill_(float("nan"))
         return model
 
-    monkeypatch.setattr(lm, "build_model", poisoned)
+    monkeypatch.setattr(model_prep, "build_model", poisoned)
     with pytest.raises(Diverged, match="nan"):
         train(corpus, Budget("steps", 4))
 
@@ -189,7 +207,7 @@ def test_absurd_learning_rate_diverges_or_is_caught(corpus: Corpus) -> None:
         result = train(corpus, Budget("steps", 5), recipe=recipe)
     except Diverged:
         return
-    assert math.isfinite(result["val_loss"])  # if it did not blow up, it must still report a real number
+    assert math.isfinite(result.val_loss)  # if it did not blow up, it must still report a real number
 
 
 def test_tensorboard_logs_scalars_and_hparams_in_one_run(corpus: Corpus, tmp_path: Path) -> None:
@@ -212,10 +230,10 @@ def test_checkpoint_round_trip(corpus: Corpus, tmp_path: Path) -> None:
     model = nas.load_model(path)
     assert model.arch == TINY and not model.training
     doc = torch.load(path, weights_only=True)
-    assert doc["recipe"] == RECIPE.to_dict() and doc["metrics"]["val_loss"] == result["val_loss"]
-    x, y = lm.validation_windows(corpus.val, 8, 32)
-    assert lm.evaluate_loss(model, x, y, 4, torch.device("cpu")) == pytest.approx(
-        result["val_loss"], abs=1e-6
+    assert doc["recipe"] == RECIPE.to_dict() and doc["metrics"]["val_loss"] == result.val_loss
+    x, y = evaluation.validation_windows(corpus.val, 8, 32)
+    assert evaluation.evaluate_loss(model, x, y, 4, torch.device("cpu")) == pytest.approx(
+        result.val_loss, abs=1e-6
     )
 
 
@@ -224,6 +242,82 @@ def test_cuda_requested_without_cuda_is_a_user_error(corpus: Corpus) -> None:
         pytest.skip("CUDA is present")
     with pytest.raises(nas.UserError, match="CUDA is not available"):
         train_lm(TINY, RECIPE, Budget("steps", 1), corpus, device="cuda")
+
+
+@dataclasses.dataclass
+class TokenCorpus:
+    """The byte corpus dressed as a token corpus that says how many bytes a token stands for."""
+
+    name: str
+    train: torch.Tensor
+    val: torch.Tensor
+    vocab_size: int = 256
+    bytes_per_token: float | None = 1.0
+
+
+@pytest.mark.parametrize("bytes_per_token", [2.5, None])
+def test_bits_per_byte_follow_the_corpus_bytes_per_token(
+    corpus: Corpus, bytes_per_token: float | None
+) -> None:
+    plain = train(corpus, Budget("steps", 2))
+    tokens = train(
+        TokenCorpus("tok", corpus.train, corpus.val, bytes_per_token=bytes_per_token), Budget("steps", 2)
+    )
+    assert tokens.val_loss == plain.val_loss and tokens.corpus == "tok"
+    if bytes_per_token is None:
+        assert tokens.val_bpb is None
+    else:
+        assert tokens.val_bpb == pytest.approx(plain.val_loss / math.log(2) / bytes_per_token)
+
+
+def test_an_arch_for_another_vocabulary_is_refused_naming_vocab_size(corpus: Corpus) -> None:
+    wide = nas.ArchConfig.from_dict({**TINY.to_dict(), "vocab_size": 512})
+    with pytest.raises(ConfigError, match="vocab_size.*512.*256"):
+        train(corpus, Budget("steps", 1), arch=wide)
+
+
+# -- torch.compile -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_compile_trains_through_torch_compile_and_times_it_apart(corpus: Corpus) -> None:
+    eager = train(corpus, Budget("steps", 3))
+    compiled = train(corpus, Budget("steps", 3), compile=True)
+    assert compiled.compile_error is None and compiled.compile_seconds > 0
+    # The compiling first step is off the training clock: what is left is far shorter than the compile.
+    assert compiled.train_seconds < compiled.compile_seconds
+    assert compiled.val_loss == pytest.approx(eager.val_loss, abs=1e-3)  # fused kernels round differently
+
+
+class _BrokenCompiled(torch.nn.Module):
+    """What a compiler that fails on the first call returns: the same parameters, a forward that raises."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("backend exploded\nwith a second line")
+
+
+def _refuse(model: torch.nn.Module) -> torch.nn.Module:
+    raise RuntimeError("no compiler here")
+
+
+@pytest.mark.parametrize(
+    "compiler,reason",
+    [(_refuse, "RuntimeError: no compiler here"), (_BrokenCompiled, "RuntimeError: backend exploded")],
+)
+def test_a_model_that_fails_to_compile_trains_eager_and_says_why(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch, compiler, reason: str
+) -> None:
+    eager = train(corpus, Budget("steps", 3))
+    monkeypatch.setattr(torch, "compile", compiler)
+    fallback = train(corpus, Budget("steps", 3), compile=True)
+    assert fallback.compile_error == reason and fallback.compile_seconds is None
+    assert (
+        fallback.val_loss == eager.val_loss and fallback.train_loss == eager.train_loss
+    )  # from the same seed
 
 
 def test_corpus_too_small_for_one_window_names_the_corpus(tmp_path: Path) -> None:

@@ -72,4 +72,4 @@ def test_trial_hparams_read_back(tmp_path: Path) -> None:
 
     acc = EventAccumulator(str(logdir))
     acc.Reload()
-    assert acc.Scalars("hparam/val_loss")[-1].value == pytest.approx(metrics["val_loss"], rel=1e-6)
+    assert acc.Scalars("hparam/val_loss")[-1].value == pytest.approx(metrics.val_loss, rel=1e-6)

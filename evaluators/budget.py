@@ -1,0 +1,175 @@
+"""Budget planning: what a budget buys, the learning-rate schedule, and the training clock.
+
+* :func:`plan_training` checks an architecture, recipe and corpus against each
+  other and turns the budget into optimizer steps (:func:`plan_steps`).
+* :class:`BudgetClock` says, after each step, which share of the budget is
+  spent and whether this step is a report point (logging, evaluation, the
+  callback).  It counts training time only: it is paused while the trainer
+  evaluates and reports, and the first compiled step can be set aside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from evaluators.base import Budget, TrainRecipe, check_eval_at
+from nas.compute import Compute, compute
+from nas.errors import ConfigError, UserError
+from nas.models import ArchConfig
+
+
+def plan_steps(budget: Budget, cost: Compute, batch_size: int, seq_len: int) -> int | None:
+    """Optimizer steps the budget buys (None for a seconds budget, which runs until time is up)."""
+    tokens_per_step = batch_size * seq_len
+    if budget.kind == "seconds":
+        return None
+    if budget.kind == "steps":
+        steps = int(budget.value)
+        minimum = "1 step"
+    elif budget.kind == "tokens":
+        steps = int(budget.value // tokens_per_step)
+        minimum = f"{tokens_per_step} tokens (batch_size {batch_size} x seq_len {seq_len})"
+    else:
+        per_step = cost.train_flops_per_token * tokens_per_step
+        steps = int(budget.value // per_step)
+        minimum = f"{per_step:.4g} FLOPs (one step of {tokens_per_step} tokens for this architecture)"
+    if steps < 1:
+        raise ConfigError(f"{budget} buys less than one training step; the minimum is {minimum}", "budget")
+    return steps
+
+
+def lr_at(recipe: TrainRecipe, fraction: float) -> float:
+    """Learning rate after ``fraction`` of the budget: linear warmup, then cosine to lr * min_lr_ratio."""
+    peak, wf = recipe.lr, recipe.warmup_frac
+    fraction = min(max(fraction, 0.0), 1.0)
+    if wf > 0 and fraction < wf:
+        return peak * fraction / wf
+    progress = (fraction - wf) / (1.0 - wf) if wf < 1 else 1.0
+    low = peak * recipe.min_lr_ratio
+    return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPlan:
+    """The shape of one training run, fixed before the model is built."""
+
+    budget: Budget
+    batch_size: int
+    seq_len: int
+    cost: Compute  # at seq_len
+    total_steps: int | None  # None: a seconds budget
+    fractions: tuple[float, ...]  # where to evaluate (sorted, in (0, 1])
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+def check_arch_fits(arch: ArchConfig, recipe: TrainRecipe, corpus: Any) -> int:
+    """The training sequence length, after checking ``arch`` against the recipe and the corpus vocabulary."""
+    seq_len = recipe.seq_len if recipe.seq_len is not None else arch.max_len
+    if seq_len > arch.max_len:
+        raise ConfigError(f"{seq_len} exceeds the architecture's max_len {arch.max_len}", "recipe.seq_len")
+    vocab = getattr(corpus, "vocab_size", 256)
+    if arch.vocab_size != vocab:
+        raise ConfigError(
+            f"{arch.vocab_size} differs from the corpus {getattr(corpus, 'name', '?')!r}, whose vocabulary "
+            f"has {vocab} tokens; set vocab_size: {vocab}",
+            "arch.vocab_size",
+        )
+    return seq_len
+
+
+def plan_training(budget: Budget, recipe: TrainRecipe, seq_len: int, corpus: Any, arch: ArchConfig,
+                  eval_at: tuple[float, ...]) -> TrainingPlan:  # fmt: skip
+    """Steps the budget buys for ``arch`` at ``seq_len``; refuses a corpus shorter than one window."""
+    cost = compute(arch, seq_len)
+    total_steps = plan_steps(budget, cost, recipe.batch_size, seq_len)
+    for part, data in (("training", corpus.train), ("validation", corpus.val)):
+        if len(data) <= seq_len:
+            raise UserError(
+                f"{corpus.name}: the {part} text ({len(data)} bytes) is shorter than one window of "
+                f"seq_len + 1 = {seq_len + 1} bytes; use a larger corpus or a smaller recipe.seq_len"
+            )
+    return TrainingPlan(budget, recipe.batch_size, seq_len, cost, total_steps, check_eval_at(eval_at))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportPoint:
+    """A step where the trainer reads the loss back, logs, maybe evaluates, and calls the callback."""
+
+    fraction: float
+    last: bool
+    due: tuple[float, ...]  # eval_at fractions reached at this step
+
+
+class BudgetClock:
+    """Training time and the share of the budget spent.
+
+    A steps budget (``plan.total_steps`` set) is exact: the fraction is
+    step / total and the evaluation steps are fixed in advance.  A seconds
+    budget follows the clock, which is synced with the device (``sync``) at
+    report points so queued GPU work is counted.
+    """
+
+    def __init__(self, plan: TrainingPlan, log_every: int, sync: Callable[[], None]) -> None:
+        self.plan = plan
+        self.log_every = log_every
+        self.sync = sync
+        self.eval_steps: dict[int, list[float]] = {}
+        if plan.total_steps is not None:
+            for f in plan.fractions:
+                self.eval_steps.setdefault(
+                    min(plan.total_steps, max(1, round(f * plan.total_steps))), []
+                ).append(f)
+        self.pending = list(plan.fractions)  # seconds budgets: fractions not yet reached
+        self.train_seconds = 0.0
+        self._t = time.perf_counter()
+
+    def _elapsed(self) -> float:
+        return self.train_seconds + (time.perf_counter() - self._t)
+
+    def next_fraction(self, step: int) -> float:
+        """Where the coming step (``step + 1``) will end; the learning rate is set for it."""
+        if self.plan.total_steps is not None:
+            return (step + 1) / self.plan.total_steps
+        # Estimate where this step will end, so warmup does not begin at lr 0 for long.
+        per_step = self.train_seconds / step if step else 0.0
+        return min(1.0, (self._elapsed() + per_step) / self.plan.budget.value)
+
+    def after(self, step: int) -> ReportPoint | None:
+        """The report point that ``step`` (just taken) is, or None to keep training without a sync."""
+        if self.plan.total_steps is not None:
+            last = step >= self.plan.total_steps
+            due = tuple(self.eval_steps.get(step, ()))
+            fraction = step / self.plan.total_steps
+        else:
+            budget = self.plan.budget.value
+            if step % self.log_every == 0 or self._elapsed() >= budget:
+                self.sync()
+            fraction = min(1.0, self._elapsed() / budget)
+            last = fraction >= 1.0
+            due = tuple(f for f in self.pending if f <= fraction)
+            self.pending = [f for f in self.pending if f > fraction]
+        if last or due or step % self.log_every == 0:
+            return ReportPoint(fraction, last, due)
+        return None
+
+    def pause(self) -> None:
+        """Stop the clock (after syncing the device) for evaluation and reporting."""
+        self.sync()
+        self.train_seconds += time.perf_counter() - self._t
+
+    def resume(self) -> None:
+        self._t = time.perf_counter()
+
+    def set_aside(self) -> float:
+        """Seconds since the clock last started, taken off the training time (the compiling first step)."""
+        self.sync()
+        now = time.perf_counter()
+        seconds, self._t = now - self._t, now
+        return seconds

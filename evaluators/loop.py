@@ -1,0 +1,125 @@
+"""The training loop: steps until the budget is spent or the callback says stop.
+
+It syncs with the device only at report points (every ``recipe.log_every``
+steps, the ``eval_at`` fractions and the end); a non-finite loss is caught
+there (it cannot recover in between: NaN weights stay NaN) and raises
+:class:`~evaluators.base.Diverged`.  With a compiled model the first step
+compiles the graph: its time is set aside as compile time, and an exception in
+it (other than running out of memory) raises :class:`CompileFailed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from evaluators.base import Diverged, Progress, ProgressCallback, TrainRecipe
+from evaluators.budget import BudgetClock, ReportPoint, TrainingPlan, lr_at
+from evaluators.device import sync
+from evaluators.evaluation import Validation
+from evaluators.model import CompileFailed, Prepared, describe_compile_error
+from evaluators.trainlog import TrainLog
+from nas.data import get_batch
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How a training run ended."""
+
+    steps: int
+    train_loss: float
+    val_loss: float
+    intermediate: dict[float, float]
+    stopped_at: float | None  # fraction of the budget where the callback stopped it
+    train_seconds: float
+    tokens_per_s: float  # over the steps on the training clock (not the compiling one)
+    compile_seconds: float | None  # None: not compiled
+
+
+def run_loop(prep: Prepared, plan: TrainingPlan, recipe: TrainRecipe, corpus: Any, validation: Validation,
+             log: TrainLog, callback: ProgressCallback | None) -> Outcome:  # fmt: skip
+    """Train ``prep`` for ``plan`` on ``corpus.train`` (see the module docstring)."""
+    return _Loop(prep, plan, recipe, corpus, validation, log, callback).run()
+
+
+class _Loop:
+    def __init__(self, prep: Prepared, plan: TrainingPlan, recipe: TrainRecipe, corpus: Any,
+                 validation: Validation, log: TrainLog,
+                 callback: ProgressCallback | None) -> None:  # fmt: skip
+        self.prep, self.plan, self.recipe, self.corpus = prep, plan, recipe, corpus
+        self.validation, self.log, self.callback = validation, log, callback
+        self.device = prep.step.device
+        self.clock = BudgetClock(plan, recipe.log_every, lambda: sync(self.device))
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.n_window, self.window_t0, self.window_steps = 0, 0.0, 0
+        self.steps_aside = 0  # the compiling first step: off the training clock and the throughput
+        self.compile_seconds = prep.compile_seconds if prep.compiled else None
+        self.intermediate: dict[float, float] = {}
+
+    def run(self) -> Outcome:
+        stepper, B, T = self.prep.step, self.plan.batch_size, self.plan.seq_len
+        batches = torch.Generator().manual_seed(self.recipe.seed)
+        step = 0
+        while True:
+            lr = lr_at(self.recipe, self.clock.next_fraction(step))
+            stepper.set_lr(lr)
+            x, y = get_batch(self.corpus.train, B, T, batches)
+            self.loss_sum += self._step(
+                x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            )
+            self.n_window += 1
+            step += 1
+            point = self.clock.after(step)
+            if point is None:
+                continue
+            self.clock.pause()  # a report point: the clock stops, the loss is read back
+            train_loss, val_loss, stop = self._report(point, step, lr)
+            if point.last or stop:
+                break
+            self.clock.resume()
+        if val_loss is None:  # stopped between evaluation points
+            val_loss = self.validation.loss(self.prep.model, step)
+        seconds = self.clock.train_seconds
+        tokens = (step - self.steps_aside) * B * T
+        return Outcome(step, train_loss, val_loss, self.intermediate, None if point.last else point.fraction,
+                       seconds, tokens / seconds if seconds > 0 else 0.0, self.compile_seconds)  # fmt: skip
+
+    def _step(self, x: Tensor, y: Tensor) -> Tensor:
+        if not self.prep.compiled or self.steps_aside:
+            return self.prep.step(x, y)
+        try:
+            loss = self.prep.step(x, y)
+        except torch.OutOfMemoryError:
+            raise  # too big to train, compiled or not
+        except Exception as err:  # noqa: BLE001 - whatever the compiler raises, training goes on eager
+            raise CompileFailed(describe_compile_error(err)) from err
+        self.compile_seconds = (self.compile_seconds or 0.0) + self.clock.set_aside()
+        self.steps_aside = self.window_steps = 1
+        return loss
+
+    def _report(self, point: ReportPoint, step: int, lr: float) -> tuple[float, float | None, bool]:
+        """Read the window's loss back, evaluate if due, log, and ask the callback; True: stop."""
+        train_seconds = self.clock.train_seconds
+        train_loss = float((self.loss_sum / self.n_window).item())
+        if not math.isfinite(train_loss):
+            raise Diverged(f"training loss is {train_loss} at step {step} (lr {lr:.3g})")
+        tokens_per_step = self.plan.tokens_per_step
+        window_tps = (step - self.window_steps) * tokens_per_step / max(train_seconds - self.window_t0, 1e-9)
+        self.loss_sum.zero_()
+        self.n_window, self.window_t0, self.window_steps = 0, train_seconds, step
+        val_loss: float | None = None
+        if point.due or point.last:
+            val_loss = self.validation.loss(self.prep.model, step)
+            for f in point.due:
+                self.intermediate[f] = val_loss
+        tokens = step * tokens_per_step
+        progress = Progress(step=step, fraction=point.fraction, tokens=tokens,
+                            flops=tokens * self.plan.cost.train_flops_per_token, seconds=train_seconds,
+                            train_loss=train_loss, lr=lr, val_loss=val_loss)  # fmt: skip
+        self.log.progress(progress, self.plan.total_steps, window_tps)
+        stop = bool(self.callback(progress)) if self.callback is not None else False
+        return train_loss, val_loss, stop

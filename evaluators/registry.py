@@ -1,0 +1,82 @@
+"""Evaluators by name, resolved in one place: ``lm``, ``proxy:NAME``, ``sleep:SECONDS``.
+
+A name is a kind and an optional argument after a colon.  :func:`check`
+validates a name (the CLI, before anything starts); :func:`build` makes the
+evaluator from the name and plain settings (a worker, from its payload: the
+``recipe`` dict, ``data``, ``device``, ``compile``...).  A new evaluator is a
+class with ``from_settings`` and ``evaluate`` (:class:`evaluators.base.Evaluator`)
+plus one entry in :data:`EVALUATORS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from evaluators.base import Evaluator
+from evaluators.lm import LMEvaluator
+from evaluators.proxies import PROXIES, ProxyEvaluator, SleepEvaluator
+from nas.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """One kind of evaluator: how to read its name's argument, and how to build it."""
+
+    usage: str  # how to write the name, for error messages and --help
+    parse: Callable[[str | None], dict[str, Any]]  # the argument -> settings; raises ValueError when bad
+    from_settings: Callable[[Mapping[str, Any]], Evaluator]
+
+
+def _no_argument(arg: str | None) -> dict[str, Any]:
+    if arg is not None:
+        raise ValueError("takes no argument")
+    return {}
+
+
+def _proxy(arg: str | None) -> dict[str, Any]:
+    if arg not in PROXIES:
+        raise ValueError(f"NAME must be one of {', '.join(PROXIES)}")
+    return {"proxy": arg}
+
+
+def _seconds(arg: str | None) -> dict[str, Any]:
+    try:
+        seconds = float(arg or "")
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError("SECONDS must be a number >= 0")
+    return {"sleep": seconds}
+
+
+EVALUATORS: dict[str, Kind] = {
+    "lm": Kind("lm", _no_argument, LMEvaluator.from_settings),
+    "proxy": Kind(f"proxy:NAME (NAME: {', '.join(PROXIES)})", _proxy, ProxyEvaluator.from_settings),
+    "sleep": Kind("sleep:SECONDS", _seconds, SleepEvaluator.from_settings),
+}
+
+
+def _parse(name: str) -> tuple[Kind, dict[str, Any]]:
+    kind_name, colon, arg = str(name).partition(":")
+    kind = EVALUATORS.get(kind_name)
+    valid = "; ".join(k.usage for k in EVALUATORS.values())
+    if kind is None:
+        raise ConfigError(f"unknown evaluator {name!r}; valid: {valid}")
+    try:
+        return kind, kind.parse(arg if colon else None)
+    except ValueError as err:
+        raise ConfigError(f"evaluator {name!r}: {kind_name} {err}; valid: {valid}") from None
+
+
+def check(name: str) -> str:
+    """``name`` if it names an evaluator; otherwise a :class:`ConfigError` listing the valid names."""
+    _parse(name)
+    return name
+
+
+def build(name: str, settings: Mapping[str, Any] | None = None) -> Evaluator:
+    """The evaluator ``name`` from plain ``settings`` (what its ``from_settings`` reads)."""
+    kind, own = _parse(name)
+    return kind.from_settings({**(settings or {}), **own})

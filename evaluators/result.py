@@ -1,0 +1,108 @@
+"""What every evaluator returns: one typed :class:`Result`.
+
+The names a search records on each trial come from this dataclass alone:
+:data:`METRICS` are the measured numbers, :data:`RUN_FIELDS` say how and where
+they were measured.  A result becomes a plain dict (:meth:`Result.to_dict`)
+only where it leaves Python objects behind: the Ray worker's reply, the
+Optuna user attributes, ``train --json``, a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from nas.compute import Compute
+from nas.models import ArchConfig
+
+_METRIC = {"group": "metric"}  # recorded on every trial and shown by `best` / `show`
+_RUN = {"group": "run"}  # recorded on every trial: how the metrics were measured
+
+
+def _f(group: dict[str, str], default: Any = dataclasses.MISSING) -> Any:
+    return dataclasses.field(default=default, metadata=group)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One evaluation of one architecture.
+
+    A proxy evaluator fills the training fields with zeros (and ``extra`` with
+    its name and raw score); the LM trainer fills them all.  ``val_bpb`` is None
+    when the corpus does not say how many bytes a token stands for.
+    """
+
+    val_loss: float = _f(_METRIC)  # nats per token on the fixed validation slice, at the end or where stopped
+    val_ppl: float = _f(_METRIC)
+    val_bpb: float | None = _f(_METRIC)
+    params: int = _f(_METRIC)
+    non_embedding_params: int = _f(_METRIC)
+    flops_per_token: float = _f(_METRIC)  # forward, analytic (nas.compute) at the training sequence length
+    train_flops_per_token: float = _f(_METRIC)
+    train_flops: float = _f(_METRIC, 0.0)  # spent
+    tokens: int = _f(_METRIC, 0)
+    steps: int = _f(_METRIC, 0)
+    tokens_per_s: float = _f(_METRIC, 0.0)  # training throughput: evaluation and compilation excluded
+    seconds: float = _f(_METRIC, 0.0)  # wall clock of the whole evaluation
+    arch_id: str = ""
+    device: str = _f(_RUN, "none")  # cpu, cuda; none for a proxy
+    threads: int | None = _f(_RUN, None)  # torch CPU threads (CPU sums depend on them)
+    device_name: str | None = _f(_RUN, None)
+    dtype: str | None = _f(_RUN, None)  # what the forward pass computes in: bfloat16 (CUDA autocast), float32
+    peak_memory_bytes: int | None = _f(_RUN, None)  # CUDA only: torch.cuda.max_memory_allocated
+    compile_seconds: float | None = _f(_RUN, None)  # torch.compile plus the first (compiling) step
+    compile_error: str | None = _f(_RUN, None)  # why compiling failed and training ran eager
+    vocab_size: int | None = _f(_RUN, None)
+    train_seconds: float | None = None  # the training clock: evaluation and compilation excluded
+    train_loss: float | None = None  # mean over the last logging window
+    seed: int | None = None
+    budget: Mapping[str, float] | None = None
+    corpus: str | None = None
+    intermediate: Mapping[float, float] = dataclasses.field(default_factory=dict)  # {fraction: val_loss}
+    stopped_early: bool = False
+    stopped_at: float | None = None  # fraction of the budget where the callback stopped it
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # evaluator-specific keys
+
+    @classmethod
+    def measured(
+        cls,
+        arch: ArchConfig,
+        cost: Compute,
+        val_loss: float,
+        *,
+        bytes_per_token: float | None = 1.0,
+        **fields: Any,
+    ) -> Result:
+        """The result of ``arch`` (whose ``cost`` is known) scoring ``val_loss``: the one place that
+        derives perplexity, bits per byte and the size and FLOP columns."""
+        return cls(
+            val_loss=val_loss,
+            val_ppl=math.exp(min(val_loss, 700.0)),  # exp overflows a float past ~709
+            val_bpb=None if bytes_per_token is None else val_loss / math.log(2.0) / bytes_per_token,
+            params=cost.params,
+            non_embedding_params=cost.non_embedding_params,
+            flops_per_token=cost.fwd_flops_per_token,
+            train_flops_per_token=cost.train_flops_per_token,
+            arch_id=arch.arch_id,
+            vocab_size=arch.vocab_size,
+            **fields,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (shallow: ``intermediate`` keeps its float keys), ``extra`` merged in last."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out["intermediate"] = dict(self.intermediate)
+        out.update(self.extra)
+        return out
+
+
+def _group(name: str) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(Result) if f.metadata.get("group") == name)
+
+
+#: The measured numbers of a result, in display order.
+METRICS = _group("metric")
+#: How and where they were measured (device, threads, dtype, memory, compilation, vocabulary).
+RUN_FIELDS = _group("run")

@@ -1,0 +1,72 @@
+"""One optimizer step: the part of training that runs thousands of times and is benchmarked alone."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from evaluators.base import TrainRecipe
+
+
+def make_optimizer(model: nn.Module, recipe: TrainRecipe, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (every parameter of 2+ dimensions) only."""
+    params = list(model.parameters())  # shared (tied) parameters appear once
+    decay = [p for p in params if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in params if p.requires_grad and p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": recipe.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        [g for g in groups if g["params"]],
+        lr=recipe.lr,
+        betas=(recipe.beta1, recipe.beta2),
+        fused=True,  # one kernel for all parameters, on CPU as on CUDA
+    )
+
+
+def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast on CUDA (flash SDPA kernels, tensor cores); plain fp32 on the CPU."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def compute_dtype(device: torch.device) -> str:
+    """The dtype the forward pass computes in on ``device`` (what :func:`autocast_for` gives)."""
+    return "bfloat16" if device.type == "cuda" else "float32"
+
+
+class TrainStep:
+    """One optimizer step: forward, cross-entropy, backward, clip, AdamW; returns the loss tensor.
+
+    It never reads a value back from the device (no ``.item()``), so steps
+    queue without syncs.  The throughput benchmark times exactly this.
+    ``model`` may be a ``torch.compile`` wrapper; it shares its parameters with
+    the module it wraps.
+    """
+
+    def __init__(self, model: nn.Module, recipe: TrainRecipe, device: torch.device) -> None:
+        self.model = model
+        self.optimizer = make_optimizer(model, recipe, device)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.grad_clip = recipe.grad_clip
+        self.device = device
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def __call__(self, x: Tensor, y: Tensor) -> Tensor:
+        with autocast_for(self.device):
+            logits = self.model(x)  # (B, T, vocab)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()

@@ -1,0 +1,90 @@
+"""nas.execution.worker: a payload in, a plain result out; every candidate fault is that trial's alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import nas
+from evaluators import TrainStep
+from nas.execution.worker import run_trial
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+ROOT = Path(__file__).resolve().parents[2]
+ARCH = nas.ArchConfig.from_dict(
+    {"d_model": 32, "n_heads": 2, "max_len": 32, "layers": {"repeat": 1, "attention": "mha", "ffn": "relu"}}
+)
+
+
+def payload(corpus: Path | None = None, **extra: Any) -> dict[str, Any]:
+    recipe = {"batch_size": 2, "eval_batches": 1, "log_every": 2}
+    data = str(corpus) if corpus else None
+    return {
+        "arch": ARCH.to_dict(),
+        "recipe": recipe,
+        "budget": {"steps": 4},
+        "data": data,
+        "device": "cpu",
+        **extra,
+    }
+
+
+def test_a_trial_that_runs_out_of_memory_gives_it_back_and_the_next_trial_runs(
+    corpus_dir, monkeypatch
+) -> None:
+    models: list[weakref.ref] = []
+    real_step = TrainStep.__call__
+
+    def out_of_memory(self: TrainStep, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        models.append(weakref.ref(self.model))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore detail")
+
+    monkeypatch.setattr(TrainStep, "__call__", out_of_memory)
+    failed = run_trial(payload(corpus_dir))
+    assert failed["status"] == "failed" and failed["reason"] == "out of memory"
+    assert failed["detail"] == "CUDA out of memory. Tried to allocate 20.00 GiB"
+    assert models and models[0]() is None  # nothing (a traceback frame, a cycle) still holds the model
+
+    monkeypatch.setattr(TrainStep, "__call__", real_step)
+    ok = run_trial(payload(corpus_dir))
+    assert ok["status"] == "ok" and ok["metrics"]["steps"] == 4 and ok["metrics"]["device"] == "cpu"
+    json.dumps(ok)  # plain data: it crosses to the driver through Ray
+
+
+def test_a_missed_hurdle_prunes_and_records_the_loss_there() -> None:
+    result = run_trial(payload(evaluator="proxy:params", hurdles=[0.5], thresholds={"0.5": 1.0}))
+    loss = result["metrics"]["val_loss"]
+    assert result["status"] == "pruned" and result["intermediate"] == {"0.5": loss} and loss > 1.0
+    assert result["metrics"]["stopped_at"] == 0.5 and result["metrics"]["proxy"] == "params"
+
+
+def test_compile_reaches_the_trainer_from_the_payload(corpus_dir, monkeypatch) -> None:
+    def refuse(model: torch.nn.Module) -> torch.nn.Module:
+        raise RuntimeError("no compiler in this test")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    result = run_trial(payload(corpus_dir, compile=True))
+    assert result["status"] == "ok"  # a failed compile is never a failed trial
+    assert result["metrics"]["compile_error"] == "RuntimeError: no compiler in this test"
+
+
+def test_an_unknown_evaluator_fails_the_trial_naming_the_valid_ones() -> None:
+    result = run_trial(payload(evaluator="bleu"))
+    assert result["status"] == "failed" and "unknown evaluator 'bleu'; valid: lm;" in result["reason"]
+
+
+def test_workers_and_evaluators_import_nothing_of_the_search_optuna_or_ray() -> None:
+    code = (
+        "import sys, nas.execution.worker, evaluators; "
+        "print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in ('optuna', 'ray') or m.startswith('nas.search')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
