@@ -32,7 +32,8 @@ class LocalPool:
     def n_running(self) -> int:
         return len(self.queue)
 
-    def submit(self, tag: Any, payload: dict[str, Any]) -> None:
+    def submit(self, tag: Any, payload: dict[str, Any], exclusive: bool = False) -> None:
+        """Queue the one trial ``wait`` runs (it is always alone: ``exclusive`` changes nothing)."""
         if self.queue:
             raise RuntimeError("LocalPool runs one trial at a time; wait() for it first")
         self.queue.append((tag, payload))

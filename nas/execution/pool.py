@@ -39,7 +39,8 @@ class Pool(Protocol):
     @property
     def n_running(self) -> int: ...
 
-    def submit(self, tag: Any, payload: dict[str, Any]) -> None: ...
+    def submit(self, tag: Any, payload: dict[str, Any], exclusive: bool = False) -> None:
+        """Run ``payload``; ``exclusive``: with no other trial on its GPU (see RayPool.submit)."""
 
     def wait(self, timeout: float) -> list[Finished]: ...
 

@@ -34,6 +34,7 @@ from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
 from nas.execution.payload import TrialPayload
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
+from nas.execution.worker import OUT_OF_MEMORY
 from nas.search.candidate import over_caps, trial_payload
 from nas.search.console import Reporter
 from nas.search.hurdles import INTERMEDIATE
@@ -58,6 +59,7 @@ class _Running:
     started: float
     attempts: int = 1
     errors: list[str] = dataclasses.field(default_factory=list)  # why earlier attempts had no result
+    alone: bool = False  # ran out of GPU memory while sharing a GPU: retried with the GPU to itself
 
 
 class Driver:
@@ -147,7 +149,11 @@ class Driver:
         """Give every idle worker a trial: retries first, then new trials up to ``--trials``."""
         while self.retry and pool.has_idle():
             number = self.retry.pop(0)
-            pool.submit(number, self.running[number].payload.to_dict())
+            r = self.running[number]
+            if r.alone:
+                pool.submit(number, r.payload.to_dict(), exclusive=True)
+            else:
+                pool.submit(number, r.payload.to_dict())
         while not self.retry and pool.has_idle() and self.done + len(self.running) < self.s.trials:
             launched = self._launch(study, pool)
             if launched is not None:  # finished at once (refused, duplicate, invalid)
@@ -230,12 +236,24 @@ class Driver:
                 return
             why = f"{fin.error} ({r.attempts} attempts)" if fin.retry else str(fin.error)
             state, text, loss = self._fail(study, r, why)
+        elif self._out_of_memory_while_sharing(r, fin.result):
+            r.alone = True
+            r.trial.set_user_attr("retried_alone", True)
+            report.line(f"trial {fin.tag}: out of memory on a shared GPU; retrying it alone on a whole GPU")
+            self.retry.append(fin.tag)
+            return
         else:
             state, text, loss = self._tell(study, r, fin.result)
         del self.running[fin.tag]
         self.done += 1
         report.finished(self.done, len(self.running), fin.tag, state, text,
                         time.monotonic() - r.started, self.s.workers, loss)
+
+    def _out_of_memory_while_sharing(self, r: _Running, result: dict[str, Any]) -> bool:
+        """A trial that ran out of GPU memory beside others gets one more try with its GPU alone."""
+        shared = 0 < self.s.gpus_per_trial < 1
+        oom = result.get("status") == "failed" and result.get("reason") == OUT_OF_MEMORY
+        return shared and oom and not r.alone
 
     def _fail(
         self, study: optuna.Study, r: _Running, reason: str, tb: str | None = None, detail: str | None = None
