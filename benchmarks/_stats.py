@@ -27,7 +27,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+def spearman_ci(
+    x: Sequence[float], y: Sequence[float], n_boot: int = 2000, seed: int = 0
+) -> tuple[float, float]:
     """A 95% percentile-bootstrap interval of Spearman's rho (resampling the pairs)."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     rng = np.random.default_rng(seed)

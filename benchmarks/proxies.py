@@ -59,7 +59,7 @@ def datasets() -> list[tuple[str, list[dict], int | None]]:
 
 
 def kept_of_best(scores: list[float], losses: list[float]) -> str:
-    """Of the quarter with the lowest loss, how many a pre-filter keeping the half with the lowest score keeps."""
+    """Of the lowest-loss quarter, how many a pre-filter keeping the lowest-scoring half keeps."""
     n = len(losses)
     best = set(sorted(range(n), key=lambda i: losses[i])[: max(1, n // 4)])
     kept = set(sorted(range(n), key=lambda i: scores[i])[: n // 2])
