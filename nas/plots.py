@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import UserError
 from nas.models import ACTIVATIONS, ATTENTION
+from nas.search.candidate import is_infeasible
 
 FILES = ("pareto.png", "blocks_by_layer.png", "history.png")
 
@@ -62,7 +63,8 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def _trials(study: optuna.Study, state: TrialState) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(state,))]
+    # A candidate over the caps is COMPLETE for the sampler's sake but has no result to plot.
+    return [t for t in study.get_trials(deepcopy=False, states=(state,)) if not is_infeasible(t)]
 
 
 def plot_pareto(study: optuna.Study, path: str | os.PathLike[str]) -> Path:

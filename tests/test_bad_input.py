@@ -249,7 +249,7 @@ def cases() -> list[Any]:
     case("best-no-runs-dir", ["best", "--study", "s", "--runs-dir", "runs"], "--study 's'")
     case("show-no-such-trial", ["show", "--study", "s", "--storage", "{url}", "--trial", "99"], "--trial 99")
     case("export-failed-trial", ["export", "--study", "s", "--storage", "{url}", "--trial", "{failed}",
-                                 "--out", "x.yaml"], ("--trial", "FAIL"))
+                                 "--out", "x.yaml"], ("--trial", "INFEASIBLE"))
     case("export-out-exists", ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "notes.txt"],
          ("--out", "notes.txt"))
     case("export-out-is-a-directory", ["export", "--study", "s", "--storage", "{url}", "--best",
@@ -273,8 +273,9 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "--no-tensorboard"]  # fmt: skip
     assert main(argv) == 0
     trials = optuna.load_study(study_name="s", storage=url).trials
-    failed = [t.number for t in trials if t.state == TrialState.FAIL]
-    assert failed and any(t.state == TrialState.COMPLETE for t in trials)
+    # Over the cap: never trained, recorded as infeasible (not exportable).
+    failed = [t.number for t in trials if t.user_attrs.get("infeasible")]
+    assert failed and any(t.state == TrialState.COMPLETE and t.number not in failed for t in trials)
     # The search's SQLAlchemy engines sit in reference cycles; the last connection to close
     # checkpoints the WAL into the database file.  Close them now, not during some case.
     gc.collect()

@@ -21,6 +21,8 @@ from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_negative_int
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.search.candidate import INFEASIBLE, is_infeasible
+from nas.search.lookup import state_name
 from nas.search.report import best_trial, get_trial, metrics_of, settings_of
 
 
@@ -53,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: file exists; pass --force to overwrite it")
     study, url = open_study(args)
     trial = best_trial(study) if args.best else get_trial(study, args.trial)
-    if trial.state != TrialState.COMPLETE:
-        why = trial.user_attrs.get("fail_reason")
+    if trial.state != TrialState.COMPLETE or is_infeasible(trial):
+        why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get(INFEASIBLE)
         why = f" ({why})" if why else ""
         raise UserError(
-            f"--trial {trial.number} of study {study.study_name!r} is {trial.state.name}{why}; "
+            f"--trial {trial.number} of study {study.study_name!r} is {state_name(trial)}{why}; "
             "only COMPLETE trials can be exported (see: run_search.py best)"
         )
     if trial.user_attrs.get("arch") is None:

@@ -1,4 +1,12 @@
-"""From a sampled architecture to a worker's job: the space's caps and the trial payload."""
+"""From a sampled architecture to a worker's job: the space's caps and the trial payload.
+
+A candidate over the space's ``constraints`` is never trained.  It is told
+COMPLETE with an infinite loss, its analytic FLOPs per token and Optuna's
+constraint values (``trial.set_constraint``: positive means over the cap), so
+that NSGA-II's constrained domination and TPE learn to avoid the region (a
+FAIL trial teaches them nothing).  The read-side (leaderboard, Pareto front,
+best, show, export, plots) treats such a trial as INFEASIBLE, never as a result.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import Trial
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.execution.payload import TrialPayload
 from nas.models import ArchConfig
@@ -25,6 +33,33 @@ def over_caps(caps: Mapping[str, float], params: int, flops_per_token: float) ->
             f"FLOPs/token {flops_per_token:,.0f} > max_flops_per_token {caps['max_flops_per_token']:,.0f}"
         )
     return over
+
+
+#: user attr of a candidate over the caps: why it was not trained
+INFEASIBLE = "infeasible"
+
+
+def constraint_values(caps: Mapping[str, float], params: int, flops_per_token: float) -> dict[str, float]:
+    """Optuna constraint values, one per cap: the relative excess (> 0 over the cap, <= 0 within it)."""
+    measured = {"max_params": float(params), "max_flops_per_token": float(flops_per_token)}
+    return {key: measured[key] / cap - 1.0 for key, cap in caps.items() if key in measured}
+
+
+def is_infeasible(t: FrozenTrial) -> bool:
+    """A COMPLETE trial told without training because it was over the caps."""
+    return t.state == TrialState.COMPLETE and (
+        bool(t.user_attrs.get(INFEASIBLE)) or any(v > 0 for v in t.constraints.values())
+    )
+
+
+def tell_infeasible(
+    study: optuna.Study, trial: Trial, reason: str, flops_per_token: float, objective: str
+) -> tuple[str, str]:
+    """Tell an over-cap candidate COMPLETE-but-infeasible (see the module docstring); (state, text)."""
+    trial.set_user_attr(INFEASIBLE, reason)
+    # The loss is infinite, so that nothing that forgets the constraint can rank it as good.
+    study.tell(trial, [math.inf] if objective == "loss" else [math.inf, float(flops_per_token)])
+    return "INFEASIBLE", reason
 
 
 def trial_payload(s: SearchSettings, study: optuna.Study, trial: Trial, arch: ArchConfig) -> TrialPayload:

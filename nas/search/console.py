@@ -34,10 +34,12 @@ class Reporter:
         if left and self.durations:
             per = sum(self.durations) / len(self.durations)
             eta = f", ~{fmt_time(per * left / max(1, workers))} left"
+        over = f" {self.counts['INFEASIBLE']} over cap" if self.counts.get("INFEASIBLE") else ""
         best = f"best {self.best:.4f}" if self.best is not None else "best -"
         self.line(
             f"[{done:>3}/{self.total}] trial {number:<4} {state:<8} {text}  | {best}, "
-            f"{self.counts['COMPLETE']} done {self.counts['PRUNED']} pruned {self.counts['FAIL']} failed, "
+            f"{self.counts['COMPLETE']} done {self.counts['PRUNED']} pruned {self.counts['FAIL']} failed"
+            f"{over}, "
             f"{running} running, {fmt_time(time.monotonic() - self.started)} elapsed{eta}"
         )
 

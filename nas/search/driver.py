@@ -35,7 +35,7 @@ from nas.errors import ConfigError, UserError
 from nas.execution.payload import TrialPayload
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
 from nas.execution.worker import OUT_OF_MEMORY
-from nas.search.candidate import over_caps, trial_payload
+from nas.search.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
 from nas.search.console import Reporter
 from nas.search.hurdles import INTERMEDIATE
 from nas.search.settings import SearchSettings
@@ -190,9 +190,12 @@ class Driver:
         trial.set_user_attr("summary", arch.summary())
         trial.set_user_attr("params", c.params)
         trial.set_user_attr("flops_per_token", c.fwd_flops_per_token)
+        for key, value in constraint_values(s.space.constraints, c.params, c.fwd_flops_per_token).items():
+            trial.set_constraint(key, value)  # the samplers learn the caps from these
         over = over_caps(s.space.constraints, c.params, c.fwd_flops_per_token)
-        if over:
-            return self._finish_now(study, trial, TrialState.FAIL, "over cap: " + "; ".join(over))
+        if over:  # never trained; told so that the sampler learns (nas.search.candidate)
+            why = "over cap: " + "; ".join(over)
+            return tell_infeasible(study, trial, why, c.fwd_flops_per_token, s.objective)
         twin = self.known.get(arch.arch_id)
         if twin is not None:
             return self._reuse(study, trial, twin)

@@ -76,6 +76,10 @@ class AgingEvolutionSampler(BaseSampler):
     def select_parent(self, study: Study, population: Sequence[FrozenTrial]) -> FrozenTrial:
         idx = self._rng.choice(len(population), size=min(self.tournament_size, len(population)), replace=False)
         contenders = [population[i] for i in sorted(idx)]
+        # Deb's rule, as Optuna's constrained samplers use it: a candidate within the space's caps
+        # beats one over them (told with an infinite loss), and of two over them the lesser excess wins.
+        least = min(_violation(t) for t in contenders)
+        contenders = [t for t in contenders if _violation(t) == least]
         directions = study.directions
         if len(directions) == 1:
             sign = 1.0 if directions[0] == StudyDirection.MINIMIZE else -1.0
@@ -155,6 +159,10 @@ class AgingEvolutionSampler(BaseSampler):
         values: Sequence[float] | None,
     ) -> None:
         self._random.after_trial(study, trial, state, values)
+
+
+def _violation(t: FrozenTrial) -> float:
+    return sum(v for v in t.constraints.values() if v > 0)
 
 
 def _dominates(a: FrozenTrial, b: FrozenTrial, directions: Sequence[StudyDirection]) -> bool:

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import UserError
+from nas.search.candidate import is_infeasible
 from nas.search.storage import default_storage, open_storage
 from nas.search.study import load_study
 
@@ -63,9 +64,21 @@ def settings_of(study: optuna.Study) -> dict[str, Any]:
     return dict(study.user_attrs.get("settings") or {})
 
 
+def state_name(t: FrozenTrial) -> str:
+    """The trial's state as the commands say it: INFEASIBLE for a candidate over the caps (never trained)."""
+    return "INFEASIBLE" if is_infeasible(t) else t.state.name
+
+
+def trained(study: optuna.Study) -> list[FrozenTrial]:
+    """COMPLETE trials with a measured result: what leaderboards, fronts, plots and exports may show."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [t for t in complete if not is_infeasible(t)]
+
+
 def state_counts(study: optuna.Study) -> dict[str, int]:
-    """How many trials the study has in each state, by state name."""
+    """How many trials the study has in each state, by ``state_name``."""
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+        name = state_name(t)
+        counts[name] = counts.get(name, 0) + 1
     return counts

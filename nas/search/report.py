@@ -11,10 +11,10 @@ import math
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from nas.errors import UserError
-from nas.search.lookup import get_trial, list_studies, open_existing_study, settings_of, state_counts
+from nas.search.lookup import get_trial, list_studies, open_existing_study, settings_of, state_counts, trained
 from nas.search.trial_report import (
     METRICS,
     ORIGIN_KEYS,
@@ -55,8 +55,9 @@ def _row(t: FrozenTrial, pareto: bool) -> dict[str, Any]:
 
 def leaderboard(study: optuna.Study, top: int | None = None) -> list[dict[str, Any]]:
     """The Pareto front (multi-objective) or the best trials by loss (single objective)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    complete = trained(study)  # a candidate over the caps has no result to rank
     if len(study.directions) > 1:
+        # Optuna's best_trials leaves infeasible trials out of constrained studies already.
         front = {t.number for t in study.best_trials}
         chosen = sorted((t for t in complete if t.number in front), key=lambda t: t.values[0])
         rows = [_row(t, True) for t in chosen]
@@ -105,7 +106,7 @@ def format_leaderboard(study: optuna.Study, rows: list[dict[str, Any]]) -> str:
     settings = settings_of(study)
     counts = state_counts(study)
     total = sum(counts.values())
-    order = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+    order = ("COMPLETE", "PRUNED", "FAIL", "INFEASIBLE", "RUNNING", "WAITING")
     states = ", ".join(f"{counts[s]} {s.lower()}" for s in order if counts.get(s))
     facts = [f"{total} trials ({states or 'none finished'})"]
     if settings.get("objective"):

@@ -6,6 +6,7 @@ import optuna
 
 from nas.errors import UserError
 from nas.search.evolution import AgingEvolutionSampler
+from nas.search.nsga import UnionNSGAIISampler
 
 SAMPLERS = ("nsga2", "evolution", "tpe", "random")
 
@@ -18,7 +19,7 @@ def default_population(trials: int) -> int:
 def make_sampler(name: str, population: int | None, seed: int, trials: int) -> optuna.samplers.BaseSampler:
     pop = population or default_population(trials)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(population_size=max(2, pop), seed=seed)
+        return UnionNSGAIISampler(population_size=max(2, pop), seed=seed)
     if name == "evolution":
         return AgingEvolutionSampler(population_size=max(2, pop), tournament_size=max(1, min(5, pop // 2)), seed=seed)
     if name == "tpe":

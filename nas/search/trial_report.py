@@ -10,8 +10,9 @@ from optuna.trial import FrozenTrial
 
 from evaluators.result import METRICS  # the measured metrics a finished trial carries in its user attributes
 from evaluators.result import RUN_FIELDS as RUN_KEYS  # how a trial was run (CPU results depend on threads)
+from nas.search.candidate import INFEASIBLE, is_infeasible
 from nas.search.hurdles import INTERMEDIATE
-from nas.search.lookup import settings_of
+from nas.search.lookup import settings_of, state_name
 
 #: user attributes that say where a trial's architecture came from
 ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from")
@@ -47,13 +48,14 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     out: dict[str, Any] = {
         "study": study.study_name,
         "trial": t.number,
-        "state": t.state.name,
-        "values": list(t.values) if t.values else None,
+        "state": state_name(t),
+        # an infeasible trial's infinite loss is the sampler's, not a result (and not JSON)
+        "values": list(t.values) if t.values and not is_infeasible(t) else None,
         "arch_id": ua.get("arch_id"),
         "summary": ua.get("summary"),
         "origin": origin(t),
     }
-    for key in ORIGIN_KEYS + ("fail_reason", "pruned_at"):
+    for key in ORIGIN_KEYS + ("fail_reason", "pruned_at", INFEASIBLE):
         out[key] = ua.get(key)
     out["metrics"] = metrics_of(t)
     out["intermediate"] = dict(sorted((ua.get(INTERMEDIATE) or {}).items(), key=lambda kv: float(kv[0])))
@@ -120,6 +122,8 @@ def _header_lines(d: dict[str, Any]) -> list[str]:
         lines.append(f"  re-run of trial {d['requeued_from']} (its driver stopped while it ran)")
     if d["state"] == "FAIL":
         lines.append(f"  failed: {d.get('fail_reason') or 'no reason recorded'}")
+    if d["state"] == "INFEASIBLE":
+        lines.append(f"  not trained: {d.get(INFEASIBLE) or 'over the space constraints'}")
     if d["state"] == "PRUNED":
         at = d.get("pruned_at")
         lines.append(f"  pruned: stopped at hurdle {at:g} of the budget" if isinstance(at, (int, float))

@@ -14,6 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from nas.cli import main
+from nas.search.report import leaderboard
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
@@ -112,7 +113,13 @@ def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus):
     one = [t for t in trials if t.params["n_layers"] == 1]
     two = [t for t in trials if t.params["n_layers"] == 2]
     assert one and two
-    assert all(t.state == TrialState.FAIL and "over cap" in t.user_attrs["fail_reason"] for t in two)
+    # Over the cap: COMPLETE with an infinite loss and a positive constraint, so the sampler learns
+    # from it; never trained, and no leaderboard shows it.
+    for t in two:
+        assert t.state == TrialState.COMPLETE and "over cap" in t.user_attrs["infeasible"]
+        assert t.values[0] == float("inf") and t.constraints["max_params"] > 0
+    assert all(t.constraints["max_params"] <= 0 for t in one)
+    assert {r["trial"] for r in leaderboard(load(tmp_path))} <= {t.number for t in one}
     assert "worker_pid" not in "".join(str(t.user_attrs) for t in two)
     trained = [t for t in one if "duplicate_of" not in t.user_attrs]
     assert len(trained) == 1

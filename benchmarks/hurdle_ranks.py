@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""How well does loss at a fraction of the budget rank final loss?  Spearman's rho per fraction.
+
+Hurdles stop a candidate on its loss at a fraction of the budget; they pay
+only if that early loss ranks candidates as the final loss does.  This reads
+the trials that already exist, no training: the COMPLETE, non-duplicate trials
+of the committed studies ``experiments/runs/*/study.db`` (their
+``intermediate`` user attribute holds the validation loss at each hurdle
+fraction, their value the loss at the full budget).  For each fraction it
+gives Spearman's rho with the final loss and a 95% bootstrap interval, and how
+often a median hurdle at that fraction would have stopped one of the best
+quarter of the candidates.  Run::
+
+    .venv/bin/python benchmarks/hurdle_ranks.py [--no-write]
+
+It prints the table and replaces the ``hurdle_ranks`` section of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _doc  # noqa: E402
+from _stats import spearman, spearman_ci  # noqa: E402
+
+SECTION = "hurdle_ranks"
+RUNS = ROOT / "experiments" / "runs"
+
+
+def curves() -> list[tuple[str, list[tuple[dict[str, float], float]]]]:
+    """(study, [(loss by fraction key, final loss)]) for each committed study."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out = []
+    for db in sorted(RUNS.glob("*/study.db")):
+        url = f"sqlite:///{db}"
+        for summary in optuna.get_all_study_summaries(url):
+            study = optuna.load_study(study_name=summary.study_name, storage=url)
+            rows = [(dict(t.user_attrs["intermediate"]), float(t.values[0]))
+                    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                    if t.user_attrs.get("intermediate") and "duplicate_of" not in t.user_attrs]
+            out.append((f"`{db.relative_to(ROOT)}`", rows))
+    return out
+
+
+def stopped_of_best(early: list[float], final: list[float]) -> str:
+    """Of the best quarter by final loss, how many a median hurdle (above the median early loss) stops."""
+    n = len(final)
+    best = sorted(range(n), key=lambda i: final[i])[: max(1, n // 4)]
+    median = float(np.median(early))
+    return f"{sum(early[i] > median for i in best)} of {len(best)}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for name, trials in curves():
+        keys = sorted({k for inter, _ in trials for k in inter}, key=float)
+        for key in keys:
+            pairs = [(inter[key], final) for inter, final in trials if key in inter]
+            early, final = [p[0] for p in pairs], [p[1] for p in pairs]
+            lo, hi = spearman_ci(early, final)
+            rows.append([name, key, len(pairs), f"{spearman(early, final):+.2f}", f"[{lo:+.2f}, {hi:+.2f}]",
+                         stopped_of_best(early, final)])
+    for row in rows:
+        print(row, file=sys.stderr)
+    md = _doc.markdown_table(["study", "fraction of the budget", "trials", "Spearman rho with final loss",
+                              "95% bootstrap", "best quarter a median hurdle would stop"], rows)
+    print(md)
+    body = (
+        "## Hurdles: does early loss rank final loss? (`benchmarks/hurdle_ranks.py`)\n\n"
+        f"{_doc.provenance()}\n\n"
+        "From trials that exist, no training: the COMPLETE, non-duplicate trials of the committed "
+        "studies in `experiments/runs/` (real CPU training on the default corpus; their hurdles recorded "
+        "the validation loss at 0.25 and 0.5 of the budget). Spearman's rho between the loss at a "
+        "fraction and the loss at the full budget, with a 95% bootstrap interval, and of the best quarter "
+        "of those trials by final loss, how many a median hurdle at that fraction would have stopped. "
+        "Only trials that passed every hurdle reach the full budget, so these samples are the survivors: "
+        "they are truncated from above at each hurdle, which lowers rho against what all candidates "
+        "would show.\n\n"
+        f"{md}\n\n"
+        "Reading (13 and 14 trials per study: wide intervals; the two studies are not pooled because "
+        "their loss levels differ): loss at half the budget ranks final loss almost as the final loss "
+        "does, loss at a quarter only moderately. Hurdles save compute only where they stop early, and "
+        "there the ranking is weakest; the hurdles section's lower fractions (0.05 to 0.3) sit below the "
+        "quarter measured here, where rank agreement can only be lower. This is the likely reason the "
+        "target (the no-hurdle best for at most a third of the compute) is missed. Changing the hurdle "
+        "mechanism until the target holds was not attempted: it needs new real searches (three seeds "
+        "with and without hurdles, about 40 minutes of two cores each), which were not run.\n"
+    )
+    if not args.no_write:
+        _doc.write_section(SECTION, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
