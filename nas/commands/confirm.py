@@ -104,7 +104,12 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         raise UserError(f"{record['space_file']} changed since --study {args.study!r} searched it "
                         f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})")
     data = _data_spec(record.get("data"))
-    finals = finalists(study, args.top or DEFAULT_TOP, numbers)
+    top = args.top or DEFAULT_TOP
+    finals = finalists(study, top, numbers)
+    if numbers is None and len(finals) < top:
+        front = "Pareto front" if len(study.directions) > 1 else "leaderboard"
+        print(f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); confirming those "
+              "(--trials N,M,... adds others)", file=sys.stderr)
     if args.baseline:
         files = [baseline_file(f, vocab_size_of(data)) for f in args.baseline]
         bases = [(name, arch, search_twin(study, arch)) for name, arch in files]
