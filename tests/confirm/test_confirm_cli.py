@@ -159,3 +159,60 @@ def test_resume_after_the_driver_is_killed(tmp_path, corpus_dir):
     assert len(complete) == len(runs)  # nothing finished ran twice
     assert len(before) >= 2 and all(conf.trials[n].values == v for n, v in before.items())
     assert any(t.state == TrialState.FAIL and t.user_attrs.get("requeued_as") for t in conf.trials)
+
+
+def _exit_code(argv: list[str]) -> int:
+    """main's status, or the one argparse exits with (a flag's type check)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def _snapshot(url: str) -> list[tuple[str, int]]:
+    return sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--trials", "99"], "--trials 99: study 'one' has trials 0..5"),
+        (["--trials", "1,x"], "--trials '1,x': 'x' is not a number"),
+        (["--scales", "0"], "--scales '0': each value must be a number > 0, got 0"),
+        (["--scales", "1,-4"], "--scales '1,-4': each value must be a number > 0, got -4"),
+        (["--lrs", "nan"], "--lrs 'nan': each value must be a number > 0"),
+        (["--top", "0"], "--top: must be a positive integer, got '0'"),
+        (["--seeds", "0"], "--seeds: must be a positive integer, got '0'"),
+        (["--baseline", "no_such.yaml"], "no_such.yaml: architecture file not found"),
+        (["--workers", "2"], "--local runs trials one at a time without Ray; drop --workers"),
+    ],
+)
+def test_bad_flags_are_one_line_exit_2_and_create_nothing(studies, tmp_path, capsys, flags, message):
+    url = studies["one"]
+    before = _snapshot(url)
+    report = tmp_path / "confirm.md"
+    assert _exit_code(_confirm(url, "one", "--report", str(report), *flags)) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert _snapshot(url) == before and not report.exists()
+
+
+def test_a_study_without_complete_trials_is_refused(studies, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/empty.db"
+    src = _load(studies["one"], "one")
+    study = optuna.create_study(study_name="empty", storage=url)
+    study.set_user_attr("settings", src.user_attrs["settings"])
+    study.tell(study.ask(), state=TrialState.FAIL)
+    before = _snapshot(url)
+    assert main(_confirm(url, "empty")) == 2
+    assert capsys.readouterr().err.strip() == "error: --study 'empty' has no COMPLETE trial to confirm"
+    assert _snapshot(url) == before
+
+
+def test_a_confirmation_is_not_confirmed_again(studies, capsys):
+    url = studies["one"]
+    if "one-confirm" not in {s for s, _ in _snapshot(url)}:
+        assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
+        capsys.readouterr()
+    assert main(_confirm(url, "one-confirm")) == 2
+    assert "is a confirmation; pass the search study 'one'" in capsys.readouterr().err
