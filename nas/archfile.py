@@ -99,8 +99,10 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-def save_arch(path: str | os.PathLike[str], arch: ArchConfig, header: str | None = None, **sections: Any) -> None:
-    """Write ``arch`` (and any of the other sections) as an architecture file; ``header`` becomes # comments."""
+def save_arch(
+    path: str | os.PathLike[str], arch: ArchConfig, header: str | None = None, **sections: Any
+) -> None:
+    """Write ``arch`` (and any other sections) as an architecture file; ``header`` becomes # comments."""
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         raise ValueError(f"unknown section {unknown[0]!r}; valid: {', '.join(SECTIONS)}")

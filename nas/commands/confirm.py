@@ -34,19 +34,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_study_args(p)
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--top", type=positive_int, default=None, help=f"finalists to confirm (default {DEFAULT_TOP})")
+    which.add_argument(
+        "--top", type=positive_int, default=None, help=f"finalists to confirm (default {DEFAULT_TOP})"
+    )
     which.add_argument("--trials", default=None, help="confirm these trial numbers instead, e.g. 3,17,21")
-    p.add_argument("--seeds", type=positive_int, default=DEFAULT_SEEDS,
-                   help=f"seeds per architecture and scale, from the study's seed up (default {DEFAULT_SEEDS})")
-    p.add_argument("--scales", default=DEFAULT_SCALES,
-                   help=f"multiples of the study's budget (default {DEFAULT_SCALES})")
-    p.add_argument("--baseline", action="append", default=None, metavar="FILE",
-                   help="a baseline architecture file (repeatable; default: the space's seed architectures "
-                   "as the search ran them)")
-    p.add_argument("--lrs", default=None,
-                   help="learning rates to sweep at the first seed per architecture and scale; the best is "
-                   "used for the other seeds (default: the study's recipe lr)")
-    p.add_argument("--workers", type=positive_int, default=None, help="concurrent runs (default 2, 1 with --local)")
+    p.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=DEFAULT_SEEDS,
+        help=f"seeds per architecture and scale, from the study's seed up (default {DEFAULT_SEEDS})",
+    )
+    p.add_argument(
+        "--scales", default=DEFAULT_SCALES, help=f"multiples of the study's budget (default {DEFAULT_SCALES})"
+    )
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a baseline architecture file (repeatable; default: the space's seed architectures "
+        "as the search ran them)",
+    )
+    p.add_argument(
+        "--lrs",
+        default=None,
+        help="learning rates to sweep at the first seed per architecture and scale; the best is "
+        "used for the other seeds (default: the study's recipe lr)",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="concurrent runs (default 2, 1 with --local)"
+    )
     p.add_argument("--cpus-per-trial", type=float, default=1.0)
     p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per run (fractions allowed)")
     p.add_argument("--address", default=None, help="join an existing Ray cluster")
@@ -54,7 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local", action="store_true", help="no Ray: one run at a time in this process")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write per-run TensorBoard logs")
-    p.add_argument("--json", action="store_true", help='print {"runs", "summary", "rank_correlation", ...} as JSON')
+    p.add_argument(
+        "--json", action="store_true", help='print {"runs", "summary", "rank_correlation", ...} as JSON'
+    )
     p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report with plots")
     p.set_defaults(func=run)
 
@@ -77,7 +96,14 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from evaluators import Budget, TrainRecipe
     from nas.confirm import ARCHS, CONFIRM_OF, Entry, Plan, confirm_study_name
-    from nas.confirm.plan import baseline_file, build_entries, default_baselines, finalists, parse_list, search_twin
+    from nas.confirm.plan import (
+        baseline_file,
+        build_entries,
+        default_baselines,
+        finalists,
+        parse_list,
+        search_twin,
+    )
     from nas.data import vocab_size_of
     from nas.models import ArchConfig
     from nas.search.hurdles import Hurdles
@@ -93,50 +119,80 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         raise UserError(f"--report {args.report}: is a directory; give a file name such as confirm.md")
     study, url = open_study(args)
     if CONFIRM_OF in study.user_attrs:
-        raise UserError(f"--study {args.study!r} is a confirmation; pass the search study "
-                        f"{study.user_attrs[CONFIRM_OF]!r}")
+        raise UserError(
+            f"--study {args.study!r} is a confirmation; pass the search study "
+            f"{study.user_attrs[CONFIRM_OF]!r}"
+        )
     record = settings_of(study)
     missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
     if missing:
         raise UserError(f"--study {args.study!r} records no {missing[0]} (it was not made by `search`)")
     space = load_space(record["space_file"])
     if record.get("space_fingerprint") not in (None, space.fingerprint):
-        raise UserError(f"{record['space_file']} changed since --study {args.study!r} searched it "
-                        f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})")
+        raise UserError(
+            f"{record['space_file']} changed since --study {args.study!r} searched it "
+            f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})"
+        )
     data = _data_spec(record.get("data"))
     top = args.top or DEFAULT_TOP
     finals = finalists(study, top, numbers)
     if numbers is None and len(finals) < top:
         front = "Pareto front" if len(study.directions) > 1 else "leaderboard"
-        print(f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); confirming those "
-              "(--trials N,M,... adds others)", file=sys.stderr)
+        print(
+            f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); confirming those "
+            "(--trials N,M,... adds others)",
+            file=sys.stderr,
+        )
     if args.baseline:
         files = [baseline_file(f, vocab_size_of(data)) for f in args.baseline]
         bases = [(name, arch, search_twin(study, arch)) for name, arch in files]
     else:
-        bases = [(name, ArchConfig.from_dict(t.user_attrs["arch"]), t)
-                 for name, t in default_baselines(study, space.seed_archs)]
+        bases = [
+            (name, ArchConfig.from_dict(t.user_attrs["arch"]), t)
+            for name, t in default_baselines(study, space.seed_archs)
+        ]
     name = confirm_study_name(args.study)
     storage = open_storage(url, read_only=True)
     known: list[Entry] = []
     if study_exists(storage, name):
         import optuna
 
-        known = [Entry.from_dict(d) for d in optuna.load_study(study_name=name, storage=storage)
-                 .user_attrs.get(ARCHS) or []]
+        known = [
+            Entry.from_dict(d)
+            for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
+        ]
     every, wanted, baselines = build_entries(known, finals, bases)
     seed0 = int(record.get("seed", 0))
-    plan = Plan(tuple(e.index for e in wanted), tuple(b.index for b in baselines), tuple(scales),
-                tuple(range(seed0, seed0 + args.seeds)), tuple(lrs))
+    plan = Plan(
+        tuple(e.index for e in wanted),
+        tuple(b.index for b in baselines),
+        tuple(scales),
+        tuple(range(seed0, seed0 + args.seeds)),
+        tuple(lrs),
+    )
     runs = Path(args.runs_dir)
     settings = SearchSettings(
-        study=name, storage=url, space=space, trials=1,
-        budget=Budget.from_dict(record["budget"]), recipe=TrainRecipe.from_dict(record["recipe"]),
-        objective="loss", sampler="random", seed=seed0, hurdles=Hurdles(),
-        workers=args.workers or (1 if args.local else 2), cpus_per_trial=args.cpus_per_trial,
-        gpus_per_trial=args.gpus_per_trial, address=args.address, device=args.device, data=data,
-        tb_dir=None if args.no_tensorboard else str(runs / name / "tb"), runs_dir=str(runs),
-        retries=args.retries, local=args.local, evaluator=record.get("evaluator", "lm"),
+        study=name,
+        storage=url,
+        space=space,
+        trials=1,
+        budget=Budget.from_dict(record["budget"]),
+        recipe=TrainRecipe.from_dict(record["recipe"]),
+        objective="loss",
+        sampler="random",
+        seed=seed0,
+        hurdles=Hurdles(),
+        workers=args.workers or (1 if args.local else 2),
+        cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial,
+        address=args.address,
+        device=args.device,
+        data=data,
+        tb_dir=None if args.no_tensorboard else str(runs / name / "tb"),
+        runs_dir=str(runs),
+        retries=args.retries,
+        local=args.local,
+        evaluator=record.get("evaluator", "lm"),
     )
     return settings, every, plan, url
 
@@ -148,7 +204,9 @@ def run(args: argparse.Namespace) -> int:
 
     settings, every, plan, url = build(args)
     with _sigterm_stops_the_driver():
-        study = run_confirmation(settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout)
+        study = run_confirmation(
+            settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout
+        )
     report = build_report(study, url)
     if args.report:
         path = Path(args.report)
@@ -161,10 +219,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print()
     print(render(report, report["baselines"]))
-    where = f" --storage {shlex.quote(args.storage)}" if args.storage else (
-        "" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
+    where = (
+        f" --storage {shlex.quote(args.storage)}"
+        if args.storage
+        else ("" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
+    )
     if args.report:
         print(f"report:  {args.report}")
     print(f"runs:    python run_search.py best --study {settings.study} --storage {shlex.quote(url)}")
-    print(f"export:  python run_search.py export --study {args.study}{where} --confirmed --out confirmed.yaml")
+    print(
+        f"export:  python run_search.py export --study {args.study}{where} --confirmed --out confirmed.yaml"
+    )
     return 0

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export_confirmed(search: Any, url: str, out: Path) -> int:
-    """``--confirmed``: the confirmation's winner, its recipe (seed, lr) and budget at the scale that decided."""
+    """``--confirmed``: the confirmation's winner, its recipe (seed, lr) and budget at the deciding scale."""
     from nas.confirm.winner import confirmed_winner, header_lines, open_confirmation, recipe_and_budget
 
     study = open_confirmation(search.study_name, url)
@@ -125,7 +125,8 @@ def _export_confirmed(search: Any, url: str, out: Path) -> int:
     }
     confirmed = {"verdict": w["verdict"], "scales": w["rows"]}
     save_arch(out, ArchConfig.from_dict(trial.user_attrs["arch"]), header=header_lines(w), recipe=recipe,
-              budget=budget, data=settings.get("data"), metrics=metrics_of(trial), source=source, confirmed=confirmed)
+              budget=budget, data=settings.get("data"), metrics=metrics_of(trial), source=source,
+              confirmed=confirmed)
     best = w["best"]
     print(f"wrote {out}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
           f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}")

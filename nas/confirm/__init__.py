@@ -17,8 +17,17 @@ from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, CONFIRM_OF, PLAN, Plan, confirm_study_name, run_confirmation
 from nas.confirm.summary import collect_runs, power_laws, rank_correlation, summarize, verdicts
 
-__all__ = ["ARCHS", "CONFIRM_OF", "PLAN", "Entry", "Plan", "Run", "build_report", "confirm_study_name",
-           "run_confirmation"]
+__all__ = [
+    "ARCHS",
+    "CONFIRM_OF",
+    "PLAN",
+    "Entry",
+    "Plan",
+    "Run",
+    "build_report",
+    "confirm_study_name",
+    "run_confirmation",
+]
 
 
 def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
@@ -33,10 +42,16 @@ def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
     settings = study.user_attrs.get("settings") or {}
     ((kind, value),) = (settings.get("budget") or {"steps": 0}).items()
     return {
-        "study": study.user_attrs.get(CONFIRM_OF), "confirm_study": study.study_name, "storage": storage,
-        "budget": f"{value:g} {kind}", "scales": list(plan.scales), "seeds": list(plan.seeds),
-        "lrs": list(plan.lrs), "baselines": [b.name for b in baselines],
-        "runs": runs, "summary": summary,
+        "study": study.user_attrs.get(CONFIRM_OF),
+        "confirm_study": study.study_name,
+        "storage": storage,
+        "budget": f"{value:g} {kind}",
+        "scales": list(plan.scales),
+        "seeds": list(plan.seeds),
+        "lrs": list(plan.lrs),
+        "baselines": [b.name for b in baselines],
+        "runs": runs,
+        "summary": summary,
         "rank_correlation": rank_correlation(summary, plan.scales),
         "power_law": power_laws(summary, wanted, baselines, plan.scales),
         "verdicts": verdicts(summary, wanted, baselines, plan.scales),

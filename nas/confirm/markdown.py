@@ -19,7 +19,8 @@ def _f(v: float | None, digits: int = 4, sign: bool = False) -> str:
 def _delta(d: dict[str, Any] | None) -> str:
     if not d:
         return "-"
-    return f"{_f(d['mean'], sign=True)} [{_f(d['min'], sign=True)}, {_f(d['max'], sign=True)}]; lower on {d['lower_on']}/{d['n']}"
+    rng = f"[{_f(d['min'], sign=True)}, {_f(d['max'], sign=True)}]"
+    return f"{_f(d['mean'], sign=True)} {rng}; lower on {d['lower_on']}/{d['n']}"
 
 
 def summary_tables(report: dict[str, Any], baselines: Sequence[str]) -> list[str]:
@@ -34,8 +35,14 @@ def summary_tables(report: dict[str, Any], baselines: Sequence[str]) -> list[str
             if r["scale"] != scale:
                 continue
             seeds = f"{r['n']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
-            cells = [f"{r['name']} (`{r['arch_id']}`)", r["role"], f"{r['lr']:g}" if r["lr"] else "-", seeds,
-                     f"{_f(r['mean'])} ± {_f(r['std'])}", f"[{_f(r['min'])}, {_f(r['max'])}]"]
+            cells = [
+                f"{r['name']} (`{r['arch_id']}`)",
+                r["role"],
+                f"{r['lr']:g}" if r["lr"] else "-",
+                seeds,
+                f"{_f(r['mean'])} ± {_f(r['std'])}",
+                f"[{_f(r['min'])}, {_f(r['max'])}]",
+            ]
             cells += [_delta(r["delta_vs_baseline"].get(b)) for b in baselines]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -47,11 +54,17 @@ def curse_table(report: dict[str, Any]) -> list[str]:
     rows = [r for r in report["summary"] if r["scale"] == 1 and r["search_loss"] is not None]
     if not rows:
         return []
-    lines = ["## The search's score against the confirmed mean (1x)", "",
-             "| architecture | search trial | search loss | confirmed mean | gap |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "## The search's score against the confirmed mean (1x)",
+        "",
+        "| architecture | search trial | search loss | confirmed mean | gap |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['search_trial']} | {_f(r['search_loss'])} | {_f(r['mean'])} | "
-                     f"{_f(r['search_gap'], sign=True)} |")
+        lines.append(
+            f"| {r['name']} | {r['search_trial']} | {_f(r['search_loss'])} | {_f(r['mean'])} | "
+            f"{_f(r['search_gap'], sign=True)} |"
+        )
     return lines + [""]
 
 
@@ -60,7 +73,12 @@ def _corr_cells(c: dict[str, Any]) -> str:
 
 
 def rank_table(rc: dict[str, Any]) -> list[str]:
-    lines = ["## Rank stability", "", "| compared | Spearman | Kendall | architectures |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        "## Rank stability",
+        "",
+        "| compared | Spearman | Kendall | architectures |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for scale, c in rc["search_vs_confirmed"].items():
         lines.append(f"| search vs confirmed at {scale} | {_corr_cells(c)} |")
     for pair, c in rc["between_scales"].items():
@@ -71,8 +89,14 @@ def rank_table(rc: dict[str, Any]) -> list[str]:
 def power_lines(pl: dict[str, Any] | None) -> list[str]:
     if not pl:
         return []
-    lines = ["## Loss against training compute", "", f"Model: {pl['model']}.", "",
-             "| architecture | a | b |", "| --- | ---: | ---: |"]
+    lines = [
+        "## Loss against training compute",
+        "",
+        f"Model: {pl['model']}.",
+        "",
+        "| architecture | a | b |",
+        "| --- | ---: | ---: |",
+    ]
     lines += [f"| {k} | {f['a']:.4g} | {f['b']:.4f} |" for k, f in pl["fits"].items()]
     lines.append("")
     for c in pl["crossings"]:
@@ -80,22 +104,34 @@ def power_lines(pl: dict[str, Any] | None) -> list[str]:
             lines.append(f"- {c['finalist']} and {c['baseline']}: parallel fits, no crossing")
         else:
             where = "inside" if c["within_measured"] else "outside (extrapolated)"
-            lines.append(f"- {c['finalist']} and {c['baseline']} cross at {c['compute']:.3g} FLOPs, {where} "
-                         "the measured range")
+            lines.append(
+                f"- {c['finalist']} and {c['baseline']} cross at {c['compute']:.3g} FLOPs, {where} "
+                "the measured range"
+            )
     return lines + [""]
 
 
 def render(report: dict[str, Any], baselines: Sequence[str], images: Sequence[str] = ()) -> str:
     """The whole report as Markdown (``images``: plot file names to link)."""
-    lines = [f"# Confirmation of study {report['study']!r}", "",
-             f"Runs in study `{report['confirm_study']}` ({report['storage']}); each architecture trained at "
-             f"scales {', '.join(f'{s:g}x' for s in report['scales'])} of the search's budget ({report['budget']}) "
-             f"with seeds {', '.join(map(str, report['seeds']))}" +
-             (f", after an lr sweep over {', '.join(f'{x:g}' for x in report['lrs'])} at seed {report['seeds'][0]}"
-              if report["lrs"] else "") +
-             ". Seeds are paired: the same seed gives every architecture the same initialisation stream and "
-             "batch order, so the Δ columns subtract the baseline's loss at the same seed.", "",
-             "## Verdicts", ""]
+    lines = [
+        f"# Confirmation of study {report['study']!r}",
+        "",
+        f"Runs in study `{report['confirm_study']}` ({report['storage']}); each architecture trained at "
+        f"scales {', '.join(f'{s:g}x' for s in report['scales'])} of the search's budget "
+        f"({report['budget']}) "
+        f"with seeds {', '.join(map(str, report['seeds']))}"
+        + (
+            f", after an lr sweep over {', '.join(f'{x:g}' for x in report['lrs'])} "
+            f"at seed {report['seeds'][0]}"
+            if report["lrs"]
+            else ""
+        )
+        + ". Seeds are paired: the same seed gives every architecture the same initialisation stream and "
+        "batch order, so the Δ columns subtract the baseline's loss at the same seed.",
+        "",
+        "## Verdicts",
+        "",
+    ]
     lines += [f"- **{name}**: {text}" for name, text in report["verdicts"].items()] or ["(no finalist)"]
     if not report["baselines"]:
         lines += ["", "No baseline was measured: pass --baseline FILE to compare with one."]
@@ -113,18 +149,30 @@ def _save(fig: Figure, path: Path) -> None:
 
 
 def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[Path]:
-    """``STEM_compute.png`` (loss vs training compute, min-max bars) and ``STEM_deltas.png`` (paired deltas)."""
+    """``STEM_compute.png`` (loss vs training compute, min-max bars), ``STEM_deltas.png`` (paired deltas)."""
     out = []
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     for name in dict.fromkeys(r["name"] for r in report["summary"]):
-        pts = [r for r in report["summary"] if r["name"] == name and r["mean"] is not None and r["train_flops"]]
+        pts = [
+            r for r in report["summary"] if r["name"] == name and r["mean"] is not None and r["train_flops"]
+        ]
         if not pts:
             continue
         xs, ys = [r["train_flops"] for r in pts], [r["mean"] for r in pts]
-        err = [[y - r["min"] for y, r in zip(ys, pts)], [r["max"] - y for y, r in zip(ys, pts)]]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=name,
-                    linestyle="--" if pts[0]["role"] == "baseline" else "-")
+        err = [
+            [y - r["min"] for y, r in zip(ys, pts, strict=True)],
+            [r["max"] - y for y, r in zip(ys, pts, strict=True)],
+        ]
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=err,
+            marker="o",
+            capsize=3,
+            label=name,
+            linestyle="--" if pts[0]["role"] == "baseline" else "-",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (mean over seeds, min-max bars)")
@@ -139,7 +187,9 @@ def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[P
         labels = []
         for i, r in enumerate(rows):
             d = r["delta_vs_baseline"][baselines[0]]
-            ax.errorbar([i], [d["mean"]], yerr=[[d["mean"] - d["min"]], [d["max"] - d["mean"]]], marker="o", capsize=4)
+            ax.errorbar(
+                [i], [d["mean"]], yerr=[[d["mean"] - d["min"]], [d["max"] - d["mean"]]], marker="o", capsize=4
+            )
             labels.append(f"{r['name']}\n{r['scale']:g}x")
         ax.axhline(0, color="grey", linewidth=1)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)

@@ -40,13 +40,25 @@ class Entry:
         return self.arch.arch_id
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "arch": self.arch.to_dict(), "name": self.name, "role": self.role,
-                "search_trial": self.search_trial, "search_loss": self.search_loss}
+        return {
+            "index": self.index,
+            "arch": self.arch.to_dict(),
+            "name": self.name,
+            "role": self.role,
+            "search_trial": self.search_trial,
+            "search_loss": self.search_loss,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
-        return cls(int(d["index"]), ArchConfig.from_dict(d["arch"]), str(d["name"]), str(d["role"]),
-                   d.get("search_trial"), d.get("search_loss"))
+        return cls(
+            int(d["index"]),
+            ArchConfig.from_dict(d["arch"]),
+            str(d["name"]),
+            str(d["role"]),
+            d.get("search_trial"),
+            d.get("search_loss"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +83,15 @@ class Run:
 
 
 def parse_list(text: str, flag: str, kind: type = float) -> list[Any]:
-    """``"1,4,16"`` as numbers, each > 0 (``kind`` int: >= 0 for trial numbers); a UserError names ``flag``."""
+    """``"1,4,16"`` as numbers, each > 0 (``kind`` int: each >= 0); a UserError names ``flag``."""
     out = []
     for part in str(text).split(","):
         try:
             value = kind(part.strip())
         except ValueError:
-            raise UserError(f"{flag} {text!r}: {part.strip()!r} is not a number; give e.g. {flag} 1,4") from None
+            raise UserError(
+                f"{flag} {text!r}: {part.strip()!r} is not a number; give e.g. {flag} 1,4"
+            ) from None
         bad = (value < 0) if kind is int else (not math.isfinite(value) or value <= 0)
         if bad:
             need = "an integer >= 0" if kind is int else "a number > 0"
@@ -102,8 +116,10 @@ def finalists(study: optuna.Study, top: int | None, trials: Sequence[int] | None
             if n not in every:
                 raise UserError(f"--trials {n}: study {study.study_name!r} has trials 0..{max(every)}")
             if n not in complete:
-                raise UserError(f"--trials {n}: trial {n} of study {study.study_name!r} is "
-                                f"{every[n].state.name}; only COMPLETE trials can be confirmed")
+                raise UserError(
+                    f"--trials {n}: trial {n} of study {study.study_name!r} is "
+                    f"{every[n].state.name}; only COMPLETE trials can be confirmed"
+                )
             chosen.append(complete[n])
     else:
         chosen = [complete[r["trial"]] for r in leaderboard(study)]

@@ -54,23 +54,42 @@ def scaled_budget(budget: Budget, scale: float) -> Budget:
 class ConfirmDriver(Driver):
     """The search driver, taking each trial's run from its fixed parameters instead of the space."""
 
-    def __init__(self, settings: SearchSettings, entries: Sequence[Entry],
-                 pool_factory: Callable[[SearchSettings], Pool] | None = None, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        settings: SearchSettings,
+        entries: Sequence[Entry],
+        pool_factory: Callable[[SearchSettings], Pool] | None = None,
+        out: TextIO | None = None,
+    ) -> None:
         super().__init__(settings, pool_factory, out)
         self.entries = {e.index: e for e in entries}
 
     def _prepare(self, study: optuna.Study, trial: Trial, pool: Pool) -> tuple[str, str] | None:
-        run = Run(trial.suggest_int("arch", 0, 10**6), trial.suggest_float("scale", *_SCALE),
-                  trial.suggest_int("seed", 0, MAX_SEED), trial.suggest_float("lr", *_LR))
+        run = Run(
+            trial.suggest_int("arch", 0, 10**6),
+            trial.suggest_float("scale", *_SCALE),
+            trial.suggest_int("seed", 0, MAX_SEED),
+            trial.suggest_float("lr", *_LR),
+        )
         entry = self.entries.get(run.arch)
         if entry is None:  # only a trial asked beyond the queue gets here: the targets make that impossible
-            return self._finish_now(study, trial, TrialState.FAIL, f"no confirm run for arch index {run.arch}")
+            return self._finish_now(
+                study, trial, TrialState.FAIL, f"no confirm run for arch index {run.arch}"
+            )
         s, arch = self.s, entry.arch
         c = compute(arch, s.recipe.seq_len)
-        for key, value in (("arch", arch.to_dict()), ("arch_id", arch.arch_id), ("params", c.params),
-                           ("flops_per_token", c.fwd_flops_per_token), ("name", entry.name),
-                           ("role", entry.role), ("scale", run.scale), ("seed", run.seed), ("lr", run.lr),
-                           ("summary", f"[{entry.name} {run.scale:g}x seed {run.seed}] {arch.summary()}")):
+        for key, value in (
+            ("arch", arch.to_dict()),
+            ("arch_id", arch.arch_id),
+            ("params", c.params),
+            ("flops_per_token", c.fwd_flops_per_token),
+            ("name", entry.name),
+            ("role", entry.role),
+            ("scale", run.scale),
+            ("seed", run.seed),
+            ("lr", run.lr),
+            ("summary", f"[{entry.name} {run.scale:g}x seed {run.seed}] {arch.summary()}"),
+        ):
             trial.set_user_attr(key, value)
         payload = dataclasses.replace(
             trial_payload(s, study, trial, arch),
@@ -153,8 +172,10 @@ def open_confirm_study(settings: SearchSettings, source: str, entries: Sequence[
         # without a settings record and trials it is one whose creation was cut short: finish it
         fresh = SETTINGS not in study.user_attrs and not study.get_trials(deepcopy=False)
         if not fresh and study.user_attrs.get(CONFIRM_OF) != source:
-            raise UserError(f"--storage {settings.storage!r}: study {settings.study!r} exists and is not "
-                            f"a confirmation of {source!r}")
+            raise UserError(
+                f"--storage {settings.storage!r}: study {settings.study!r} exists and is not "
+                f"a confirmation of {source!r}"
+            )
     if fresh:
         study.set_user_attr(SETTINGS, settings.fingerprint())
         study.set_user_attr(CONFIRM_OF, source)
@@ -171,29 +192,47 @@ def enqueue_missing(study: optuna.Study, runs: Iterable[Run], entries: dict[int,
     for run in runs:
         if run not in have:
             e = entries[run.arch]
-            study.enqueue_trial(run.params(), user_attrs={"arch_id": e.arch_id, "name": e.name, "role": e.role,
-                                                          "scale": run.scale, "seed": run.seed, "lr": run.lr})
+            study.enqueue_trial(
+                run.params(),
+                user_attrs={
+                    "arch_id": e.arch_id,
+                    "name": e.name,
+                    "role": e.role,
+                    "scale": run.scale,
+                    "seed": run.seed,
+                    "lr": run.lr,
+                },
+            )
             have.add(run)
             n += 1
     return n
 
 
-def best_lrs(study: optuna.Study, entries: Sequence[Entry], scales: Sequence[float], seed: int,
-             lrs: Sequence[float]) -> dict[tuple[int, float], float]:
-    """(arch index, scale) -> the learning rate whose ``seed`` run had the lowest loss (absent: none finished)."""
+def best_lrs(
+    study: optuna.Study, entries: Sequence[Entry], scales: Sequence[float], seed: int, lrs: Sequence[float]
+) -> dict[tuple[int, float], float]:
+    """(arch index, scale) -> the lr whose ``seed`` run had the lowest loss (absent: none finished)."""
     have = existing_runs(study)
     out = {}
     for e in entries:
         for scale in scales:
-            done = [(have[r].values[0], r.lr) for lr in lrs
-                    if (r := Run(e.index, scale, seed, lr)) in have and have[r].state == TrialState.COMPLETE]
+            done = [
+                (have[r].values[0], r.lr)
+                for lr in lrs
+                if (r := Run(e.index, scale, seed, lr)) in have and have[r].state == TrialState.COMPLETE
+            ]
             if done:
                 out[(e.index, scale)] = min(done)[1]
     return out
 
 
-def _drive(settings: SearchSettings, study: optuna.Study, entries: Sequence[Entry],
-           pools: _KeptPool, out: TextIO | None) -> None:
+def _drive(
+    settings: SearchSettings,
+    study: optuna.Study,
+    entries: Sequence[Entry],
+    pools: _KeptPool,
+    out: TextIO | None,
+) -> None:
     """Run every queued run of ``study`` to its end through the search's driver."""
     trials = study.get_trials(deepcopy=False)
     pending = sum(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials)
@@ -204,8 +243,12 @@ def _drive(settings: SearchSettings, study: optuna.Study, entries: Sequence[Entr
 
 
 def run_confirmation(
-    settings: SearchSettings, source: str, every: Sequence[Entry], plan: Plan,
-    pool_factory: Callable[[SearchSettings], Pool] | None = None, out: TextIO | None = None,
+    settings: SearchSettings,
+    source: str,
+    every: Sequence[Entry],
+    plan: Plan,
+    pool_factory: Callable[[SearchSettings], Pool] | None = None,
+    out: TextIO | None = None,
 ) -> optuna.Study:
     """Train every wanted architecture at every scale and seed (after the lr sweep when ``plan.lrs``)."""
     settings.check_environment()  # before the study is created: a missing corpus leaves nothing behind
@@ -221,10 +264,17 @@ def run_confirmation(
             enqueue_missing(study, sweep, by_index)
             _drive(settings, study, every, pools, out)
             chosen = best_lrs(study, wanted, scales, seeds[0], lrs)
-            runs = [Run(e.index, sc, seed, chosen[(e.index, sc)])
-                    for sc in scales for seed in seeds for e in wanted if (e.index, sc) in chosen]
+            runs = [
+                Run(e.index, sc, seed, chosen[(e.index, sc)])
+                for sc in scales
+                for seed in seeds
+                for e in wanted
+                if (e.index, sc) in chosen
+            ]
         else:
-            runs = [Run(e.index, sc, seed, settings.recipe.lr) for sc in scales for seed in seeds for e in wanted]
+            runs = [
+                Run(e.index, sc, seed, settings.recipe.lr) for sc in scales for seed in seeds for e in wanted
+            ]
         enqueue_missing(study, runs, by_index)
         _drive(settings, study, every, pools, out)
     finally:

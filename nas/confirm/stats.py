@@ -54,8 +54,9 @@ def paired(a: Mapping[int, float], b: Mapping[int, float]) -> Paired | None:
     if not seeds:
         return None
     deltas = tuple(a[s] - b[s] for s in seeds)
-    return Paired(seeds, deltas, sum(deltas) / len(deltas), min(deltas), max(deltas),
-                  sum(d < 0 for d in deltas))
+    return Paired(
+        seeds, deltas, sum(deltas) / len(deltas), min(deltas), max(deltas), sum(d < 0 for d in deltas)
+    )
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -76,7 +77,7 @@ def ranks(values: Sequence[float]) -> list[float]:
 def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     n = len(x)
     mx, my = sum(x) / n, sum(y) / n
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
     sxx = sum((a - mx) ** 2 for a in x)
     syy = sum((b - my) ** 2 for b in y)
     if sxx == 0 or syy == 0:
@@ -127,18 +128,18 @@ class PowerLaw:
     compute_max: float
 
     def __call__(self, compute: float) -> float:
-        return self.a * compute ** -self.b
+        return self.a * compute**-self.b
 
 
 def fit_power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLaw | None:
     """The fit through (compute, loss) points (None with fewer than 2 distinct computes or a loss <= 0)."""
-    pts = [(c, v) for c, v in zip(compute, loss) if c > 0 and v > 0]
+    pts = [(c, v) for c, v in zip(compute, loss, strict=False) if c > 0 and v > 0]
     if len(pts) != len(compute) or len({c for c, _ in pts}) < 2:
         return None
     xs = [math.log(c) for c, _ in pts]
     ys = [math.log(v) for _, v in pts]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
     return PowerLaw(math.exp(my - slope * mx), -slope, min(c for c, _ in pts), max(c for c, _ in pts))
 
 

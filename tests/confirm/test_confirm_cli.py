@@ -24,8 +24,22 @@ TINY_SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"
 
 def _search(root: Path, corpus: Path, study: str, *extra: str) -> str:
     url = f"sqlite:///{root}/{study}.db"
-    argv = ["search", "--space", str(TINY_SPACE), "--study", study, "--storage", url, "--data", str(corpus),
-            "--trials", "6", "--local", "--no-tensorboard", *extra]
+    argv = [
+        "search",
+        "--space",
+        str(TINY_SPACE),
+        "--study",
+        study,
+        "--storage",
+        url,
+        "--data",
+        str(corpus),
+        "--trials",
+        "6",
+        "--local",
+        "--no-tensorboard",
+        *extra,
+    ]
     assert main(argv) == 0
     return url
 
@@ -34,7 +48,10 @@ def _search(root: Path, corpus: Path, study: str, *extra: str) -> str:
 def studies(tmp_path_factory, corpus_dir):
     """A single-objective and a two-objective search of the tiny space (six trials each, 8 steps)."""
     root = tmp_path_factory.mktemp("studies")
-    return {"one": _search(root, corpus_dir, "one", "--objective", "loss"), "two": _search(root, corpus_dir, "two")}
+    return {
+        "one": _search(root, corpus_dir, "one", "--objective", "loss"),
+        "two": _search(root, corpus_dir, "two"),
+    }
 
 
 def _load(url: str, name: str) -> optuna.Study:
@@ -96,9 +113,13 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"runs", "summary", "rank_correlation"}
     assert len(out["runs"]) == n_arch * 4 and len(out["summary"]) == n_arch * 2
-    row = next(r for r in out["summary"] if r["role"] == "finalist" and r["scale"] == 1 and r["delta_vs_baseline"])
+    row = next(
+        r for r in out["summary"] if r["role"] == "finalist" and r["scale"] == 1 and r["delta_vs_baseline"]
+    )
     base = next(iter(row["delta_vs_baseline"]))
-    mine = {r["seed"]: r["val_loss"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["scale"] == 1}
+    mine = {
+        r["seed"]: r["val_loss"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["scale"] == 1
+    }
     theirs = {r["seed"]: r["val_loss"] for r in out["runs"] if r["name"] == base and r["scale"] == 1}
     assert row["delta_vs_baseline"][base]["deltas"] == pytest.approx([mine[s] - theirs[s] for s in (0, 1)])
 
@@ -106,7 +127,7 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     n = len(conf.trials)
     assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2")) == 0
     assert len(_load(url, "one-confirm").trials) == n
-    out_file = Path(url[len("sqlite:///"):]).parent / "confirmed.yaml"
+    out_file = Path(url[len("sqlite:///") :]).parent / "confirmed.yaml"
     assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(out_file)]) == 0
     text = out_file.read_text()
     assert text.startswith("# Confirmed winner of study 'one'")
@@ -117,14 +138,36 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
 
 def test_lr_sweep_picks_the_best_lr_per_arch_and_scale(studies, capsys):
     url = studies["two"]
-    assert main(_confirm(url, "two", "--trials", "0", "--baseline", "vanilla", "--seeds", "2", "--scales", "1",
-                         "--lrs", "1e-4,3e-3", "--json")) == 0
+    assert (
+        main(
+            _confirm(
+                url,
+                "two",
+                "--trials",
+                "0",
+                "--baseline",
+                "vanilla",
+                "--seeds",
+                "2",
+                "--scales",
+                "1",
+                "--lrs",
+                "1e-4,3e-3",
+                "--json",
+            )
+        )
+        == 0
+    )
     out = __import__("json").loads(capsys.readouterr().out)
     for row in out["summary"]:
-        sweep = {r["lr"]: r["val_loss"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["seed"] == 0}
+        sweep = {
+            r["lr"]: r["val_loss"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["seed"] == 0
+        }
         assert set(sweep) == {1e-4, 3e-3}
         assert row["lr"] == min(sweep, key=sweep.get)
-        assert {r["lr"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["seed"] == 1} == {row["lr"]}
+        assert {r["lr"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["seed"] == 1} == {
+            row["lr"]
+        }
 
 
 def test_resume_after_the_driver_is_killed(tmp_path, corpus_dir):
@@ -136,7 +179,9 @@ def test_resume_after_the_driver_is_killed(tmp_path, corpus_dir):
     try:
         states: list[TrialState] = []
         # until two runs have finished and a third is training (a 30x run trains for about a second)
-        while proc.poll() is None and not (states.count(TrialState.COMPLETE) >= 2 and TrialState.RUNNING in states):
+        while proc.poll() is None and not (
+            states.count(TrialState.COMPLETE) >= 2 and TrialState.RUNNING in states
+        ):
             time.sleep(0.1)
             try:
                 states = [t.state for t in _load(url, "k-confirm").trials]
