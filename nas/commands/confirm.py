@@ -92,20 +92,32 @@ def _data_spec(record: Any) -> str | None:
     return resolve_data(spec, record.get("tokenizer"))
 
 
+def _baselines(
+    files: list[str] | None, study: Any, seed_archs: Any, data: str | None
+) -> list[tuple[Any, ...]]:
+    """(name, ArchConfig, the search trial that measured it or None) per baseline."""
+    from nas.confirm.plan import baseline_file, default_baselines, search_twin
+    from nas.data import vocab_size_of
+    from nas.models import ArchConfig
+
+    if files:
+        archs = [baseline_file(f, vocab_size_of(data)) for f in files]
+        return [(name, arch, search_twin(study, arch)) for name, arch in archs]
+    return [
+        (name, ArchConfig.from_dict(t.user_attrs["arch"]), t)
+        for name, t in default_baselines(study, seed_archs)
+    ]
+
+
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from evaluators import Budget, TrainRecipe
     from nas.confirm import ARCHS, CONFIRM_OF, Entry, Plan, confirm_study_name
     from nas.confirm.plan import (
-        baseline_file,
         build_entries,
-        default_baselines,
         finalists,
         parse_list,
-        search_twin,
     )
-    from nas.data import vocab_size_of
-    from nas.models import ArchConfig
     from nas.search.hurdles import Hurdles
     from nas.search.report import settings_of
     from nas.search.settings import SearchSettings
@@ -143,14 +155,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             "(--trials N,M,... adds others)",
             file=sys.stderr,
         )
-    if args.baseline:
-        files = [baseline_file(f, vocab_size_of(data)) for f in args.baseline]
-        bases = [(name, arch, search_twin(study, arch)) for name, arch in files]
-    else:
-        bases = [
-            (name, ArchConfig.from_dict(t.user_attrs["arch"]), t)
-            for name, t in default_baselines(study, space.seed_archs)
-        ]
+    bases = _baselines(args.baseline, study, space.seed_archs, data)
     name = confirm_study_name(args.study)
     storage = open_storage(url, read_only=True)
     known: list[Entry] = []
