@@ -8,6 +8,7 @@ Layout (every key but ``arch`` optional)::
     data:    {corpus: shakespeare, vocab_size: 256, fingerprint: ...}  # written by export; or a name/path
     metrics: {val_loss: ...}                                          # measured, written by export
     source:  {study: ..., trial: ...}                                 # where it came from
+    confirmed: {verdict: ..., scales: [...]}                          # `export --confirmed`: seeds x scales
 
 A file with ``layers`` at the top level is read as a bare architecture.  ``data``
 as export writes it is ``nas.data.Corpus.record()``: the corpus (and tokenizer)
@@ -27,7 +28,7 @@ import yaml
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 
-SECTIONS = ("arch", "recipe", "budget", "data", "metrics", "source")
+SECTIONS = ("arch", "recipe", "budget", "data", "metrics", "source", "confirmed")
 
 
 def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
@@ -69,7 +70,7 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         arch = ArchConfig.from_dict(raw["arch"])
     except ConfigError as err:
         raise err.at("arch").in_file(str(path)) from None
-    for key in ("recipe", "budget", "metrics", "source"):
+    for key in ("recipe", "budget", "metrics", "source", "confirmed"):
         if key in raw and not isinstance(raw[key], dict):
             raise ConfigError("must be a mapping", key, str(path))
     return {**raw, "arch": arch}
@@ -98,11 +99,14 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-def save_arch(path: str | os.PathLike[str], arch: ArchConfig, **sections: Any) -> None:
-    """Write ``arch`` (and any of recipe, budget, data, metrics, source) as an architecture file."""
+def save_arch(
+    path: str | os.PathLike[str], arch: ArchConfig, header: str | None = None, **sections: Any
+) -> None:
+    """Write ``arch`` (and any other sections) as an architecture file; ``header`` becomes # comments."""
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         raise ValueError(f"unknown section {unknown[0]!r}; valid: {', '.join(SECTIONS)}")
     doc: dict[str, Any] = {"arch": arch.to_dict()}
     doc.update({k: v for k, v in sections.items() if v is not None})
-    write_text_atomic(path, dump_yaml(doc))
+    top = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
+    write_text_atomic(path, top + dump_yaml(doc))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from nas.errors import UserError
 
-COMMANDS = ("search", "train", "best", "show", "plot", "export")
+COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -42,6 +42,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the lowest-loss COMPLETE trial (multi-objective: lowest loss on the Pareto front)",
     )
+    which.add_argument(
+        "--confirmed",
+        action="store_true",
+        help="the best architecture of the study's confirmation (run_search.py confirm): lowest mean loss "
+        "over seeds at the largest scale, with the confirmation summary in the file's header",
+    )
     p.add_argument("--out", required=True, help="architecture file to write (FILE.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.set_defaults(func=run)
@@ -54,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise UserError(f"--out {out}: file exists; pass --force to overwrite it")
     study, url = open_study(args)
+    if args.confirmed:
+        return _export_confirmed(study, url, out)
     trial = best_trial(study) if args.best else get_trial(study, args.trial)
     if trial.state != TrialState.COMPLETE or is_infeasible(trial):
         why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get(INFEASIBLE)
@@ -99,4 +107,32 @@ def run(args: argparse.Namespace) -> int:
             f"retrain it with: python run_search.py train --arch {out} --threads 1  "
             "(on CPU, --threads equal to the search's --cpus-per-trial reproduces its loss exactly)"
         )
+    return 0
+
+
+def _export_confirmed(search: Any, url: str, out: Path) -> int:
+    """``--confirmed``: the confirmation's winner, its recipe (seed, lr) and budget at the deciding scale."""
+    from nas.confirm.winner import confirmed_winner, header_lines, open_confirmation, recipe_and_budget
+
+    study = open_confirmation(search.study_name, url)
+    w = confirmed_winner(study, url)
+    trial, run = w["trial"], w["run"]
+    settings = settings_of(study)
+    recipe, budget = recipe_and_budget(settings, run)
+    source: dict[str, Any] = {
+        "study": study.study_name, "storage": url, "trial": trial.number, "arch_id": run["arch_id"],
+        "confirms": search.study_name, "name": run["name"], "role": run["role"],
+        "search_trial": w["best"]["search_trial"],
+        "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    confirmed = {"verdict": w["verdict"], "scales": w["rows"]}
+    save_arch(out, ArchConfig.from_dict(trial.user_attrs["arch"]), header=header_lines(w), recipe=recipe,
+              budget=budget, data=settings.get("data"), metrics=metrics_of(trial), source=source,
+              confirmed=confirmed)
+    best = w["best"]
+    print(f"wrote {out}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
+          f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}")
+    if w["verdict"]:
+        print(f"verdict: {w['verdict']}")
+    print(f"retrain it with: python run_search.py train --arch {out}")
     return 0

@@ -222,5 +222,9 @@ def run(args: argparse.Namespace) -> int:
     prog = os.path.basename(sys.argv[0]) or "run_search.py"
     prog = f"python {prog}" if prog.endswith(".py") else prog
     print(f"next:        {prog} best --study {settings.study}{where}")
+    if args.demo:  # a single-seed search rewards luck: say how to check the winner before trusting it
+        print(f"confirm:     {prog} confirm --study {settings.study}{where} --top 3 --seeds 3 --scales 1,4 "
+              "--report confirm.md   (re-trains the winners and the baselines over seeds and budgets; "
+              "docs/confirming.md)")
     sys.stdout.flush()
     return 0

@@ -100,7 +100,7 @@ def test_export_refuses_running_trial_and_empty_study(cli, runs: Path, tmp_path:
 
 def test_export_needs_trial_or_best(cli, multi: optuna.Study, runs: Path, tmp_path: Path) -> None:
     rc, _, err = cli("export", "--study", "multi", "--runs-dir", runs, "--out", tmp_path / "x.yaml")
-    assert rc == 2 and "one of the arguments --trial --best is required" in err
+    assert rc == 2 and "one of the arguments --trial --best --confirmed is required" in err
     assert len(err.strip().splitlines()) == 1
     rc, _, err = cli("export", "--study", "multi", "--runs-dir", runs, "--best", "--out", tmp_path)
     assert rc == 2 and "is a directory" in _one_line(err)

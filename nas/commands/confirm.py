@@ -1,0 +1,238 @@
+"""``run_search.py confirm``: re-train a search's finalists and baselines over seeds and scales.
+
+Every flag is checked, and the search study, its space, data and the
+baselines are read, before anything is written; only then is the confirm
+study (``STUDY-confirm`` in the search's storage) created or continued.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from nas.commands._study import add_study_args, open_study
+from nas.commands.common import jsonable, positive_int
+from nas.errors import UserError
+
+DEFAULT_TOP = 3
+DEFAULT_SEEDS = 3
+DEFAULT_SCALES = "1,4"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "confirm",
+        help="re-train a search's finalists and baselines over seeds and scales",
+        description="Confirm a search's winners: train the top K of --study (the Pareto front, lowest loss "
+        "first, or the leaderboard) and the baselines for --seeds seeds at each --scales multiple of the "
+        "study's budget, on the same pool and storage as search, and report paired statistics, rank "
+        "stability and a verdict per finalist. Running it again continues where it stopped.",
+    )
+    add_study_args(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--top", type=positive_int, default=None, help=f"finalists to confirm (default {DEFAULT_TOP})"
+    )
+    which.add_argument("--trials", default=None, help="confirm these trial numbers instead, e.g. 3,17,21")
+    p.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=DEFAULT_SEEDS,
+        help=f"seeds per architecture and scale, from the study's seed up (default {DEFAULT_SEEDS})",
+    )
+    p.add_argument(
+        "--scales", default=DEFAULT_SCALES, help=f"multiples of the study's budget (default {DEFAULT_SCALES})"
+    )
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a baseline architecture file (repeatable; default: the space's seed architectures "
+        "as the search ran them)",
+    )
+    p.add_argument(
+        "--lrs",
+        default=None,
+        help="learning rates to sweep at the first seed per architecture and scale; the best is "
+        "used for the other seeds (default: the study's recipe lr)",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="concurrent runs (default 2, 1 with --local)"
+    )
+    p.add_argument("--cpus-per-trial", type=float, default=1.0)
+    p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per run (fractions allowed)")
+    p.add_argument("--address", default=None, help="join an existing Ray cluster")
+    p.add_argument("--retries", type=int, default=2, help="re-runs of a run whose worker died")
+    p.add_argument("--local", action="store_true", help="no Ray: one run at a time in this process")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--no-tensorboard", action="store_true", help="do not write per-run TensorBoard logs")
+    p.add_argument(
+        "--json", action="store_true", help='print {"runs", "summary", "rank_correlation", ...} as JSON'
+    )
+    p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report with plots")
+    p.set_defaults(func=run)
+
+
+def _data_spec(record: Any) -> str | None:
+    """The ``--data`` the search ran on, from its record (the fingerprint is checked when the study opens)."""
+    from nas.data import resolve_data
+    from nas.data.corpus import DEFAULT_CORPUS
+
+    if not isinstance(record, dict):
+        return None if record in (None, DEFAULT_CORPUS) else str(record)
+    corpus = record.get("corpus")
+    spec = None if corpus in (None, DEFAULT_CORPUS) else str(corpus)
+    if spec is not None and not Path(spec).expanduser().exists():
+        raise UserError(f"the study's corpus {spec} is not there any more; confirm needs the search's data")
+    return resolve_data(spec, record.get("tokenizer"))
+
+
+def _baselines(
+    files: list[str] | None, study: Any, seed_archs: Any, data: str | None
+) -> list[tuple[Any, ...]]:
+    """(name, ArchConfig, the search trial that measured it or None) per baseline."""
+    from nas.confirm.plan import baseline_file, default_baselines, search_twin
+    from nas.data import vocab_size_of
+    from nas.models import ArchConfig
+
+    if files:
+        archs = [baseline_file(f, vocab_size_of(data)) for f in files]
+        return [(name, arch, search_twin(study, arch)) for name, arch in archs]
+    return [
+        (name, ArchConfig.from_dict(t.user_attrs["arch"]), t)
+        for name, t in default_baselines(study, seed_archs)
+    ]
+
+
+def build(args: argparse.Namespace) -> tuple[Any, ...]:
+    """Check every flag and read everything the confirmation needs; writes nothing."""
+    from evaluators import Budget, TrainRecipe
+    from nas.confirm import ARCHS, CONFIRM_OF, Entry, Plan, confirm_study_name
+    from nas.confirm.plan import (
+        build_entries,
+        finalists,
+        parse_list,
+    )
+    from nas.search.hurdles import Hurdles
+    from nas.search.report import settings_of
+    from nas.search.settings import SearchSettings
+    from nas.search.space import load_space
+    from nas.search.study import open_storage, study_exists
+
+    scales = parse_list(args.scales, "--scales")
+    lrs = parse_list(args.lrs, "--lrs") if args.lrs else []
+    numbers = parse_list(args.trials, "--trials", int) if args.trials else None
+    if args.report and Path(args.report).is_dir():
+        raise UserError(f"--report {args.report}: is a directory; give a file name such as confirm.md")
+    study, url = open_study(args)
+    if CONFIRM_OF in study.user_attrs:
+        raise UserError(
+            f"--study {args.study!r} is a confirmation; pass the search study "
+            f"{study.user_attrs[CONFIRM_OF]!r}"
+        )
+    record = settings_of(study)
+    missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
+    if missing:
+        raise UserError(f"--study {args.study!r} records no {missing[0]} (it was not made by `search`)")
+    space = load_space(record["space_file"])
+    if record.get("space_fingerprint") not in (None, space.fingerprint):
+        raise UserError(
+            f"{record['space_file']} changed since --study {args.study!r} searched it "
+            f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})"
+        )
+    data = _data_spec(record.get("data"))
+    top = args.top or DEFAULT_TOP
+    finals = finalists(study, top, numbers)
+    if numbers is None and len(finals) < top:
+        front = "Pareto front" if len(study.directions) > 1 else "leaderboard"
+        print(
+            f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); confirming those "
+            "(--trials N,M,... adds others)",
+            file=sys.stderr,
+        )
+    bases = _baselines(args.baseline, study, space.seed_archs, data)
+    name = confirm_study_name(args.study)
+    storage = open_storage(url, read_only=True)
+    known: list[Entry] = []
+    if study_exists(storage, name):
+        import optuna
+
+        known = [
+            Entry.from_dict(d)
+            for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
+        ]
+    every, wanted, baselines = build_entries(known, finals, bases)
+    seed0 = int(record.get("seed", 0))
+    plan = Plan(
+        tuple(e.index for e in wanted),
+        tuple(b.index for b in baselines),
+        tuple(scales),
+        tuple(range(seed0, seed0 + args.seeds)),
+        tuple(lrs),
+    )
+    runs = Path(args.runs_dir)
+    settings = SearchSettings(
+        study=name,
+        storage=url,
+        space=space,
+        trials=1,
+        budget=Budget.from_dict(record["budget"]),
+        recipe=TrainRecipe.from_dict(record["recipe"]),
+        objective="loss",
+        sampler="random",
+        seed=seed0,
+        hurdles=Hurdles(),
+        workers=args.workers or (1 if args.local else 2),
+        cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial,
+        address=args.address,
+        device=args.device,
+        data=data,
+        tb_dir=None if args.no_tensorboard else str(runs / name / "tb"),
+        runs_dir=str(runs),
+        retries=args.retries,
+        local=args.local,
+        evaluator=record.get("evaluator", "lm"),
+    )
+    return settings, every, plan, url
+
+
+def run(args: argparse.Namespace) -> int:
+    from nas.commands.search import _sigterm_stops_the_driver
+    from nas.confirm import build_report, run_confirmation
+    from nas.confirm.markdown import plot, render
+
+    settings, every, plan, url = build(args)
+    with _sigterm_stops_the_driver():
+        study = run_confirmation(
+            settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout
+        )
+    report = build_report(study, url)
+    if args.report:
+        path = Path(args.report)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        images = plot(report, report["baselines"], path.with_suffix(""))
+        path.write_text(render(report, report["baselines"], [p.name for p in images]), encoding="utf-8")
+    if args.json:
+        keys = ("runs", "summary", "rank_correlation", "power_law", "verdicts")
+        print(json.dumps(jsonable({k: report[k] for k in keys}), indent=2))
+        return 0
+    print()
+    print(render(report, report["baselines"]))
+    where = (
+        f" --storage {shlex.quote(args.storage)}"
+        if args.storage
+        else ("" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
+    )
+    if args.report:
+        print(f"report:  {args.report}")
+    print(f"runs:    python run_search.py best --study {settings.study} --storage {shlex.quote(url)}")
+    print(
+        f"export:  python run_search.py export --study {args.study}{where} --confirmed --out confirmed.yaml"
+    )
+    return 0

@@ -1,0 +1,200 @@
+"""The confirmation as text: Markdown tables (printed, or written with ``--report``) and two plots."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def _f(v: float | None, digits: int = 4, sign: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
+
+
+def _delta(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "-"
+    rng = f"[{_f(d['min'], sign=True)}, {_f(d['max'], sign=True)}]"
+    return f"{_f(d['mean'], sign=True)} {rng}; lower on {d['lower_on']}/{d['n']}"
+
+
+def summary_tables(report: dict[str, Any], baselines: Sequence[str]) -> list[str]:
+    """One table per scale: spread over seeds and the paired delta to each baseline."""
+    lines = []
+    for scale in report["scales"]:
+        lines += [f"### {scale:g}x the search's budget", ""]
+        head = ["architecture", "role", "lr", "seeds", "val loss mean ± sd", "[min, max]"]
+        head += [f"Δ vs {b} by seed: mean [min, max]" for b in baselines]
+        lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        for r in report["summary"]:
+            if r["scale"] != scale:
+                continue
+            seeds = f"{r['n']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
+            cells = [
+                f"{r['name']} (`{r['arch_id']}`)",
+                r["role"],
+                f"{r['lr']:g}" if r["lr"] else "-",
+                seeds,
+                f"{_f(r['mean'])} ± {_f(r['std'])}",
+                f"[{_f(r['min'])}, {_f(r['max'])}]",
+            ]
+            cells += [_delta(r["delta_vs_baseline"].get(b)) for b in baselines]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def curse_table(report: dict[str, Any]) -> list[str]:
+    """The search's single-seed score against the confirmed mean at the same budget."""
+    rows = [r for r in report["summary"] if r["scale"] == 1 and r["search_loss"] is not None]
+    if not rows:
+        return []
+    lines = [
+        "## The search's score against the confirmed mean (1x)",
+        "",
+        "| architecture | search trial | search loss | confirmed mean | gap |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['search_trial']} | {_f(r['search_loss'])} | {_f(r['mean'])} | "
+            f"{_f(r['search_gap'], sign=True)} |"
+        )
+    return lines + [""]
+
+
+def _corr_cells(c: dict[str, Any]) -> str:
+    return f"{_f(c['spearman'], 3)} | {_f(c['kendall'], 3)} | {c['n']}"
+
+
+def rank_table(rc: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Rank stability",
+        "",
+        "| compared | Spearman | Kendall | architectures |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for scale, c in rc["search_vs_confirmed"].items():
+        lines.append(f"| search vs confirmed at {scale} | {_corr_cells(c)} |")
+    for pair, c in rc["between_scales"].items():
+        lines.append(f"| confirmed {pair} | {_corr_cells(c)} |")
+    return lines + ["", "(- : fewer than two architectures, or one of the rankings is all ties)", ""]
+
+
+def power_lines(pl: dict[str, Any] | None) -> list[str]:
+    if not pl:
+        return []
+    lines = [
+        "## Loss against training compute",
+        "",
+        f"Model: {pl['model']}.",
+        "",
+        "| architecture | a | b |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [f"| {k} | {f['a']:.4g} | {f['b']:.4f} |" for k, f in pl["fits"].items()]
+    lines.append("")
+    for c in pl["crossings"]:
+        if c["compute"] is None:
+            lines.append(f"- {c['finalist']} and {c['baseline']}: parallel fits, no crossing")
+        else:
+            where = "inside" if c["within_measured"] else "outside (extrapolated)"
+            lines.append(
+                f"- {c['finalist']} and {c['baseline']} cross at {c['compute']:.3g} FLOPs, {where} "
+                "the measured range"
+            )
+    return lines + [""]
+
+
+def render(report: dict[str, Any], baselines: Sequence[str], images: Sequence[str] = ()) -> str:
+    """The whole report as Markdown (``images``: plot file names to link)."""
+    lines = [
+        f"# Confirmation of study {report['study']!r}",
+        "",
+        f"Runs in study `{report['confirm_study']}` ({report['storage']}); each architecture trained at "
+        f"scales {', '.join(f'{s:g}x' for s in report['scales'])} of the search's budget "
+        f"({report['budget']}) "
+        f"with seeds {', '.join(map(str, report['seeds']))}"
+        + (
+            f", after an lr sweep over {', '.join(f'{x:g}' for x in report['lrs'])} "
+            f"at seed {report['seeds'][0]}"
+            if report["lrs"]
+            else ""
+        )
+        + ". Seeds are paired: the same seed gives every architecture the same initialisation stream and "
+        "batch order, so the Δ columns subtract the baseline's loss at the same seed.",
+        "",
+        "## Verdicts",
+        "",
+    ]
+    lines += [f"- **{name}**: {text}" for name, text in report["verdicts"].items()] or ["(no finalist)"]
+    if not report["baselines"]:
+        lines += ["", "No baseline was measured: pass --baseline FILE to compare with one."]
+    lines += ["", "## Validation loss over seeds", ""]
+    lines += summary_tables(report, baselines)
+    lines += curse_table(report) + rank_table(report["rank_correlation"]) + power_lines(report["power_law"])
+    lines += [f"![{Path(p).stem}]({p})" for p in images]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _save(fig: Figure, path: Path) -> None:
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[Path]:
+    """``STEM_compute.png`` (loss vs training compute, min-max bars), ``STEM_deltas.png`` (paired deltas)."""
+    out = []
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    for name in dict.fromkeys(r["name"] for r in report["summary"]):
+        pts = [
+            r for r in report["summary"] if r["name"] == name and r["mean"] is not None and r["train_flops"]
+        ]
+        if not pts:
+            continue
+        xs, ys = [r["train_flops"] for r in pts], [r["mean"] for r in pts]
+        err = [
+            [y - r["min"] for y, r in zip(ys, pts, strict=True)],
+            [r["max"] - y for y, r in zip(ys, pts, strict=True)],
+        ]
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=err,
+            marker="o",
+            capsize=3,
+            label=name,
+            linestyle="--" if pts[0]["role"] == "baseline" else "-",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel("validation loss (mean over seeds, min-max bars)")
+    ax.legend(fontsize=8)
+    path = stem.with_name(stem.name + "_compute.png")
+    _save(fig, path)
+    out.append(path)
+    if baselines:
+        fig = Figure(figsize=(7, 4.5))
+        ax = fig.add_subplot()
+        rows = [r for r in report["summary"] if baselines[0] in r["delta_vs_baseline"]]
+        labels = []
+        for i, r in enumerate(rows):
+            d = r["delta_vs_baseline"][baselines[0]]
+            ax.errorbar(
+                [i], [d["mean"]], yerr=[[d["mean"] - d["min"]], [d["max"] - d["mean"]]], marker="o", capsize=4
+            )
+            labels.append(f"{r['name']}\n{r['scale']:g}x")
+        ax.axhline(0, color="grey", linewidth=1)
+        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        ax.set_ylabel(f"loss minus {baselines[0]}'s, same seed (mean, min-max)")
+        path = stem.with_name(stem.name + "_deltas.png")
+        _save(fig, path)
+        out.append(path)
+    return out

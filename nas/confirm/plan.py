@@ -1,0 +1,195 @@
+"""What a confirmation trains: the finalists and baselines, the scales, seeds and learning rates.
+
+The finalists come from a finished search study (its top K, or trials named
+by number); the baselines are the space's seed architectures as the search
+ran them, or architecture files.  Each architecture is one :class:`Entry`;
+each (architecture, scale, seed, lr) is one run.  Nothing here writes anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from nas.archfile import load_arch
+from nas.errors import ConfigError, UserError
+from nas.models import ArchConfig
+from nas.search.report import leaderboard
+from nas.search.sampling import SEED_DIR
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One architecture under confirmation; ``index`` is its number in the confirm study's ``arch`` param."""
+
+    index: int
+    arch: ArchConfig
+    name: str  # "trial 17", "vanilla", or an architecture file's stem
+    role: str  # "finalist" or "baseline"
+    search_trial: int | None = None  # the search trial that measured it, if any
+    search_loss: float | None = None  # its single-seed loss in the search
+
+    @property
+    def arch_id(self) -> str:
+        return self.arch.arch_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "arch": self.arch.to_dict(),
+            "name": self.name,
+            "role": self.role,
+            "search_trial": self.search_trial,
+            "search_loss": self.search_loss,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Entry:
+        return cls(
+            int(d["index"]),
+            ArchConfig.from_dict(d["arch"]),
+            str(d["name"]),
+            str(d["role"]),
+            d.get("search_trial"),
+            d.get("search_loss"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run: an architecture at a scale of the study's budget, a seed and a learning rate."""
+
+    arch: int  # Entry.index
+    scale: float
+    seed: int
+    lr: float
+
+    def params(self) -> dict[str, Any]:
+        """The confirm study's trial parameters for this run (what Optuna's dashboard shows)."""
+        return {"arch": self.arch, "scale": self.scale, "seed": self.seed, "lr": self.lr}
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any]) -> Run | None:
+        try:
+            return cls(int(p["arch"]), float(p["scale"]), int(p["seed"]), float(p["lr"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def parse_list(text: str, flag: str, kind: type = float) -> list[Any]:
+    """``"1,4,16"`` as numbers, each > 0 (``kind`` int: each >= 0); a UserError names ``flag``."""
+    out = []
+    for part in str(text).split(","):
+        try:
+            value = kind(part.strip())
+        except ValueError:
+            raise UserError(
+                f"{flag} {text!r}: {part.strip()!r} is not a number; give e.g. {flag} 1,4"
+            ) from None
+        bad = (value < 0) if kind is int else (not math.isfinite(value) or value <= 0)
+        if bad:
+            need = "an integer >= 0" if kind is int else "a number > 0"
+            raise UserError(f"{flag} {text!r}: each value must be {need}, got {part.strip()}")
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def finalists(study: optuna.Study, top: int | None, trials: Sequence[int] | None) -> list[FrozenTrial]:
+    """The trials to confirm: numbered ones, else the top ``top`` of the Pareto front or leaderboard.
+
+    Trials measuring the same architecture (a duplicate) count once.
+    """
+    complete = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    if not complete:
+        raise UserError(f"--study {study.study_name!r} has no COMPLETE trial to confirm")
+    if trials:
+        every = {t.number: t for t in study.get_trials(deepcopy=False)}
+        chosen = []
+        for n in trials:
+            if n not in every:
+                raise UserError(f"--trials {n}: study {study.study_name!r} has trials 0..{max(every)}")
+            if n not in complete:
+                raise UserError(
+                    f"--trials {n}: trial {n} of study {study.study_name!r} is "
+                    f"{every[n].state.name}; only COMPLETE trials can be confirmed"
+                )
+            chosen.append(complete[n])
+    else:
+        chosen = [complete[r["trial"]] for r in leaderboard(study)]
+    out, seen = [], set()
+    for t in chosen:
+        if "arch" not in t.user_attrs:
+            raise UserError(f"trial {t.number} of study {study.study_name!r} has no architecture recorded")
+        if t.user_attrs.get("arch_id") not in seen:
+            seen.add(t.user_attrs.get("arch_id"))
+            out.append(t)
+    return out if trials else out[:top]
+
+
+def default_baselines(study: optuna.Study, seed_archs: Sequence[str]) -> list[tuple[str, FrozenTrial]]:
+    """The space's seed architectures as the search measured them (its ``seed_arch`` trials)."""
+    out = []
+    for name in seed_archs:
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("seed_arch") == name and "arch" in t.user_attrs:
+                out.append((name, t))
+                break
+    return out
+
+
+def baseline_file(path: str, vocab_size: int) -> tuple[str, ArchConfig]:
+    """An architecture file given to ``--baseline`` (its recipe and budget are not used: the study's are)."""
+    p = Path(path)
+    if not p.exists() and (SEED_DIR / f"{path}.yaml").is_file():
+        p = SEED_DIR / f"{path}.yaml"  # --baseline vanilla: the shipped file
+    try:
+        return p.stem, load_arch(p).with_vocab(vocab_size)
+    except ConfigError as err:
+        raise UserError(f"--baseline {path}: {err}") from None
+
+
+def build_entries(
+    known: Sequence[Entry],
+    finals: Sequence[FrozenTrial],
+    baselines: Sequence[tuple[str, ArchConfig, FrozenTrial | None]],
+) -> tuple[list[Entry], list[Entry], list[Entry]]:
+    """Every entry (``known`` ones keep their index), the ones this confirmation asks for, and its baselines.
+
+    A baseline that is also a finalist is one entry (role finalist) and still the baseline.
+    """
+    by_id = {e.arch_id: e for e in known}
+    every = list(known)
+    wanted: list[Entry] = []
+
+    def add(arch: ArchConfig, name: str, role: str, t: FrozenTrial | None) -> Entry:
+        e = by_id.get(arch.arch_id)
+        if e is None:
+            loss = float(t.values[0]) if t is not None and t.values else None
+            e = Entry(len(every), arch, name, role, t.number if t is not None else None, loss)
+            by_id[arch.arch_id] = e
+            every.append(e)
+        if e not in wanted:
+            wanted.append(e)
+        return e
+
+    for t in finals:
+        seed = t.user_attrs.get("seed_arch")
+        name = f"trial {t.number}" + (f" ({seed})" if seed else "")
+        add(ArchConfig.from_dict(t.user_attrs["arch"]), name, "finalist", t)
+    base = [add(arch, name, "baseline", t) for name, arch, t in baselines]
+    return every, wanted, base
+
+
+def search_twin(study: optuna.Study, arch: ArchConfig) -> FrozenTrial | None:
+    """A COMPLETE search trial of the same architecture (so a baseline file has a search score too)."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("arch_id") == arch.arch_id:
+            return t
+    return None

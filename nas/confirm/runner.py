@@ -1,0 +1,282 @@
+"""Running a confirmation: its own Optuna study beside the search's, driven by the search's driver.
+
+The confirm study (``S-confirm`` in the search's storage) holds one trial per
+run, enqueued with fixed parameters ``arch`` (an index into the study's
+``confirm_archs`` record), ``scale``, ``seed`` and ``lr``.  :class:`ConfirmDriver`
+is the search's :class:`~nas.search.driver.Driver` with one step replaced:
+instead of sampling an architecture it reads the run from the trial's
+parameters and scales the budget and sets the seed and learning rate.  So the
+pool, retries, GPU packing, the re-queueing of a stopped driver's trials and
+the progress lines are the search's own, and a stopped confirmation continues
+where it stopped: runs already finished are never enqueued again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TextIO
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from evaluators import Budget
+from nas.compute import compute
+from nas.confirm.plan import Entry, Run
+from nas.errors import UserError
+from nas.execution.pool import Pool
+from nas.search.candidate import trial_payload
+from nas.search.driver import Driver, _Running, default_pool
+from nas.search.settings import MAX_SEED, SearchSettings
+from nas.search.study import REQUEUED, SETTINGS, check_settings, count_done, open_storage, study_exists
+
+CONFIRM_OF = "confirm_of"  # confirm study user attr: the search study it confirms
+ARCHS = "confirm_archs"  # confirm study user attr: [Entry.to_dict()], the ``arch`` param indexes it
+PLAN = "confirm_plan"  # confirm study user attr: what the last `confirm` asked for (see ``Plan``)
+#: the parameter ranges (wide: the values are always fixed by the queue, never sampled)
+_SCALE = (1e-9, 1e9)
+_LR = (1e-12, 1e3)
+
+
+def confirm_study_name(study: str) -> str:
+    """The name of the study that confirms the search study ``study``."""
+    return f"{study}-confirm"
+
+
+def scaled_budget(budget: Budget, scale: float) -> Budget:
+    """``budget`` times ``scale`` (a steps budget stays a whole number of steps, at least one)."""
+    if budget.kind == "steps":
+        return Budget("steps", max(1, round(budget.value * scale)))
+    return Budget(budget.kind, budget.value * scale)
+
+
+class ConfirmDriver(Driver):
+    """The search driver, taking each trial's run from its fixed parameters instead of the space."""
+
+    def __init__(
+        self,
+        settings: SearchSettings,
+        entries: Sequence[Entry],
+        pool_factory: Callable[[SearchSettings], Pool] | None = None,
+        out: TextIO | None = None,
+    ) -> None:
+        super().__init__(settings, pool_factory, out)
+        self.entries = {e.index: e for e in entries}
+
+    def _prepare(self, study: optuna.Study, trial: Trial, pool: Pool) -> tuple[str, str] | None:
+        run = Run(
+            trial.suggest_int("arch", 0, 10**6),
+            trial.suggest_float("scale", *_SCALE),
+            trial.suggest_int("seed", 0, MAX_SEED),
+            trial.suggest_float("lr", *_LR),
+        )
+        entry = self.entries.get(run.arch)
+        if entry is None:  # only a trial asked beyond the queue gets here: the targets make that impossible
+            return self._finish_now(
+                study, trial, TrialState.FAIL, f"no confirm run for arch index {run.arch}"
+            )
+        s, arch = self.s, entry.arch
+        c = compute(arch, s.recipe.seq_len)
+        for key, value in (
+            ("arch", arch.to_dict()),
+            ("arch_id", arch.arch_id),
+            ("params", c.params),
+            ("flops_per_token", c.fwd_flops_per_token),
+            ("name", entry.name),
+            ("role", entry.role),
+            ("scale", run.scale),
+            ("seed", run.seed),
+            ("lr", run.lr),
+            ("summary", f"[{entry.name} {run.scale:g}x seed {run.seed}] {arch.summary()}"),
+        ):
+            trial.set_user_attr(key, value)
+        payload = dataclasses.replace(
+            trial_payload(s, study, trial, arch),
+            recipe=dataclasses.replace(s.recipe, seed=run.seed, lr=run.lr).to_dict(),
+            budget=scaled_budget(s.budget, run.scale).to_dict(),
+        )
+        pool.submit(trial.number, payload.to_dict())
+        self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
+        return None
+
+
+class _KeptPool:
+    """One pool for both phases of a confirmation: the driver's ``shutdown`` leaves it running."""
+
+    def __init__(self, factory: Callable[[SearchSettings], Pool]) -> None:
+        self.factory = factory
+        self.pool: Pool | None = None
+
+    def __call__(self, settings: SearchSettings) -> Any:
+        if self.pool is None:
+            self.pool = self.factory(settings)
+        return _NoShutdown(self.pool)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+class _NoShutdown:
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _run_of(t: FrozenTrial) -> Run | None:
+    return Run.from_params(t.params or t.system_attrs.get("fixed_params") or {})
+
+
+def existing_runs(study: optuna.Study) -> dict[Run, FrozenTrial]:
+    """Every run the study holds (finished, running or queued), but not the records of re-queued ones."""
+    out: dict[Run, FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False):
+        run = _run_of(t)
+        if run is not None and not (t.state == TrialState.FAIL and t.user_attrs.get(REQUEUED)):
+            out[run] = t
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one ``confirm`` asks for: entries (by index), baselines, scales, seeds and the lr sweep."""
+
+    wanted: tuple[int, ...]
+    baselines: tuple[int, ...]
+    scales: tuple[float, ...]
+    seeds: tuple[int, ...]
+    lrs: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        return cls(*(tuple(d.get(f.name) or ()) for f in dataclasses.fields(cls)))
+
+
+def open_confirm_study(settings: SearchSettings, source: str, entries: Sequence[Entry]) -> optuna.Study:
+    """The confirm study, created if new (settings record first, so the driver never replaces it)."""
+    storage = open_storage(settings.storage, writer=True)
+    fresh = not study_exists(storage, settings.study)
+    if fresh:
+        study = optuna.create_study(study_name=settings.study, storage=storage, directions=["minimize"])
+    else:
+        study = optuna.load_study(study_name=settings.study, storage=storage)
+        # without a settings record and trials it is one whose creation was cut short: finish it
+        fresh = SETTINGS not in study.user_attrs and not study.get_trials(deepcopy=False)
+        if not fresh and study.user_attrs.get(CONFIRM_OF) != source:
+            raise UserError(
+                f"--storage {settings.storage!r}: study {settings.study!r} exists and is not "
+                f"a confirmation of {source!r}"
+            )
+    if fresh:
+        study.set_user_attr(SETTINGS, settings.fingerprint())
+        study.set_user_attr(CONFIRM_OF, source)
+    else:
+        check_settings(study, settings.fingerprint())
+    study.set_user_attr(ARCHS, [e.to_dict() for e in entries])
+    return study
+
+
+def enqueue_missing(study: optuna.Study, runs: Iterable[Run], entries: dict[int, Entry]) -> int:
+    """Queue the runs the study does not hold yet; returns how many."""
+    have = set(existing_runs(study))
+    n = 0
+    for run in runs:
+        if run not in have:
+            e = entries[run.arch]
+            study.enqueue_trial(
+                run.params(),
+                user_attrs={
+                    "arch_id": e.arch_id,
+                    "name": e.name,
+                    "role": e.role,
+                    "scale": run.scale,
+                    "seed": run.seed,
+                    "lr": run.lr,
+                },
+            )
+            have.add(run)
+            n += 1
+    return n
+
+
+def best_lrs(
+    study: optuna.Study, entries: Sequence[Entry], scales: Sequence[float], seed: int, lrs: Sequence[float]
+) -> dict[tuple[int, float], float]:
+    """(arch index, scale) -> the lr whose ``seed`` run had the lowest loss (absent: none finished)."""
+    have = existing_runs(study)
+    out = {}
+    for e in entries:
+        for scale in scales:
+            done = [
+                (have[r].values[0], r.lr)
+                for lr in lrs
+                if (r := Run(e.index, scale, seed, lr)) in have and have[r].state == TrialState.COMPLETE
+            ]
+            if done:
+                out[(e.index, scale)] = min(done)[1]
+    return out
+
+
+def _drive(
+    settings: SearchSettings,
+    study: optuna.Study,
+    entries: Sequence[Entry],
+    pools: _KeptPool,
+    out: TextIO | None,
+) -> None:
+    """Run every queued run of ``study`` to its end through the search's driver."""
+    trials = study.get_trials(deepcopy=False)
+    pending = sum(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials)
+    if pending == 0:
+        return
+    target = count_done(study) + pending
+    ConfirmDriver(dataclasses.replace(settings, trials=target), entries, pools, out).run()
+
+
+def run_confirmation(
+    settings: SearchSettings,
+    source: str,
+    every: Sequence[Entry],
+    plan: Plan,
+    pool_factory: Callable[[SearchSettings], Pool] | None = None,
+    out: TextIO | None = None,
+) -> optuna.Study:
+    """Train every wanted architecture at every scale and seed (after the lr sweep when ``plan.lrs``)."""
+    settings.check_environment()  # before the study is created: a missing corpus leaves nothing behind
+    study = open_confirm_study(settings, source, every)
+    study.set_user_attr(PLAN, plan.to_dict())
+    by_index = {e.index: e for e in every}
+    wanted = [by_index[i] for i in plan.wanted]
+    scales, seeds, lrs = plan.scales, plan.seeds, plan.lrs
+    pools = _KeptPool(pool_factory or default_pool)
+    try:
+        if lrs:
+            sweep = [Run(e.index, sc, seeds[0], lr) for sc in scales for e in wanted for lr in lrs]
+            enqueue_missing(study, sweep, by_index)
+            _drive(settings, study, every, pools, out)
+            chosen = best_lrs(study, wanted, scales, seeds[0], lrs)
+            runs = [
+                Run(e.index, sc, seed, chosen[(e.index, sc)])
+                for sc in scales
+                for seed in seeds
+                for e in wanted
+                if (e.index, sc) in chosen
+            ]
+        else:
+            runs = [
+                Run(e.index, sc, seed, settings.recipe.lr) for sc in scales for seed in seeds for e in wanted
+            ]
+        enqueue_missing(study, runs, by_index)
+        _drive(settings, study, every, pools, out)
+    finally:
+        pools.close()
+    return study

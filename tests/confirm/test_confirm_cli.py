@@ -1,0 +1,263 @@
+"""``confirm`` end to end on tiny studies: selection, seed pairing, resume after a kill, bad flags, export."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from nas.archfile import load_arch_file
+from nas.cli import main
+from nas.confirm.plan import finalists
+from nas.confirm.runner import existing_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"
+
+
+def _search(root: Path, corpus: Path, study: str, *extra: str) -> str:
+    url = f"sqlite:///{root}/{study}.db"
+    argv = [
+        "search",
+        "--space",
+        str(TINY_SPACE),
+        "--study",
+        study,
+        "--storage",
+        url,
+        "--data",
+        str(corpus),
+        "--trials",
+        "6",
+        "--local",
+        "--no-tensorboard",
+        *extra,
+    ]
+    assert main(argv) == 0
+    return url
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory, corpus_dir):
+    """A single-objective and a two-objective search of the tiny space (six trials each, 8 steps)."""
+    root = tmp_path_factory.mktemp("studies")
+    return {
+        "one": _search(root, corpus_dir, "one", "--objective", "loss"),
+        "two": _search(root, corpus_dir, "two"),
+    }
+
+
+def _load(url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def _confirm(url: str, study: str, *extra: str) -> list[str]:
+    return ["confirm", "--study", study, "--storage", url, "--local", "--no-tensorboard", *extra]
+
+
+def test_top_k_is_the_leaderboard_for_one_objective(studies):
+    study = _load(studies["one"], "one")
+    done = sorted((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.values[0])
+    firsts, seen = [], set()
+    for t in done:  # a duplicate architecture counts once
+        if t.user_attrs["arch_id"] not in seen:
+            seen.add(t.user_attrs["arch_id"])
+            firsts.append(t.number)
+    assert [t.number for t in finalists(study, 2, None)] == firsts[:2]
+    assert [t.number for t in finalists(study, 1, [firsts[2], firsts[0]])] == [firsts[2], firsts[0]]
+
+
+def test_top_k_is_the_pareto_front_by_loss_for_two_objectives(studies):
+    study = _load(studies["two"], "two")
+    front = sorted(study.best_trials, key=lambda t: t.values[0])
+    chosen = finalists(study, 50, None)
+    expected, seen = [], set()
+    for t in front:  # lowest loss first; a duplicate architecture counts once
+        if t.user_attrs["arch_id"] not in seen:
+            seen.add(t.user_attrs["arch_id"])
+            expected.append(t.number)
+    assert [t.number for t in chosen] == expected
+    assert finalists(study, 1, None) == chosen[:1]
+
+
+def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
+    url = studies["one"]
+    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--json")) == 0
+    conf = _load(url, "one-confirm")
+    runs = existing_runs(conf)
+    # 2 finalists and the baselines vanilla and primer_ez (one of them may be a finalist too)
+    n_arch = len(conf.user_attrs["confirm_plan"]["wanted"])
+    assert n_arch in (3, 4) and len(conf.user_attrs["confirm_plan"]["baselines"]) == 2
+    assert len(runs) == n_arch * 2 * 2  # 2 scales, 2 seeds
+    assert all(t.state == TrialState.COMPLETE for t in runs.values())
+    search = {t.user_attrs["arch_id"]: t.values[0] for t in _load(url, "one").trials if t.values}
+    for run, t in runs.items():
+        assert (t.user_attrs["seed"], t.user_attrs["scale"]) == (run.seed, run.scale)
+        if run.seed == 0 and run.scale == 1:
+            # the search trained every trial with recipe seed 0: the same init stream and batch order
+            assert t.values[0] == search[t.user_attrs["arch_id"]]
+    by_arch: dict[str, dict[int, float]] = {}
+    for run, t in runs.items():
+        if run.scale == 1:
+            by_arch.setdefault(t.user_attrs["arch_id"], {})[run.seed] = t.values[0]
+    assert all(losses[0] != losses[1] for losses in by_arch.values())  # another seed is another draw
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"runs", "summary", "rank_correlation"}
+    assert len(out["runs"]) == n_arch * 4 and len(out["summary"]) == n_arch * 2
+    row = next(
+        r for r in out["summary"] if r["role"] == "finalist" and r["scale"] == 1 and r["delta_vs_baseline"]
+    )
+    base = next(iter(row["delta_vs_baseline"]))
+    mine = {
+        r["seed"]: r["val_loss"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["scale"] == 1
+    }
+    theirs = {r["seed"]: r["val_loss"] for r in out["runs"] if r["name"] == base and r["scale"] == 1}
+    assert row["delta_vs_baseline"][base]["deltas"] == pytest.approx([mine[s] - theirs[s] for s in (0, 1)])
+
+    # the same command again runs nothing; export --confirmed writes the winner with its summary
+    n = len(conf.trials)
+    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2")) == 0
+    assert len(_load(url, "one-confirm").trials) == n
+    out_file = Path(url[len("sqlite:///") :]).parent / "confirmed.yaml"
+    assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(out_file)]) == 0
+    text = out_file.read_text()
+    assert text.startswith("# Confirmed winner of study 'one'")
+    doc = load_arch_file(out_file)
+    assert doc["budget"] == {"steps": 16}  # the largest scale decided: 2 x 8 steps
+    assert [r["scale"] for r in doc["confirmed"]["scales"]] == [1.0, 2.0]
+
+
+def test_lr_sweep_picks_the_best_lr_per_arch_and_scale(studies, capsys):
+    url = studies["two"]
+    assert (
+        main(
+            _confirm(
+                url,
+                "two",
+                "--trials",
+                "0",
+                "--baseline",
+                "vanilla",
+                "--seeds",
+                "2",
+                "--scales",
+                "1",
+                "--lrs",
+                "1e-4,3e-3",
+                "--json",
+            )
+        )
+        == 0
+    )
+    out = __import__("json").loads(capsys.readouterr().out)
+    for row in out["summary"]:
+        sweep = {
+            r["lr"]: r["val_loss"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["seed"] == 0
+        }
+        assert set(sweep) == {1e-4, 3e-3}
+        assert row["lr"] == min(sweep, key=sweep.get)
+        assert {r["lr"] for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["seed"] == 1} == {
+            row["lr"]
+        }
+
+
+def test_resume_after_the_driver_is_killed(tmp_path, corpus_dir):
+    url = _search(tmp_path, corpus_dir, "k")
+    flags = ["--top", "1", "--seeds", "3", "--scales", "1,30"]
+    argv = [sys.executable, str(ROOT / "run_search.py"), *_confirm(url, "k", *flags)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        states: list[TrialState] = []
+        # until two runs have finished and a third is training (a 30x run trains for about a second)
+        while proc.poll() is None and not (
+            states.count(TrialState.COMPLETE) >= 2 and TrialState.RUNNING in states
+        ):
+            time.sleep(0.1)
+            try:
+                states = [t.state for t in _load(url, "k-confirm").trials]
+            except KeyError:  # not created yet
+                pass
+        assert proc.poll() is None, "the confirmation finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)  # no clean-up at all: its running trial stays RUNNING
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = {t.number: t.values for t in _load(url, "k-confirm").trials if t.state == TrialState.COMPLETE}
+    assert main(_confirm(url, "k", *flags)) == 0
+    conf = _load(url, "k-confirm")
+    runs = existing_runs(conf)
+    entries = len(conf.user_attrs["confirm_plan"]["wanted"])
+    assert len(runs) == entries * 2 * 3  # every (arch, scale, seed) once
+    assert all(t.state == TrialState.COMPLETE for t in runs.values())
+    complete = [t for t in conf.trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == len(runs)  # nothing finished ran twice
+    assert len(before) >= 2 and all(conf.trials[n].values == v for n, v in before.items())
+    assert any(t.state == TrialState.FAIL and t.user_attrs.get("requeued_as") for t in conf.trials)
+
+
+def _exit_code(argv: list[str]) -> int:
+    """main's status, or the one argparse exits with (a flag's type check)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def _snapshot(url: str) -> list[tuple[str, int]]:
+    return sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--trials", "99"], "--trials 99: study 'one' has trials 0..5"),
+        (["--trials", "1,x"], "--trials '1,x': 'x' is not a number"),
+        (["--scales", "0"], "--scales '0': each value must be a number > 0, got 0"),
+        (["--scales", "1,-4"], "--scales '1,-4': each value must be a number > 0, got -4"),
+        (["--lrs", "nan"], "--lrs 'nan': each value must be a number > 0"),
+        (["--top", "0"], "--top: must be a positive integer, got '0'"),
+        (["--seeds", "0"], "--seeds: must be a positive integer, got '0'"),
+        (["--baseline", "no_such.yaml"], "no_such.yaml: architecture file not found"),
+        (["--workers", "2"], "--local runs trials one at a time without Ray; drop --workers"),
+    ],
+)
+def test_bad_flags_are_one_line_exit_2_and_create_nothing(studies, tmp_path, capsys, flags, message):
+    url = studies["one"]
+    before = _snapshot(url)
+    report = tmp_path / "confirm.md"
+    assert _exit_code(_confirm(url, "one", "--report", str(report), *flags)) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert _snapshot(url) == before and not report.exists()
+
+
+def test_a_study_without_complete_trials_is_refused(studies, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/empty.db"
+    src = _load(studies["one"], "one")
+    study = optuna.create_study(study_name="empty", storage=url)
+    study.set_user_attr("settings", src.user_attrs["settings"])
+    study.tell(study.ask(), state=TrialState.FAIL)
+    before = _snapshot(url)
+    assert main(_confirm(url, "empty")) == 2
+    assert capsys.readouterr().err.strip() == "error: --study 'empty' has no COMPLETE trial to confirm"
+    assert _snapshot(url) == before
+
+
+def test_a_confirmation_is_not_confirmed_again(studies, capsys):
+    url = studies["one"]
+    if "one-confirm" not in {s for s, _ in _snapshot(url)}:
+        assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
+        capsys.readouterr()
+    assert main(_confirm(url, "one-confirm")) == 2
+    assert "is a confirmation; pass the search study 'one'" in capsys.readouterr().err

@@ -1,0 +1,30 @@
+"""The demo ends by saying how to confirm its winner, with a command the parser accepts."""
+
+from __future__ import annotations
+
+import shlex
+
+import optuna
+
+import nas.search.driver
+from nas.cli import build_parser, main
+
+
+class _NoSearch:
+    """Stands in for the driver: the demo's closing lines are what is tested, not its 12 trainings."""
+
+    def __init__(self, settings, *args, **kwargs) -> None:
+        self.settings = settings
+
+    def run(self) -> optuna.Study:
+        return optuna.create_study(directions=["minimize", "minimize"])
+
+
+def test_demo_prints_a_confirm_command_that_parses(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(nas.search.driver, "Driver", _NoSearch)
+    assert main(["search", "--demo", "--runs-dir", str(tmp_path), "--local"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("confirm:"))
+    argv = shlex.split(line.removeprefix("confirm:").split("(")[0])
+    args = build_parser().parse_args(argv[argv.index("confirm"):])  # after the program's name
+    assert (args.command, args.study, args.runs_dir, args.top, args.seeds) == (
+        "confirm", "default", str(tmp_path), 3, 3)
