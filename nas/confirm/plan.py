@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from nas.archfile import load_arch
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.search.candidate import is_infeasible
+from nas.search.lookup import trained
 from nas.search.report import leaderboard
 from nas.search.sampling import SEED_DIR
 
@@ -106,9 +108,9 @@ def finalists(study: optuna.Study, top: int | None, trials: Sequence[int] | None
 
     Trials measuring the same architecture (a duplicate) count once.
     """
-    complete = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    complete = {t.number: t for t in trained(study)}  # over-cap candidates were never trained
     if not complete:
-        raise UserError(f"--study {study.study_name!r} has no COMPLETE trial to confirm")
+        raise UserError(f"--study {study.study_name!r} has no trained COMPLETE trial to confirm")
     if trials:
         every = {t.number: t for t in study.get_trials(deepcopy=False)}
         chosen = []
@@ -116,9 +118,11 @@ def finalists(study: optuna.Study, top: int | None, trials: Sequence[int] | None
             if n not in every:
                 raise UserError(f"--trials {n}: study {study.study_name!r} has trials 0..{max(every)}")
             if n not in complete:
+                over = is_infeasible(every[n])
+                state = "INFEASIBLE (over the caps, never trained)" if over else every[n].state.name
                 raise UserError(
                     f"--trials {n}: trial {n} of study {study.study_name!r} is "
-                    f"{every[n].state.name}; only COMPLETE trials can be confirmed"
+                    f"{state}; only trained COMPLETE trials can be confirmed"
                 )
             chosen.append(complete[n])
     else:
@@ -137,7 +141,7 @@ def default_baselines(study: optuna.Study, seed_archs: Sequence[str]) -> list[tu
     """The space's seed architectures as the search measured them (its ``seed_arch`` trials)."""
     out = []
     for name in seed_archs:
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        for t in trained(study):
             if t.user_attrs.get("seed_arch") == name and "arch" in t.user_attrs:
                 out.append((name, t))
                 break
@@ -189,7 +193,7 @@ def build_entries(
 
 def search_twin(study: optuna.Study, arch: ArchConfig) -> FrozenTrial | None:
     """A COMPLETE search trial of the same architecture (so a baseline file has a search score too)."""
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    for t in trained(study):
         if t.user_attrs.get("arch_id") == arch.arch_id:
             return t
     return None

@@ -105,3 +105,24 @@ def test_power_laws_only_with_three_scales():
         ("trial 3", "vanilla"),
         ("trial 8", "vanilla"),
     }
+
+
+def test_over_cap_candidates_are_never_finalists():
+    import optuna
+    import pytest
+    from optuna.trial import create_trial
+
+    from nas.confirm.plan import finalists
+    from nas.errors import UserError
+    from nas.search.candidate import INFEASIBLE
+
+    study = optuna.create_study(directions=["minimize"])
+    arch = _arch(16)
+    attrs = {"arch": arch.to_dict(), "arch_id": arch.arch_id}
+    study.add_trial(create_trial(values=[2.0], user_attrs=attrs))
+    big = _arch(32)
+    study.add_trial(create_trial(values=[float("inf")],
+                                 user_attrs={"arch": big.to_dict(), "arch_id": big.arch_id, INFEASIBLE: True}))
+    assert [t.number for t in finalists(study, top=5, trials=None)] == [0]
+    with pytest.raises(UserError, match="trial 1 .* INFEASIBLE"):
+        finalists(study, top=None, trials=[1])
