@@ -250,7 +250,8 @@ def test_a_study_without_complete_trials_is_refused(studies, tmp_path, capsys):
     study.tell(study.ask(), state=TrialState.FAIL)
     before = _snapshot(url)
     assert main(_confirm(url, "empty")) == 2
-    assert capsys.readouterr().err.strip() == "error: --study 'empty' has no trained COMPLETE trial to confirm"
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --study 'empty' has no trained COMPLETE trial to confirm"
     assert _snapshot(url) == before
 
 

@@ -121,8 +121,8 @@ def test_over_cap_candidates_are_never_finalists():
     attrs = {"arch": arch.to_dict(), "arch_id": arch.arch_id}
     study.add_trial(create_trial(values=[2.0], user_attrs=attrs))
     big = _arch(32)
-    study.add_trial(create_trial(values=[float("inf")],
-                                 user_attrs={"arch": big.to_dict(), "arch_id": big.arch_id, INFEASIBLE: True}))
+    over = {"arch": big.to_dict(), "arch_id": big.arch_id, INFEASIBLE: True}
+    study.add_trial(create_trial(values=[float("inf")], user_attrs=over))
     assert [t.number for t in finalists(study, top=5, trials=None)] == [0]
     with pytest.raises(UserError, match="trial 1 .* INFEASIBLE"):
         finalists(study, top=None, trials=[1])
