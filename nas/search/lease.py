@@ -87,7 +87,7 @@ class Holder:
         return max(0.0, time.time() - self.beat)
 
     def gone(self) -> bool:
-        """The holder can no longer renew: it missed its heartbeats, or its process on this machine is dead."""
+        """It can no longer renew: it missed its heartbeats, or its process on this machine is dead."""
         if self.age() > MISSED_BEATS * self.heartbeat:
             return True
         return self.host == socket.gethostname() and not _alive(self.pid, self.started)
@@ -156,7 +156,9 @@ def _held(study_name: str, holder: Holder) -> LeaseHeld:
 class DriverLease:
     """This driver's lease on one study: ``acquire``, renewed by a thread, ``release`` on every exit."""
 
-    def __init__(self, storage: optuna.storages.RDBStorage, study_name: str, heartbeat: float | None = None) -> None:
+    def __init__(
+        self, storage: optuna.storages.RDBStorage, study_name: str, heartbeat: float | None = None
+    ) -> None:
         self.storage = storage
         self.study_name = study_name
         self.study_id = _study_id(storage, study_name)

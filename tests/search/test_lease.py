@@ -51,7 +51,8 @@ def wait_running(proc: subprocess.Popen[str], url: str, finished: int = 1) -> No
         except Exception:  # noqa: BLE001 - not created yet
             continue
         done = [t for t in trials if t.state == TrialState.COMPLETE]
-        if len(done) >= finished and any(t.state == TrialState.RUNNING and "arch" in t.user_attrs for t in trials):
+        running = [t for t in trials if t.state == TrialState.RUNNING and "arch" in t.user_attrs]
+        if len(done) >= finished and running:
             return
     out, err = proc.communicate(timeout=60) if proc.poll() is not None else ("", "timed out")
     pytest.fail(f"the first driver never had a trial running: {err[-2000:]}")
@@ -124,7 +125,7 @@ def test_a_killed_drivers_lease_is_taken_over(tmp_path: Path, text_corpus: Path)
 
 
 @pytest.mark.timeout(300)
-def test_a_stalled_drivers_lease_expires_and_it_stops_when_it_wakes(tmp_path: Path, text_corpus: Path) -> None:
+def test_a_stalled_drivers_lease_expires_and_it_stops_on_waking(tmp_path: Path, text_corpus: Path) -> None:
     # The first driver renews every 0.3 s; stopped (SIGSTOP) for longer than 3 heartbeats, it is
     # taken for dead.  The second driver takes over and finishes; the first, woken, finds its lease
     # gone and stops with one line, without telling the trial it had (the second re-queued it).
