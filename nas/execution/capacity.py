@@ -38,13 +38,10 @@ _EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # length 0, type SETT
 
 def check_trial_resources(cpus_per_trial: float, gpus_per_trial: float) -> None:
     """Refuse per-trial amounts that Ray would reject or round to nothing."""
-    for flag, value, zero_ok in (("--cpus-per-trial", cpus_per_trial, False),
-                                 ("--gpus-per-trial", gpus_per_trial, True)):
-        if value == 0 and zero_ok:
-            continue
-        if value < MIN_FRACTION:
-            raise UserError(f"{flag} {value:g} is too small: at least {MIN_FRACTION:g} (a hundredth of one)"
-                            + (", or 0 for none" if zero_ok else ""))
+    # 0 is none at all (the settings refuse 0 CPUs from the command line; a pool may be built with it)
+    for flag, value in (("--cpus-per-trial", cpus_per_trial), ("--gpus-per-trial", gpus_per_trial)):
+        if 0 < value < MIN_FRACTION:
+            raise UserError(f"{flag} {value:g} is too small: at least {MIN_FRACTION:g} (a hundredth of one)")
         if value > 1 and value != int(value):
             raise UserError(f"{flag} {value:g}: above 1 it must be a whole number (Ray's rule)")
 

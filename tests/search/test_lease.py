@@ -80,6 +80,7 @@ def test_a_second_driver_is_refused_and_the_first_finishes_intact(tmp_path: Path
         wait_running(first, url)
         second = subprocess.run([sys.executable, str(ROOT / "run_search.py"), *argv], cwd=tmp_path,
                                 capture_output=True, text=True, timeout=120)
+        assert main(["best", "--study", "s", "--storage", url]) == 0  # reading needs no lease
         out, err = first.communicate(timeout=240)
     finally:
         stop(first)
