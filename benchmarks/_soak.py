@@ -96,7 +96,8 @@ def soak(opts: Any, make_inputs: Callable[[Path], None]) -> tuple[str, bool]:
         make_inputs(root)
         url = f"sqlite:///{root / 'soak.db'}"
         argv = [sys.executable, str(ROOT / "run_search.py"), "search", "--space", str(root / "space.yaml"),
-                "--study", "soak", "--storage", url, "--data", str(root / "corpus"), "--trials", str(opts.trials),
+                "--study", "soak", "--storage", url, "--data", str(root / "corpus"),
+                "--trials", str(opts.trials),
                 "--evaluator", "sleep:0.2", "--workers", str(opts.workers), "--retries", "5",
                 "--sampler", "random", "--seed", str(opts.seed), "--no-tensorboard"]  # fmt: skip
         marks = [opts.trials * (i + 1) // (opts.driver_kills + 1) for i in range(opts.driver_kills)]
@@ -163,7 +164,8 @@ def _table(study: optuna.Study, opts: Any, rc: int | None, drivers: int, driver_
     by_number = {t.number: t for t in trials}
     twice = [n for n, k in reruns.items() if k > 1 or not by_number[n].user_attrs.get(REQUEUED)]
     retried = sum(t.user_attrs.get("attempts", 1) - 1 for t in trials)
-    ok = rc == 0 and len(finished) == opts.trials and not running and not twice and driver_kills == opts.driver_kills
+    ok = (rc == 0 and len(finished) == opts.trials and not running and not twice
+          and driver_kills == opts.driver_kills)
     rows = [
         ("trials requested", opts.trials),
         ("driver processes started / SIGKILLed", f"{drivers} / {driver_kills}"),
@@ -179,7 +181,8 @@ def _table(study: optuna.Study, opts: Any, rc: int | None, drivers: int, driver_
     lines = [
         "### Latest soak run",
         "",
-        f"`{command()}`: {opts.trials} `sleep:0.2` trials on {opts.workers} local Ray workers, `--retries 5`; "
+        f"`{command()}`: {opts.trials} `sleep:0.2` trials on {opts.workers} local Ray workers, "
+        "`--retries 5`; "
         f"a thread SIGKILLed a random trial worker every 1 to 4 s, and the driver was SIGKILLed "
         f"{opts.driver_kills} times and started again at once. {machine()}; "
         f"{datetime.date.today().isoformat()}, {wall:.0f} s wall clock.",

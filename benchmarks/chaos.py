@@ -44,7 +44,6 @@ import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from benchmarks._soak import family, soak  # noqa: E402
-
 from nas.cli import build_parser  # noqa: E402
 from nas.commands.search import build_settings  # noqa: E402
 from nas.execution.chaos import WorkerKiller  # noqa: E402

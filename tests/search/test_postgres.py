@@ -70,7 +70,7 @@ def start(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
 
 
 def wait_running(proc: subprocess.Popen[str], url: str) -> list[optuna.trial.FrozenTrial]:
-    storage = optuna.storages.RDBStorage(url)  # one connection pool: a new one per poll would exhaust the server
+    storage = optuna.storages.RDBStorage(url)  # one pool: a new one per poll would exhaust the server
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -116,7 +116,8 @@ def test_search_lease_and_resume_after_sigkill(tmp_path: Path, text_corpus: Path
         assert trials[number].values == values
     for number in running:
         assert trials[number].user_attrs["requeued_as"]
-        assert [t.params for t in trials if t.user_attrs.get("requeued_from") == number] == [trials[number].params]
+        reruns = [t.params for t in trials if t.user_attrs.get("requeued_from") == number]
+        assert reruns == [trials[number].params]
     assert len([t for t in trials if not t.user_attrs.get("requeued_as")]) == 3
 
 
@@ -127,7 +128,7 @@ def searched(tmp_path: Path, text_corpus: Path, pg_url: str) -> str:
     return pg_url
 
 
-def test_best_and_export_read_the_study(searched: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_best_and_export_read_the_study(searched: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["best", "--study", "s", "--storage", searched, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows

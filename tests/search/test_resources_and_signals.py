@@ -67,7 +67,8 @@ def test_resources_ray_can_honour_pass(cpus: float, gpus: float) -> None:
 def test_local_workers_are_capped_at_the_machine() -> None:
     assert fit_local_workers(2, 1.0, cpus=2, memory=22e9) == (2, "")
     n, line = fit_local_workers(12, 1.0, cpus=2, memory=22e9)
-    assert n == 2 and line == "--workers 12: this machine holds 2 (2 CPU(s) at --cpus-per-trial 1); running 2 worker(s)"
+    assert n == 2
+    assert line == "--workers 12: this machine holds 2 (2 CPU(s) at --cpus-per-trial 1); running 2 worker(s)"
     n, line = fit_local_workers(12, 0.01, cpus=2, memory=1.0e9)  # memory binds: 0.3 GB per worker
     assert n == 3 and "1.0 GB of memory available" in line
     assert fit_local_workers(1, 4.0, cpus=4, memory=None) == (1, "")  # one trial wider than the machine runs
@@ -111,7 +112,8 @@ def _free_port() -> int:
 
 
 def test_an_address_that_is_not_ray_is_refused(tmp_path: Path, text_corpus: Path, web_server: int) -> None:
-    line = refused(tmp_path, text_corpus, "--address", f"127.0.0.1:{web_server}", "--evaluator", "proxy:params")
+    address = f"127.0.0.1:{web_server}"
+    line = refused(tmp_path, text_corpus, "--address", address, "--evaluator", "proxy:params")
     assert f"--address '127.0.0.1:{web_server}' is not a Ray cluster (it answered '" in line
 
 
@@ -130,7 +132,8 @@ def test_sigterm_stops_the_driver_while_it_probes_an_address(tmp_path: Path, tex
         server.listen(8)
         server.settimeout(120)
         port = server.getsockname()[1]
-        proc = run_search(tmp_path, text_corpus, "--address", f"127.0.0.1:{port}", "--evaluator", "proxy:params")
+        address = f"127.0.0.1:{port}"
+        proc = run_search(tmp_path, text_corpus, "--address", address, "--evaluator", "proxy:params")
         try:
             server.accept()[0].close()  # the reachability check connects and leaves
             probe, _ = server.accept()  # the gRPC probe: it now waits for an answer
