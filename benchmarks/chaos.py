@@ -13,6 +13,13 @@ which addresses the local Ray's processes listened (``ss -ltnp``).  Run::
 
 It prints a markdown table and replaces its own section of docs/reliability.md
 (between the ``chaos`` HTML comments).
+
+``--soak`` runs the long version instead: ``--trials`` (default 200) short
+``sleep`` trials through the real ``run_search.py`` in a process group of its
+own, while trial workers are SIGKILLed at random and the driver itself is
+SIGKILLed and started again ``--driver-kills`` times (default 3).  It checks
+that the study ends with exactly that many finished trials, none RUNNING and
+no finished trial run twice, and writes the ``soak`` section.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
+from benchmarks._soak import family, soak  # noqa: E402
 from nas.cli import build_parser  # noqa: E402
 from nas.commands.search import build_settings  # noqa: E402
 from nas.execution.chaos import WorkerKiller  # noqa: E402
@@ -52,24 +60,6 @@ layers:
 recipe: {batch_size: 8, eval_batches: 2, log_every: 5}
 """
 WORDS = "the king and queen of a castle went to see what every lord would say in spring".split()
-
-
-def family(root: int) -> set[int]:
-    """``root`` and every process below it (the local Ray this driver started: GCS, raylet, workers...)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid not in out:
-            out.add(pid)
-            todo += children.get(pid, [])
-    return out
 
 
 def listening() -> list[str]:
@@ -118,16 +108,22 @@ def main() -> int:
     ap.add_argument("--retries", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-write", action="store_true", help="print the table only")
+    ap.add_argument("--soak", action="store_true", help="the long run: trials, worker and driver kills")
+    ap.add_argument("--driver-kills", type=int, default=3, help="--soak: times the driver is SIGKILLed")
     opts = ap.parse_args()
+    if opts.soak:
+        if opts.trials == 20:
+            opts.trials = 200
+        table, ok = soak(opts, make_inputs)
+        print(table)
+        if not opts.no_write:
+            write_section(table, "soak")
+            print(f"\nwrote the soak section of {DOC.relative_to(ROOT)}")
+        return 0 if ok else 1
 
     with tempfile.TemporaryDirectory(prefix="nas-chaos-") as tmp:
         root = Path(tmp)
-        (root / "space.yaml").write_text(SPACE)
-        rng = random.Random(0)
-        (root / "corpus").mkdir()
-        for i in range(8):
-            text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400))
-            (root / "corpus" / f"doc{i}.txt").write_text(text)
+        make_inputs(root)
         args = build_parser().parse_args([
             "search", "--space", str(root / "space.yaml"), "--study", "chaos",
             "--runs-dir", str(root / "runs"), "--data", str(root / "corpus"),
@@ -163,6 +159,16 @@ def main() -> int:
         write_section(table)
         print(f"\nwrote the {SECTION} section of {DOC.relative_to(ROOT)}")
     return 0 if rows["ok"] else 1
+
+
+def make_inputs(root: Path) -> None:
+    """The search space (``root/space.yaml``) and a generated corpus (``root/corpus``)."""
+    (root / "space.yaml").write_text(SPACE)
+    rng = random.Random(0)
+    (root / "corpus").mkdir()
+    for i in range(8):
+        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400))
+        (root / "corpus" / f"doc{i}.txt").write_text(text)
 
 
 def summarize(study: optuna.Study, kills: list[int], pool: Any, wall: float, opts: Any) -> dict[str, Any]:
@@ -243,8 +249,8 @@ def _name(socket_row: str) -> str:
     return socket_row[socket_row.index("(") + 1 : -1]
 
 
-def write_section(table: str) -> None:
-    begin, end = f"<!-- BEGIN {SECTION} -->", f"<!-- END {SECTION} -->"
+def write_section(table: str, section: str = SECTION) -> None:
+    begin, end = f"<!-- BEGIN {section} -->", f"<!-- END {section} -->"
     text = DOC.read_text() if DOC.exists() else "# Reliability\n"
     block = f"{begin}\n{table}\n{end}"
     if begin in text and end in text:

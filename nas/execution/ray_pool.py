@@ -28,13 +28,24 @@ Failures (see docs/reliability.md):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from nas.errors import UserError
+from nas.execution.capacity import (
+    available_memory,
+    check_speaks_grpc,
+    check_trial_resources,
+    fit_local_workers,
+    local_cpus,
+)
 from nas.execution.pool import Finished, NoWorkersLeft
 from nas.execution.slots import Slot, quietest_gpu, release, why_died
 
@@ -67,6 +78,33 @@ def _import_ray(local: bool) -> Any:
     import ray.util
 
     return ray
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler(ray: Any) -> Iterator[None]:
+    """Keep the SIGTERM handler the caller installed in Python while ``ray.init`` runs.
+
+    ``ray.init`` installs two of its own: a Python one that kills the local Ray and
+    exits 1 (so a search stopped by SIGTERM would end 1, not 143, and not re-queue),
+    and, through its core worker, a native one that prints a stack dump.  Ray's
+    Python handlers go through ``ray._private.utils.set_sigterm_handler``, which is
+    made a no-op here; the caller's handler is put back afterwards, which also
+    replaces the native one.  Without a caller's handler Ray's own are kept.
+    """
+    keep = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if not callable(keep):
+        yield
+        return
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    original = getattr(utils, "set_sigterm_handler", None)
+    if original is not None:
+        utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        if original is not None:
+            utils.set_sigterm_handler = original
+        signal.signal(signal.SIGTERM, keep)
 
 
 class TrialActor:
@@ -123,30 +161,17 @@ class RayPool:
         start_timeout: float = 300.0,
         trial_timeout: float | None = None,
     ) -> None:
+        check_trial_resources(cpus_per_trial, gpus_per_trial)
+        if address and not _import_ray(local=False).is_initialized():
+            check_speaks_grpc(address)  # Ray would retry a server that is not Ray for minutes
         ray = self.ray = _import_ray(local=address is None)
+        self.notes: list[str] = []  # lines for the user (workers capped)
         self.start_timeout = float(start_timeout)
         self.trial_timeout = trial_timeout
         self.started_ray = False
         if not ray.is_initialized():
-            try:
-                if address:
-                    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-                else:
-                    # Local Ray: loopback only (see _import_ray), no dashboard unless asked, and never
-                    # attached to some other Ray found on this machine (address="local").
-                    need = max(os.cpu_count() or 1, int(n_workers * cpus_per_trial + 0.999))
-                    ray.init(
-                        address="local",
-                        num_cpus=need,
-                        include_dashboard=dashboard,
-                        _node_ip_address="127.0.0.1",
-                        logging_level=logging.WARNING,
-                        log_to_driver=False,
-                    )
-            except (ConnectionError, ray.exceptions.RayError, ValueError, RuntimeError) as err:
-                first = f"{err}".splitlines()[0] if str(err) else type(err).__name__
-                raise UserError(f"--address {address!r}: cannot connect to Ray: {first}") from None
-            self.started_ray = True
+            with _keep_sigterm_handler(ray):
+                n_workers = self._start_ray(n_workers, cpus_per_trial, address, dashboard)
         self.node_ip = ray.util.get_node_ip_address()
         actor_cls = _actor_class(ray).options(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial)
         self.gpus_per_trial = gpus_per_trial
@@ -249,6 +274,32 @@ class RayPool:
     @staticmethod
     def _idle(slot: Slot) -> bool:
         return slot.ref is None and not slot.restarting and slot.held is None
+
+    def _start_ray(self, n_workers: int, cpus_per_trial: float, address: str | None, dashboard: bool) -> int:
+        """Join ``address``, or start a local Ray; returns the workers it can hold (local: capped)."""
+        ray = self.ray
+        try:
+            if address:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            else:
+                # Local Ray: loopback only (see _import_ray), no dashboard unless asked, and never
+                # attached to some other Ray found on this machine (address="local").
+                cpus = local_cpus(cpus_per_trial)
+                n_workers, note = fit_local_workers(n_workers, cpus_per_trial, cpus, available_memory())
+                self.notes += [note] if note else []
+                ray.init(
+                    address="local",
+                    num_cpus=cpus,
+                    include_dashboard=dashboard,
+                    _node_ip_address="127.0.0.1",
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                )
+        except (ConnectionError, ray.exceptions.RayError, ValueError, RuntimeError) as err:
+            first = f"{err}".splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(f"--address {address!r}: cannot connect to Ray: {first}") from None
+        self.started_ray = True
+        return n_workers
 
     def _check_gpus(self, gpus_per_trial: float) -> None:
         """Refuse at once a GPU request the cluster cannot hold (Ray would wait for it forever)."""

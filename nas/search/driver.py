@@ -38,6 +38,7 @@ from nas.execution.worker import OUT_OF_MEMORY
 from nas.search.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
 from nas.search.console import Reporter
 from nas.search.hurdles import INTERMEDIATE
+from nas.search.lease import DriverLease, LeaseLost
 from nas.search.settings import SearchSettings
 from nas.search.study import (
     count_done,
@@ -45,6 +46,7 @@ from nas.search.study import (
     load_existing_study,
     recover_stale,
     requeue,
+    take_lease,
 )
 
 #: metrics copied onto each trial's user attributes
@@ -70,8 +72,11 @@ class Driver:
         settings: SearchSettings,
         pool_factory: Callable[[SearchSettings], Pool] | None = None,
         out: TextIO | None = None,
+        lease_heartbeat: float | None = None,
     ) -> None:
         self.s = settings
+        self.lease_heartbeat = lease_heartbeat  # None: $NAS_LEASE_HEARTBEAT or 5 s (nas.search.lease)
+        self.lease: DriverLease | None = None
         self.pool_factory = pool_factory or default_pool
         self.out = out or sys.stdout
         self.running: dict[int, _Running] = {}  # trial number -> the trial a worker has
@@ -80,43 +85,58 @@ class Driver:
         self.known: dict[str, FrozenTrial] = {}  # arch_id -> a COMPLETE trial that measured it
 
     def run(self) -> optuna.Study:
-        """Search until the study holds ``settings.trials`` finished trials; returns the study."""
+        """Search until the study holds ``settings.trials`` finished trials; returns the study.
+
+        The study's lease (:mod:`nas.search.lease`) is held from before the first write
+        to the study until the end, and released on every way out.
+        """
         s = self.s
         s.check_environment()
         report = Reporter(s.trials, self.out)
-        study = load_existing_study(s)
-        if study is not None:
-            requeued = recover_stale(study)
-            if requeued:
-                report.line(f"re-queued trial(s) {requeued} left running by a stopped driver")
-            done = count_done(study)
-            if done >= s.trials:
-                report.line(f"study {s.study!r} already has {done} finished trials "
-                            f"(--trials {s.trials}); nothing to do")
-                return study
-        pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
+        study = load_existing_study(s)  # refused here when another driver runs it
         try:
-            if study is None:
-                study, seeds = create_new_study(s)
-                if seeds:
-                    report.line(f"seeded the first generation with: {', '.join(seeds)}")
-            self.study = study
-            self._search(study, pool, report)
+            if study is not None:
+                self.lease, replaced = take_lease(study, self.lease_heartbeat)
+                if replaced is not None:
+                    report.line(f"took over the study from a driver that is gone ({replaced.describe()})")
+                requeued = recover_stale(study)  # only under the lease: RUNNING trials are a dead driver's
+                if requeued:
+                    report.line(f"re-queued trial(s) {requeued} left running by a stopped driver")
+                done = count_done(study)
+                if done >= s.trials:
+                    report.line(f"study {s.study!r} already has {done} finished trials "
+                                f"(--trials {s.trials}); nothing to do")
+                    return study
+            pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
+            try:
+                for note in getattr(pool, "notes", ()):
+                    report.line(note)
+                if study is None:
+                    study, seeds, self.lease = create_new_study(s, self.lease_heartbeat)
+                    if seeds:
+                        report.line(f"seeded the first generation with: {', '.join(seeds)}")
+                self.study = study
+                self._search(study, pool, report)
+            finally:
+                pool.shutdown()
         finally:
-            pool.shutdown()
+            if self.lease is not None:
+                self.lease.release()
         return study
 
     def _search(self, study: optuna.Study, pool: Pool, report: Reporter) -> None:
         s = self.s
         self.done = count_done(study)
         self.known = self._known_archs(study)
-        where = "in this process (--local)" if s.local else f"on {s.workers} worker(s)"
+        workers = getattr(pool, "size", s.workers)
+        where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
         report.line(
             f"study {s.study!r}: {self.done} finished, running {s.trials - self.done} more {where}; "
             f"budget {s.budget} per trial, objective {s.objective}, sampler {s.sampler}"
         )
         try:
             while True:
+                self._confirm_lease()
                 self._fill(study, pool, report)
                 if not self.running and self.done >= s.trials:
                     break
@@ -131,11 +151,17 @@ class Driver:
                     ) from None
                 for fin in finished:
                     self._collect(study, fin, report)
+        except LeaseLost:
+            raise  # the trials are the new driver's now
         except BaseException as err:
             # Ctrl-C, SIGTERM, an error: leave nothing RUNNING; the unfinished trials' parameters
             # are queued and run first when the search is continued.
             self._requeue_all(study, f"driver stopped ({type(err).__name__})")
             raise
+
+    def _confirm_lease(self) -> None:
+        if self.lease is not None:  # None only for a Driver used without run() (tests)
+            self.lease.confirm()
 
     def _requeue_all(self, study: optuna.Study, reason: str) -> None:
         for number in list(self.running):
@@ -227,6 +253,7 @@ class Driver:
     # -- results --------------------------------------------------------------------------
     def _collect(self, study: optuna.Study, fin: Finished, report: Reporter) -> None:
         """Record what the pool says of one trial: a result to tell, or a lost worker to retry or fail."""
+        self._confirm_lease()  # a driver whose lease was taken over must not tell
         r = self.running[fin.tag]
         if fin.result is None:
             r.errors.append(str(fin.error))

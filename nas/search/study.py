@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
+from nas.search.lease import DriverLease, Holder, refuse_if_held
 from nas.search.samplers import make_sampler
 from nas.search.settings import OBJECTIVES, SearchSettings
 from nas.search.space import SearchSpace
@@ -79,6 +80,7 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
     storage = open_storage(settings.storage, create_dirs=False)
     if not study_exists(storage, settings.study):
         return None
+    refuse_if_held(storage, settings.study)  # before any other check: another driver runs it now
     study = optuna.load_study(study_name=settings.study, storage=storage, sampler=_sampler(settings))
     if SETTINGS not in study.user_attrs:
         if _never_ran(study):  # its creation was interrupted: create_new_study replaces it
@@ -97,28 +99,54 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
     return study
 
 
-def create_new_study(settings: SearchSettings) -> tuple[optuna.Study, list[str]]:
-    """Create the study (and its SQLite file and directory); returns it and the seed archs queued.
+def create_new_study(
+    settings: SearchSettings, heartbeat: float | None = None
+) -> tuple[optuna.Study, list[str], DriverLease]:
+    """Create the study (and its SQLite file and directory) under this driver's lease.
 
-    Optuna writes a study and each of its attributes in separate transactions, so the
-    settings record is written last and is the commit point: a study without it was
-    interrupted while being created, has run nothing, and is replaced here.
+    Returns the study, the seed archs queued and the lease (renewing; the caller releases
+    it).  Optuna writes a study and each of its attributes in separate transactions, so
+    the settings record is written last and is the commit point: a study without it was
+    interrupted while being created, has run nothing, and is replaced here, unless a live
+    driver is creating it right now (it holds the lease from its first moment).
     """
     storage = open_storage(settings.storage, writer=True)
+    exists = f"--study {settings.study!r} exists already in --storage {settings.storage!r}"
     if study_exists(storage, settings.study):
+        refuse_if_held(storage, settings.study)
         old = optuna.load_study(study_name=settings.study, storage=storage)
         if SETTINGS in old.user_attrs or not _never_ran(old):
-            raise UserError(f"--study {settings.study!r} exists already in --storage {settings.storage!r}")
+            raise UserError(exists)
         optuna.delete_study(study_name=settings.study, storage=storage)
-    study = optuna.create_study(
-        study_name=settings.study,
-        storage=storage,
-        directions=list(OBJECTIVES[settings.objective]),
-        sampler=_sampler(settings),
-    )
-    seeds = enqueue_seed_archs(study, settings.space)
-    study.set_user_attr(SETTINGS, settings.fingerprint())
-    return study, seeds
+    try:
+        study = optuna.create_study(
+            study_name=settings.study,
+            storage=storage,
+            directions=list(OBJECTIVES[settings.objective]),
+            sampler=_sampler(settings),
+        )
+    except optuna.exceptions.DuplicatedStudyError:  # another driver created it a moment ago
+        refuse_if_held(storage, settings.study)
+        raise UserError(exists) from None
+    lease = DriverLease(storage, settings.study, heartbeat)
+    lease.acquire()
+    try:
+        seeds = enqueue_seed_archs(study, settings.space)
+        study.set_user_attr(SETTINGS, settings.fingerprint())
+    except BaseException:
+        lease.release()
+        raise
+    return study, seeds, lease
+
+
+def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[DriverLease, Holder | None]:
+    """This driver's lease on an existing ``study`` (renewing), and the gone holder it replaced, if any.
+
+    Raises :class:`~nas.search.lease.LeaseHeld` when a live driver holds it.
+    """
+    storage = getattr(study._storage, "_backend", study._storage)  # Optuna wraps the RDB storage in a cache
+    lease = DriverLease(storage, study.study_name, heartbeat)
+    return lease, lease.acquire()
 
 
 def _never_ran(study: optuna.Study) -> bool:
@@ -144,8 +172,9 @@ def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:
 def recover_stale(study: optuna.Study) -> list[int]:
     """Fail trials a dead driver left RUNNING and queue their parameters again.
 
-    Only the driver writes the study, and one driver runs a study at a time, so a
-    RUNNING trial at start-up belongs to a driver that is gone.
+    Only the driver writes the study, and it calls this only once it holds the
+    study's lease (:mod:`nas.search.lease`), so a RUNNING trial at start-up
+    belongs to a driver that is gone.
     """
     requeued = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
