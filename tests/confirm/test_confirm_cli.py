@@ -49,7 +49,7 @@ def studies(tmp_path_factory, corpus_dir):
     """A single-objective and a two-objective search of the tiny space (six trials each, 8 steps)."""
     root = tmp_path_factory.mktemp("studies")
     return {
-        "one": _search(root, corpus_dir, "one", "--objective", "loss"),
+        "one": _search(root, corpus_dir, "one", "--objective", "loss", "--sampler", "random"),
         "two": _search(root, corpus_dir, "two"),
     }
 
@@ -92,9 +92,10 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--json")) == 0
     conf = _load(url, "one-confirm")
     runs = existing_runs(conf)
-    # 2 finalists and the baselines vanilla and primer_ez (one of them may be a finalist too)
+    # 2 finalists and the baselines vanilla and primer_ez (the seeds often win a six-trial search,
+    # so one or both finalists may be baselines too)
     n_arch = len(conf.user_attrs["confirm_plan"]["wanted"])
-    assert n_arch in (3, 4) and len(conf.user_attrs["confirm_plan"]["baselines"]) == 2
+    assert n_arch in (2, 3, 4) and len(conf.user_attrs["confirm_plan"]["baselines"]) == 2
     assert len(runs) == n_arch * 2 * 2  # 2 scales, 2 seeds
     assert all(t.state == TrialState.COMPLETE for t in runs.values())
     search = {t.user_attrs["arch_id"]: t.values[0] for t in _load(url, "one").trials if t.values}
@@ -193,7 +194,10 @@ def test_resume_after_the_driver_is_killed(tmp_path, corpus_dir):
     finally:
         if proc.poll() is None:
             proc.kill()
-    before = {t.number: t.values for t in _load(url, "k-confirm").trials if t.state == TrialState.COMPLETE}
+    killed = _load(url, "k-confirm").trials
+    before = {t.number: t.values for t in killed if t.state == TrialState.COMPLETE}
+    # what was running when the driver died (under load a run may just have ended before the kill)
+    stale = [t.number for t in killed if t.state == TrialState.RUNNING]
     assert main(_confirm(url, "k", *flags)) == 0
     conf = _load(url, "k-confirm")
     runs = existing_runs(conf)
@@ -203,7 +207,8 @@ def test_resume_after_the_driver_is_killed(tmp_path, corpus_dir):
     complete = [t for t in conf.trials if t.state == TrialState.COMPLETE]
     assert len(complete) == len(runs)  # nothing finished ran twice
     assert len(before) >= 2 and all(conf.trials[n].values == v for n, v in before.items())
-    assert any(t.state == TrialState.FAIL and t.user_attrs.get("requeued_as") for t in conf.trials)
+    assert all(conf.trials[n].state == TrialState.FAIL and conf.trials[n].user_attrs.get("requeued_as")
+               for n in stale)
 
 
 def _exit_code(argv: list[str]) -> int:
