@@ -5,49 +5,28 @@ trials, which saves seconds per trial.  Ray Tune is not used: measured in
 DESIGN.md, Tune + OptunaSearch costs 0.24 to 2.6 s per trial against ~0.03 s
 for this ask-and-tell loop, and it records early-stopped trials as complete.
 
-Failures (see docs/reliability.md):
-
-* A worker process that dies mid-trial (killed, crashed, its node lost) ends
-  that trial with ``Finished(result=None, error="worker died: ...")``; the
-  driver decides whether to run it again.  Ray restarts the actor
-  (``max_restarts=-1``); the pool gives the slot no work until the restarted
-  actor has answered.
-* Before each trial the pool sends the actor a tiny ``whoami`` call, answered
-  just before the trial starts.  A slot whose actor has not answered within
-  ``start_timeout`` seconds (it cannot be placed: its node is gone and no
-  other node has room, or the cluster never had room for it) is given up:
-  the actor is killed, the trial it held comes back as failed-to-start, and
-  the search carries on with fewer workers.  With none left, ``wait`` raises
-  :class:`~nas.execution.pool.NoWorkersLeft`.
-* A trial running longer than ``trial_timeout`` seconds (a hung data read, a
-  deadlock: nothing that dies by itself) has its actor killed and restarted;
-  the trial comes back failed with ``retry=False``.  Ray has no timeout for an
-  actor call that is already running (``ray.cancel`` does not interrupt a
-  running actor task), so the pool keeps the clock.
+Failures (docs/reliability.md has each with its test): a worker that dies
+mid-trial ends it with ``Finished(result=None, error="worker died: ...")``
+and Ray restarts the actor (``max_restarts=-1``), which gets no work until it
+answers a tiny ``whoami`` probe; a slot whose actor does not answer within
+``start_timeout`` seconds (no room for it anywhere) is given up, and with none
+left ``wait`` raises :class:`~nas.execution.pool.NoWorkersLeft`; a trial past
+``trial_timeout`` has its actor killed and restarted (``ray.cancel`` cannot
+interrupt a running actor call, so the pool keeps the clock) and comes back
+failed with ``retry=False``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-from nas.errors import UserError
-from nas.execution.capacity import (
-    available_memory,
-    check_speaks_grpc,
-    check_trial_resources,
-    fit_local_workers,
-    local_cpus,
-)
+from nas.execution.capacity import check_speaks_grpc, check_trial_resources
 from nas.execution.pool import Finished, NoWorkersLeft
-from nas.execution.slots import Slot, quietest_gpu, release, why_died
+from nas.execution.ray_start import check_gpus, keep_sigterm_handler, start_ray
+from nas.execution.slots import Slot, release, solo_runner, why_died
 
 __all__ = ["Finished", "NoWorkersLeft", "RayPool"]
 
@@ -78,33 +57,6 @@ def _import_ray(local: bool) -> Any:
     import ray.util
 
     return ray
-
-
-@contextlib.contextmanager
-def _keep_sigterm_handler(ray: Any) -> Iterator[None]:
-    """Keep the SIGTERM handler the caller installed in Python while ``ray.init`` runs.
-
-    ``ray.init`` installs two of its own: a Python one that kills the local Ray and
-    exits 1 (so a search stopped by SIGTERM would end 1, not 143, and not re-queue),
-    and, through its core worker, a native one that prints a stack dump.  Ray's
-    Python handlers go through ``ray._private.utils.set_sigterm_handler``, which is
-    made a no-op here; the caller's handler is put back afterwards, which also
-    replaces the native one.  Without a caller's handler Ray's own are kept.
-    """
-    keep = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    if not callable(keep):
-        yield
-        return
-    utils = getattr(getattr(ray, "_private", None), "utils", None)
-    original = getattr(utils, "set_sigterm_handler", None)
-    if original is not None:
-        utils.set_sigterm_handler = lambda handler: None
-    try:
-        yield
-    finally:
-        if original is not None:
-            utils.set_sigterm_handler = original
-        signal.signal(signal.SIGTERM, keep)
 
 
 class TrialActor:
@@ -170,13 +122,14 @@ class RayPool:
         self.trial_timeout = trial_timeout
         self.started_ray = False
         if not ray.is_initialized():
-            with _keep_sigterm_handler(ray):
-                n_workers = self._start_ray(n_workers, cpus_per_trial, address, dashboard)
+            with keep_sigterm_handler(ray):
+                n_workers, self.notes = start_ray(ray, n_workers, cpus_per_trial, address, dashboard)
+            self.started_ray = True
         self.node_ip = ray.util.get_node_ip_address()
         actor_cls = _actor_class(ray).options(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial)
         self.gpus_per_trial = gpus_per_trial
         if gpus_per_trial > 0:
-            self._check_gpus(gpus_per_trial)
+            check_gpus(ray, gpus_per_trial, shutdown=self.started_ray)
         self.solo: list[tuple[Any, dict[str, Any]]] = []  # trials waiting for a GPU to themselves
         self.slots: list[Slot] = []
         for _ in range(n_workers):
@@ -275,58 +228,13 @@ class RayPool:
     def _idle(slot: Slot) -> bool:
         return slot.ref is None and not slot.restarting and slot.held is None
 
-    def _start_ray(self, n_workers: int, cpus_per_trial: float, address: str | None, dashboard: bool) -> int:
-        """Join ``address``, or start a local Ray; returns the workers it can hold (local: capped)."""
-        ray = self.ray
-        try:
-            if address:
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-            else:
-                # Local Ray: loopback only (see _import_ray), no dashboard unless asked, and never
-                # attached to some other Ray found on this machine (address="local").
-                cpus = local_cpus(cpus_per_trial)
-                n_workers, note = fit_local_workers(n_workers, cpus_per_trial, cpus, available_memory())
-                self.notes += [note] if note else []
-                ray.init(
-                    address="local",
-                    num_cpus=cpus,
-                    include_dashboard=dashboard,
-                    _node_ip_address="127.0.0.1",
-                    logging_level=logging.WARNING,
-                    log_to_driver=False,
-                )
-        except (ConnectionError, ray.exceptions.RayError, ValueError, RuntimeError) as err:
-            first = f"{err}".splitlines()[0] if str(err) else type(err).__name__
-            raise UserError(f"--address {address!r}: cannot connect to Ray: {first}") from None
-        self.started_ray = True
-        return n_workers
-
-    def _check_gpus(self, gpus_per_trial: float) -> None:
-        """Refuse at once a GPU request the cluster cannot hold (Ray would wait for it forever)."""
-        total = float(self.ray.cluster_resources().get("GPU", 0.0))
-        if total < gpus_per_trial:
-            if self.started_ray:
-                self.ray.shutdown()
-            raise UserError(
-                f"--gpus-per-trial {gpus_per_trial:g}: the Ray cluster has {total:g} GPU(s); "
-                "use --gpus-per-trial 0 (CPU) or join a cluster with GPUs (--address)"
-            )
-
     def _place_solo(self) -> None:
         """Start the first exclusive trial once the GPU held for it has no other trial running."""
         while self.solo:
-            tag, payload = self.solo[0]
-            group = [s for s in self.slots if s.held == tag]
-            if not group:
-                group = quietest_gpu(self.slots)
-                if not group:
-                    return  # no worker has said which GPU it has yet
-                for slot in group:
-                    slot.held = tag
-            if any(s.ref is not None or s.probe is not None or s.restarting for s in group):
-                return  # the GPU's other trials are still running
-            self.solo.pop(0)
-            runner = group[0]
+            runner = solo_runner(self.slots, self.solo[0][0])
+            if runner is None:
+                return
+            tag, payload = self.solo.pop(0)
             self._probe(runner)
             runner.ref, runner.tag = runner.actor.run.remote(payload), tag
             runner.started = time.monotonic()

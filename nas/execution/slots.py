@@ -41,6 +41,24 @@ def quietest_gpu(slots: list[Slot]) -> list[Slot]:
     return sorted(group, key=lambda s: s.ref is not None)
 
 
+def solo_runner(slots: list[Slot], tag: Any) -> Slot | None:
+    """The slot that runs the exclusive trial ``tag`` now, or None while it must wait.
+
+    The first call holds the slots of the quietest GPU for ``tag`` (they take no
+    new work); the trial starts once none of them runs a trial or is starting.
+    """
+    group = [s for s in slots if s.held == tag]
+    if not group:
+        group = quietest_gpu(slots)
+        if not group:
+            return None  # no worker has said which GPU it has yet
+        for slot in group:
+            slot.held = tag
+    if any(s.ref is not None or s.probe is not None or s.restarting for s in group):
+        return None  # the GPU's other trials are still running
+    return group[0]
+
+
 def release(slots: list[Slot], tag: Any) -> None:
     """The exclusive trial ``tag`` ended (whichever way): the slots held for it take work again."""
     for slot in slots:
