@@ -19,7 +19,6 @@ nothing behind.  Settings are in :mod:`nas.search.settings`, studies in
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from nas.search.candidate import constraint_values, over_caps, tell_infeasible, 
 from nas.search.console import Reporter
 from nas.search.hurdles import INTERMEDIATE
 from nas.search.lease import DriverLease, LeaseLost
+from nas.search.outcome import fail, finish_now, reuse, tell_result
 from nas.search.settings import SearchSettings
 from nas.search.study import (
     count_done,
@@ -230,18 +230,13 @@ class Driver:
         self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
         return None
 
-    def _finish_now(self, study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> tuple[str, str]:
-        trial.set_user_attr("fail_reason", reason)
-        study.tell(trial, state=state)
-        return state.name, reason
+    def _finish_now(
+        self, study: optuna.Study, trial: Trial, state: TrialState, reason: str
+    ) -> tuple[str, str]:
+        return finish_now(study, trial, state, reason)
 
     def _reuse(self, study: optuna.Study, trial: Trial, twin: FrozenTrial) -> tuple[str, str]:
-        for key in (*METRIC_KEYS, INTERMEDIATE):
-            if key in twin.user_attrs:
-                trial.set_user_attr(key, twin.user_attrs[key])
-        trial.set_user_attr("duplicate_of", twin.number)
-        study.tell(trial, twin.values)
-        return "COMPLETE", f"same architecture as trial {twin.number}: loss {twin.values[0]:.4f} reused"
+        return reuse(study, trial, twin, (*METRIC_KEYS, INTERMEDIATE))
 
     def _known_archs(self, study: optuna.Study) -> dict[str, FrozenTrial]:
         known: dict[str, FrozenTrial] = {}
@@ -285,56 +280,16 @@ class Driver:
         oom = result.get("status") == "failed" and result.get("reason") == OUT_OF_MEMORY
         return shared and oom and not r.alone
 
-    def _fail(
-        self, study: optuna.Study, r: _Running, reason: str, tb: str | None = None, detail: str | None = None
-    ) -> tuple[str, str, None]:
-        r.trial.set_user_attr("fail_reason", reason)
-        if tb:
-            r.trial.set_user_attr("traceback", tb)
-        if detail:
-            r.trial.set_user_attr("fail_detail", str(detail)[:1000])
-        study.tell(r.trial, state=TrialState.FAIL)
-        return "FAIL", reason, None
+    def _fail(self, study: optuna.Study, r: _Running, reason: str) -> tuple[str, str, None]:
+        return fail(study, r.trial, reason)
 
-    def _tell(self, study: optuna.Study, r: _Running, result: dict[str, Any]) -> tuple[str, str, float | None]:
-        trial = r.trial
-        inter = result.get("intermediate") or {}
-        if inter:
-            trial.set_user_attr(INTERMEDIATE, inter)
-            if len(study.directions) == 1:
-                for key, value in inter.items():
-                    trial.report(value, step=int(round(float(key) * 1000)))
-        for key in ("pid", "node"):
-            if result.get(key) is not None:
-                trial.set_user_attr(f"worker_{key}", result[key])
-        if result.get("status") == "failed":
-            reason = result.get("reason", "failed")
-            return self._fail(study, r, reason, result.get("traceback"), result.get("detail"))
-        metrics = result.get("metrics") or {}
-        for key in METRIC_KEYS:
-            if metrics.get(key) is not None:
-                trial.set_user_attr(key, metrics[key])
-        loss = metrics.get("val_loss")
-        if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
-            return self._fail(study, r, "diverged", detail=f"validation loss {loss}")
-        flops = metrics.get("flops_per_token")
-        if self.s.objective != "loss" and (flops is None or not math.isfinite(flops)):
-            return self._fail(study, r, f"no finite FLOPs per token ({flops})")
-        if result.get("status") == "pruned":
-            # The hurdle it missed (the trainer's own stopped_at is the exact step fraction).
-            at = float(max(inter, key=float)) if inter else metrics.get("stopped_at")
-            trial.set_user_attr("pruned_at", at)
-            study.tell(trial, state=TrialState.PRUNED)
-            return "PRUNED", f"stopped at hurdle {at:g}: loss {_last(inter):.4f}", None
-        values = [loss] if self.s.objective == "loss" else [loss, float(metrics["flops_per_token"])]
-        frozen = study.tell(trial, values)
-        self.known.setdefault(r.arch_id, frozen)
-        summary = trial.user_attrs.get("summary", "")
-        return "COMPLETE", f"loss {loss:.4f} ppl {math.exp(loss):.2f} {summary}", loss
-
-
-def _last(inter: dict[str, float]) -> float:
-    return inter[max(inter, key=float)] if inter else float("nan")
+    def _tell(
+        self, study: optuna.Study, r: _Running, result: dict[str, Any]
+    ) -> tuple[str, str, float | None]:
+        state, text, loss, frozen = tell_result(study, r.trial, result, self.s.objective, METRIC_KEYS)
+        if frozen is not None:
+            self.known.setdefault(r.arch_id, frozen)
+        return state, text, loss
 
 
 def default_pool(settings: SearchSettings) -> Pool:

@@ -1,0 +1,85 @@
+"""Recording a trial's outcome in the study: what the driver tells Optuna, and what it keeps beside.
+
+Only the driver calls these (it alone writes the study).  A result is the
+worker's plain dict (:func:`nas.execution.worker.run_trial`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from nas.search.hurdles import INTERMEDIATE
+
+
+def finish_now(study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> tuple[str, str]:
+    """End ``trial`` without a worker (refused before training), with ``reason``."""
+    trial.set_user_attr("fail_reason", reason)
+    study.tell(trial, state=state)
+    return state.name, reason
+
+
+def reuse(study: optuna.Study, trial: Trial, twin: FrozenTrial, keys: Sequence[str]) -> tuple[str, str]:
+    """Tell ``trial`` the measured result of ``twin``, the same architecture trained before."""
+    for key in keys:
+        if key in twin.user_attrs:
+            trial.set_user_attr(key, twin.user_attrs[key])
+    trial.set_user_attr("duplicate_of", twin.number)
+    study.tell(trial, twin.values)
+    return "COMPLETE", f"same architecture as trial {twin.number}: loss {twin.values[0]:.4f} reused"
+
+
+def fail(
+    study: optuna.Study, trial: Trial, reason: str, tb: str | None = None, detail: str | None = None
+) -> tuple[str, str, None]:
+    """Tell ``trial`` FAIL, keeping why (and the worker's traceback or detail, when there is one)."""
+    trial.set_user_attr("fail_reason", reason)
+    if tb:
+        trial.set_user_attr("traceback", tb)
+    if detail:
+        trial.set_user_attr("fail_detail", str(detail)[:1000])
+    study.tell(trial, state=TrialState.FAIL)
+    return "FAIL", reason, None
+
+
+def tell_result(
+    study: optuna.Study, trial: Trial, result: dict[str, Any], objective: str, metric_keys: Sequence[str]
+) -> tuple[str, str, float | None, FrozenTrial | None]:
+    """Tell what a worker measured: (state, a line of text, the loss or None, the COMPLETE trial or None)."""
+    inter = result.get("intermediate") or {}
+    if inter:
+        trial.set_user_attr(INTERMEDIATE, inter)
+        if len(study.directions) == 1:
+            for key, value in inter.items():
+                trial.report(value, step=int(round(float(key) * 1000)))
+    for key in ("pid", "node"):
+        if result.get(key) is not None:
+            trial.set_user_attr(f"worker_{key}", result[key])
+    if result.get("status") == "failed":
+        why = result.get("reason", "failed")
+        return (*fail(study, trial, why, result.get("traceback"), result.get("detail")), None)
+    metrics = result.get("metrics") or {}
+    for key in metric_keys:
+        if metrics.get(key) is not None:
+            trial.set_user_attr(key, metrics[key])
+    loss = metrics.get("val_loss")
+    if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
+        return (*fail(study, trial, "diverged", detail=f"validation loss {loss}"), None)
+    flops = metrics.get("flops_per_token")
+    if objective != "loss" and (flops is None or not math.isfinite(flops)):
+        return (*fail(study, trial, f"no finite FLOPs per token ({flops})"), None)
+    if result.get("status") == "pruned":
+        # The hurdle it missed (the trainer's own stopped_at is the exact step fraction).
+        at = float(max(inter, key=float)) if inter else metrics.get("stopped_at")
+        trial.set_user_attr("pruned_at", at)
+        study.tell(trial, state=TrialState.PRUNED)
+        last = inter[max(inter, key=float)] if inter else float("nan")
+        return "PRUNED", f"stopped at hurdle {at:g}: loss {last:.4f}", None, None
+    values = [loss] if objective == "loss" else [loss, float(metrics["flops_per_token"])]
+    frozen = study.tell(trial, values)
+    summary = trial.user_attrs.get("summary", "")
+    return "COMPLETE", f"loss {loss:.4f} ppl {math.exp(loss):.2f} {summary}", loss, frozen
