@@ -111,17 +111,8 @@ def _baselines(
 
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
-    from evaluators import Budget, TrainRecipe
-    from nas.confirm import ARCHS, CONFIRM_OF, Entry, Plan, confirm_study_name
-    from nas.confirm.plan import (
-        build_entries,
-        finalists,
-        parse_list,
-    )
-    from nas.search.hurdles import Hurdles
-    from nas.search.report import settings_of
-    from nas.search.settings import SearchSettings
-    from nas.search.space import load_space
+    from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
+    from nas.confirm.plan import build_entries, finalists, parse_list
     from nas.search.study import open_storage, study_exists
 
     scales = parse_list(args.scales, "--scales")
@@ -130,21 +121,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     if args.report and Path(args.report).is_dir():
         raise UserError(f"--report {args.report}: is a directory; give a file name such as confirm.md")
     study, url = open_study(args)
-    if CONFIRM_OF in study.user_attrs:
-        raise UserError(
-            f"--study {args.study!r} is a confirmation; pass the search study "
-            f"{study.user_attrs[CONFIRM_OF]!r}"
-        )
-    record = settings_of(study)
-    missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
-    if missing:
-        raise UserError(f"--study {args.study!r} records no {missing[0]} (it was not made by `search`)")
-    space = load_space(record["space_file"])
-    if record.get("space_fingerprint") not in (None, space.fingerprint):
-        raise UserError(
-            f"{record['space_file']} changed since --study {args.study!r} searched it "
-            f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})"
-        )
+    record, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
     top = args.top or DEFAULT_TOP
     finals = finalists(study, top, numbers)
@@ -175,8 +152,41 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(range(seed0, seed0 + args.seeds)),
         tuple(lrs),
     )
+    return _settings(args, name, url, space, record, data, seed0), every, plan, url
+
+
+def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any]:
+    """The search study's settings record and its space, refused if either cannot be confirmed."""
+    from nas.confirm import CONFIRM_OF
+    from nas.search.report import settings_of
+    from nas.search.space import load_space
+
+    if CONFIRM_OF in study.user_attrs:
+        raise UserError(
+            f"--study {name!r} is a confirmation; pass the search study {study.user_attrs[CONFIRM_OF]!r}"
+        )
+    record = settings_of(study)
+    missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
+    if missing:
+        raise UserError(f"--study {name!r} records no {missing[0]} (it was not made by `search`)")
+    space = load_space(record["space_file"])
+    if record.get("space_fingerprint") not in (None, space.fingerprint):
+        raise UserError(
+            f"{record['space_file']} changed since --study {name!r} searched it "
+            f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})"
+        )
+    return record, space
+
+
+def _settings(args: argparse.Namespace, name: str, url: str, space: Any, record: dict[str, Any],
+              data: str | None, seed0: int) -> Any:  # fmt: skip
+    """The confirmation's own search settings: its study, the search's budget, recipe and data."""
+    from evaluators import Budget, TrainRecipe
+    from nas.search.hurdles import Hurdles
+    from nas.search.settings import SearchSettings
+
     runs = Path(args.runs_dir)
-    settings = SearchSettings(
+    return SearchSettings(
         study=name,
         storage=url,
         space=space,
@@ -199,7 +209,6 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         local=args.local,
         evaluator=record.get("evaluator", "lm"),
     )
-    return settings, every, plan, url
 
 
 def run(args: argparse.Namespace) -> int:
