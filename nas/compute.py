@@ -111,8 +111,9 @@ def training_bytes(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = 
     }
 
 
-def check_fits(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None, *, n_layers: int | None = None,
-               limit: float | None = None, where: str = "one device") -> None:  # fmt: skip
+def check_fits(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None, *,
+               n_layers: int | None = None, limit: float | None = None,
+               where: str = "one device") -> None:  # fmt: skip
     """Refuse, before anything is allocated, an architecture whose training cannot fit ``limit`` bytes.
 
     ``limit`` defaults to ``nas.validate.MAX_TRAIN_BYTES`` (why that much is said

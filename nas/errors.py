@@ -37,3 +37,7 @@ class ConfigError(UserError):
 
     def in_file(self, source: str) -> ConfigError:
         return ConfigError(self.message, self.path, str(source))
+
+
+class CheckpointError(UserError):
+    """A checkpoint file that is missing, unreadable, truncated or edited; the message names the file."""

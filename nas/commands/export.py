@@ -22,6 +22,7 @@ from nas.commands.common import non_negative_int
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.search.report import best_trial, get_trial, metrics_of, settings_of
+from nas.validate import check_output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: is a directory; give a file name such as {out / 'best.yaml'}")
     if out.exists() and not args.force:
         raise UserError(f"--out {out}: file exists; pass --force to overwrite it")
+    check_output_file(out, "--out")
     study, url = open_study(args)
     trial = best_trial(study) if args.best else get_trial(study, args.trial)
     if trial.state != TrialState.COMPLETE:

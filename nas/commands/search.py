@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nas.commands.common import add_budget_args, add_device_arg, budget_from_args
 from nas.errors import ConfigError, UserError
-from nas.validate import MAX_SEED, check_number
+from nas.validate import MAX_SEED, check_number, check_study_name
 
 if TYPE_CHECKING:
     from nas.search.hurdles import Hurdles
@@ -117,9 +117,16 @@ def build_settings(args: argparse.Namespace) -> SearchSettings:
         recipe = TrainRecipe.from_dict(space.recipe)
     except ConfigError as err:
         raise err.in_file(space.source) from None
-    recipe = dataclasses.replace(recipe, seed=check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED))
+    seed = check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)
+    recipe = dataclasses.replace(recipe, seed=seed)
     data = resolve_data(args.data, args.tokenizer)  # with --tokenizer: the cached token files, made once here
-    study = args.study or space.name
+    if args.study is None:  # the space's name names the study: an error points at the file
+        try:
+            check_study_name(space.name, "name")
+        except ConfigError as err:
+            msg = f"{err.message}; set another name: or pass --study"
+            raise ConfigError(msg, err.path, space.source) from None
+    study = args.study if args.study is not None else space.name
     runs = Path(args.runs_dir)
     return SearchSettings(
         study=study,

@@ -84,7 +84,8 @@ def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | N
     else:
         budget = file_budget or Budget.from_dict(DEFAULT_BUDGET)
     if args.seed is not None:
-        recipe = dataclasses.replace(recipe, seed=check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED))
+        seed = check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)
+        recipe = dataclasses.replace(recipe, seed=seed)
     data = doc.get("data")
     record = isinstance(data, dict) and isinstance(data.get("corpus"), str)
     if not (data is None or isinstance(data, str) or record):

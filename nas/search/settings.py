@@ -25,7 +25,15 @@ from nas.search.hurdles import Hurdles
 from nas.search.samplers import SAMPLERS
 from nas.search.space import SearchSpace
 from nas.search.storage import check_storage_url, is_memory_sqlite, sqlite_path
-from nas.validate import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_number, check_output_file, check_writable_dir
+from nas.validate import (
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_THREADS,
+    check_number,
+    check_output_file,
+    check_study_name,
+    check_writable_dir,
+)
 
 OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
 DEVICES = ("auto", "cpu", "cuda")
@@ -68,7 +76,7 @@ class SearchSettings:
     compile: bool = False
 
     def __post_init__(self) -> None:
-        _check_study_name(self.study)
+        check_study_name(self.study, "--study")
         if is_memory_sqlite(self.storage):
             raise UserError(
                 f"--storage {self.storage!r} keeps the study in memory: every trial would be lost when the "
@@ -139,13 +147,6 @@ _FLAGS = {"dashboard": "--ray-dashboard"}
 def flag(field: str) -> str:
     """The command-line flag that sets ``field``."""
     return _FLAGS.get(field, "--" + field.replace("_", "-"))
-
-
-def _check_study_name(name: str) -> None:
-    # The name becomes a directory under --runs-dir and a line in printed commands.
-    if (not isinstance(name, str) or not name or not name.isprintable() or name.startswith(".")
-            or any(c in name for c in "/\\")):
-        raise UserError(f"--study {name!r}: use a plain name (letters, digits, - and _)")
 
 
 def _check_int(field: str, value: Any, low: int, high: int | None = None) -> None:
