@@ -46,12 +46,12 @@ def machine_memory(device: str) -> tuple[float, str]:
 def check_training(arch: ArchConfig, recipe: TrainRecipe, budget: Budget, corpus: Any, device: str) -> None:
     """What ``train_lm`` would refuse, and a model too large for this machine, before anything is built."""
     seq_len = check_arch_fits(arch, recipe, corpus)
-    plan_training(budget, recipe, seq_len, corpus, arch, ())
     limit, where = machine_memory(device)
     try:
         check_fits(arch, recipe.batch_size, seq_len, limit=limit, where=where)
     except ConfigError as err:
         raise err.at("recipe" if err.path == "batch_size" else "arch") from None
+    plan_training(budget, recipe, seq_len, corpus, arch, ())
 
 
 def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus: Any, trains: bool) -> None:

@@ -165,19 +165,17 @@ def run(args: argparse.Namespace) -> int:
     threads = recorded_threads(args)
     check_outputs(args)
     corpus = load_data(args, data)  # before any progress output: a missing corpus is one line
-    if threads is not None and args.threads is None:
-        stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
-    stderr_log(corpus.describe())
-    if arch.vocab_size != corpus.vocab_size:
-        stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file says {arch.vocab_size:,})")
-        try:
-            arch = arch.with_vocab(corpus.vocab_size)
-        except ConfigError as err:
-            raise UserError(f"{corpus.name}: its vocabulary does not fit the model: {err}") from None
+    file_vocab = arch.vocab_size
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
+        arch = arch.with_vocab(corpus.vocab_size)
         check_training(arch, recipe, budget, corpus, args.device)
     except ConfigError as err:
         raise err.in_file(args.arch) from None
+    if threads is not None and args.threads is None:
+        stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
+    stderr_log(corpus.describe())
+    if file_vocab != corpus.vocab_size:
+        stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file says {file_vocab:,})")
     try:
         metrics = train_lm(
             arch,
