@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import reprlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,19 @@ def check_number(
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        raise ConfigError(f"must be {describe_range(integer, low, high, low_open, high_open)}, got {value!r}",
-                          where)
+        raise ConfigError(f"must be {describe_range(integer, low, high, low_open, high_open)}, got "
+                          f"{short_repr(value)}", where)  # fmt: skip
     return value
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 40
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut short: a value from a file may be a list of a million items."""
+    return _SHORT.repr(value)
 
 
 def describe_range(integer: bool, low: float | None, high: float | None, low_open: bool = False,

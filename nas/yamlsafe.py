@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - a PyYAML without libyaml
     _Parser = _PyParser  # type: ignore[misc, assignment]
 
 
-class YAMLTooLarge(yaml.YAMLError):
+class YAMLTooLarge(yaml.MarkedYAMLError):
     """The document passes one of this module's bounds."""
 
 
