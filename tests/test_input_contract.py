@@ -104,9 +104,9 @@ def test_no_module_reads_yaml_but_the_one_reader() -> None:
     found = []
     for p in sorted([*ROOT.glob("nas/**/*.py"), *ROOT.glob("evaluators/**/*.py"), ROOT / "run_search.py"]):
         for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "yaml":
-                if node.attr in readers:
-                    found.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+            is_yaml = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "yaml"
+            if is_yaml and node.attr in readers:
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert found == [], found
 
 
@@ -129,7 +129,9 @@ def test_check_fits_names_the_size_that_drives_the_memory() -> None:
         check_fits(ARCH, n_layers=4096, limit=sum(training_bytes(ARCH).values()) * 100)
     with pytest.raises(ConfigError, match="^batch_size:"):
         check_fits(ARCH, batch_size=10**9)
-    wide = nas.ArchConfig.from_dict({"d_model": 2**18, "n_heads": 2, "max_len": 16, "layers": [{"attention": "mha"}]})
+    wide = nas.ArchConfig.from_dict(
+        {"d_model": 2**18, "n_heads": 2, "max_len": 16, "layers": [{"attention": "mha"}]}
+    )
     with pytest.raises(ConfigError, match="^d_model:"):
         check_fits(wide)
 
@@ -189,7 +191,7 @@ def test_an_untampered_checkpoint_still_loads(tmp_path: Path) -> None:
     model = nas.build_model(ARCH)
     save_checkpoint(path, model)
     loaded = nas.load_model(path)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True))
     assert FORMAT in str(torch.load(path, weights_only=True)["format"])
 
 
@@ -225,14 +227,16 @@ def test_an_unwritable_corpus_cache_is_one_line_before_any_download(
 # -- the objectives' names -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("objective,names", [("loss+flops", ["val_loss", "flops_per_token"]), ("loss", ["val_loss"])])
+@pytest.mark.parametrize("objective,names",
+                         [("loss+flops", ["val_loss", "flops_per_token"]), ("loss", ["val_loss"])])  # fmt: skip
 def test_a_new_study_names_its_objectives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, objective: str,
                                           names: list[str], capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)
     write_files(tmp_path, BASE_FILES)
     url = f"sqlite:///{tmp_path / 's.db'}"
-    argv = ["search", "--space", "space.yaml", "--data", "corpus", "--study", "s", "--storage", url, "--local",
-            "--evaluator", "proxy:params", "--trials", "2", "--objective", objective, "--no-tensorboard"]
+    argv = ["search", "--space", "space.yaml", "--data", "corpus", "--study", "s", "--storage", url,
+            "--local", "--evaluator", "proxy:params", "--trials", "2", "--objective", objective,
+            "--no-tensorboard"]  # fmt: skip
     assert main(argv) == 0
     assert optuna.load_study(study_name="s", storage=url).metric_names == names
     assert main([*argv, "--trials", "4"]) == 0  # a named study continues
