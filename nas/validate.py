@@ -25,6 +25,8 @@ from nas.errors import ConfigError, UserError
 MAX_SEED = 2**32 - 1
 #: torch.set_num_threads takes an int; far more threads than any machine has cores is a typo, not a plan
 MAX_THREADS = 4096
+#: the largest float32: the optimizer's factors (lr, weight decay, clipping norm) are applied in fp32
+FP32_MAX = 3.4028234663852886e38
 #: threading refuses a timeout above threading.TIMEOUT_MAX (about 9.2e9 s on Linux); 10**9 s is 31 years
 MAX_SECONDS = 10**9
 #: every layer is a Python module: building 10**5 of them takes minutes before a step runs, and the

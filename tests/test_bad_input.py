@@ -298,8 +298,8 @@ def contract_cases(case: Any) -> None:
     case("yaml-lr-1e308", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {**RECIPE, "lr": 1e308})})
     case("yaml-min-lr-ratio-over-1", search(), ("space.yaml", "recipe.min_lr_ratio"),
          {"space.yaml": space("recipe", {**RECIPE, "min_lr_ratio": 5})})
-    case("yaml-decay-flips-weights", search(), ("space.yaml", "recipe.weight_decay"),
-         {"space.yaml": space("recipe", {**RECIPE, "lr": 2, "weight_decay": 1})})
+    case("yaml-weight-decay-over-fp32", search(), ("space.yaml", "recipe.weight_decay"),
+         {"space.yaml": space("recipe", {**RECIPE, "weight_decay": 1e39})})
     case("yaml-budget-inf", search(), ("space.yaml", "budget.steps"), {"space.yaml": space("budget", {"steps": INF})})
     case("arch-nan-mult", train, ("arch.yaml", "non-finite"), {"arch.yaml": ARCH.replace("mult: 2", "mult: .nan")})
     case("arch-seed-2-32", train, ("arch.yaml", "recipe.seed"), {"arch.yaml": ARCH + "recipe: {seed: 4294967296}\n"})

@@ -217,6 +217,7 @@ def test_an_unwritable_corpus_cache_is_one_line_before_any_download(
     write_files(tmp_path, BASE_FILES)
     monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "notes.txt" / "cache"))
     monkeypatch.setattr("nas.data.text._shakespeare_documents", lambda: pytest.fail("downloaded"))
+    monkeypatch.setattr("nas.data.text._MEMO", {})  # as in a fresh process: the corpus is not loaded yet
     before = snapshot(tmp_path)
     assert main(["train", "--arch", "arch.yaml", "--steps", "1"]) == 2
     err = capsys.readouterr().err
