@@ -9,13 +9,13 @@ to stop training early (that is how the search's hurdles reach a trial).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from evaluators.result import Result
 from nas.errors import ConfigError
 from nas.models import ArchConfig
+from nas.validate import FP32_MAX, MAX_DIM, MAX_SEED, check_number
 
 BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
 
@@ -31,9 +31,7 @@ class Budget:
         if self.kind not in BUDGET_KINDS:
             valid = ", ".join(BUDGET_KINDS)
             raise ConfigError(f"unknown budget kind {self.kind!r}; valid: {valid}", "budget")
-        v = self.value
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise ConfigError(f"must be a positive number, got {v!r}", f"budget.{self.kind}")
+        check_number(self.value, f"budget.{self.kind}", low=0, low_open=True)
 
     @classmethod
     def from_dict(cls, raw: Any) -> Budget:
@@ -58,6 +56,26 @@ class Budget:
         return f"{self.value:g} {self.kind}"
 
 
+#: each recipe field's range: (low, high), inclusive unless named in ``_RECIPE_OPEN`` (low) or a beta (high)
+_RECIPE_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "batch_size": (1, MAX_DIM),
+    "seq_len": (2, MAX_DIM),
+    # the optimizer computes in the weights' dtype: a factor fp32 cannot hold is infinity there
+    "lr": (0, FP32_MAX),
+    "min_lr_ratio": (0, 1),  # the schedule decays from lr to lr * min_lr_ratio
+    "warmup_frac": (0, 1),  # a share of the budget
+    "weight_decay": (0, FP32_MAX),
+    "beta1": (0, 1),  # torch's AdamW takes betas in [0, 1)
+    "beta2": (0, 1),
+    "grad_clip": (0, FP32_MAX),
+    "eval_batches": (1, MAX_DIM),
+    "log_every": (1, MAX_DIM),
+    "seed": (0, MAX_SEED),
+}
+_RECIPE_INTS = ("batch_size", "seq_len", "eval_batches", "log_every", "seed")
+_RECIPE_OPEN = ("lr", "grad_clip")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainRecipe:
     """Optimizer and data settings shared by every candidate of a search."""
@@ -76,24 +94,11 @@ class TrainRecipe:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for key in ("batch_size", "eval_batches", "log_every"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"must be a positive integer, got {v!r}", f"recipe.{key}")
-        if self.seq_len is not None and (
-            isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2
-        ):
-            raise ConfigError(f"must be an integer >= 2, got {self.seq_len!r}", "recipe.seq_len")
-        for key in ("lr", "beta1", "beta2", "grad_clip"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ConfigError(f"must be a positive number, got {v!r}", f"recipe.{key}")
-        for key in ("min_lr_ratio", "warmup_frac", "weight_decay"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ConfigError(f"must be a number >= 0, got {v!r}", f"recipe.{key}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"must be an integer, got {self.seed!r}", "recipe.seed")
+        for key, (low, high) in _RECIPE_RANGES.items():
+            value = getattr(self, key)
+            if value is not None or key != "seq_len":
+                check_number(value, f"recipe.{key}", integer=key in _RECIPE_INTS, low=low, high=high,
+                             low_open=key in _RECIPE_OPEN, high_open=key in ("beta1", "beta2"))
 
     @classmethod
     def from_dict(cls, raw: Any) -> TrainRecipe:

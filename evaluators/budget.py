@@ -89,13 +89,18 @@ def plan_training(budget: Budget, recipe: TrainRecipe, seq_len: int, corpus: Any
     """Steps the budget buys for ``arch`` at ``seq_len``; refuses a corpus shorter than one window."""
     cost = compute(arch, seq_len)
     total_steps = plan_steps(budget, cost, recipe.batch_size, seq_len)
+    check_windows(corpus, seq_len)
+    return TrainingPlan(budget, recipe.batch_size, seq_len, cost, total_steps, check_eval_at(eval_at))
+
+
+def check_windows(corpus: Any, seq_len: int) -> None:
+    """Refuse a corpus whose training or validation part is shorter than one window of ``seq_len + 1``."""
     for part, data in (("training", corpus.train), ("validation", corpus.val)):
         if len(data) <= seq_len:
             raise UserError(
                 f"{corpus.name}: the {part} text ({len(data)} bytes) is shorter than one window of "
                 f"seq_len + 1 = {seq_len + 1} bytes; use a larger corpus or a smaller recipe.seq_len"
             )
-    return TrainingPlan(budget, recipe.batch_size, seq_len, cost, total_steps, check_eval_at(eval_at))
 
 
 @dataclasses.dataclass(frozen=True)

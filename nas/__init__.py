@@ -13,7 +13,7 @@ Public API::
 from nas.archfile import load_arch, save_arch
 from nas.checkpoint import load_checkpoint, load_model, save_checkpoint
 from nas.compute import Compute, compute
-from nas.errors import ConfigError, UserError
+from nas.errors import CheckpointError, ConfigError, UserError
 from nas.models import (
     ACTIVATIONS,
     ATTENTION,
@@ -33,6 +33,7 @@ __all__ = [
     "ArchConfig",
     "AttentionSpec",
     "Compute",
+    "CheckpointError",
     "ConfigError",
     "FFNSpec",
     "LayerConfig",

@@ -25,33 +25,15 @@ from typing import Any
 
 import yaml
 
-from nas.errors import ConfigError, UserError
+from nas.errors import ConfigError
 from nas.models import ArchConfig
+from nas.validate import finite_or_none
+from nas.yamlsafe import read_yaml
+
+__all__ = ["SECTIONS", "dump_yaml", "load_arch", "load_arch_file", "read_yaml", "save_arch",
+           "write_text_atomic"]
 
 SECTIONS = ("arch", "recipe", "budget", "data", "metrics", "source", "confirmed")
-
-
-def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
-    """``yaml.safe_load`` of a file, with user errors as one line naming the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: {what} not found" if not p.exists() else f"{p}: is not a file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{p}: cannot read {what}: {err}") from None
-    try:
-        return yaml.safe_load(text)  # data only: a tag that would build a Python object is refused
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        if isinstance(err, yaml.constructor.ConstructorError) and "tag:yaml.org,2002:python/" in problem:
-            tag = problem[problem.index("tag:yaml.org,2002:") + len("tag:yaml.org,2002:") :].rstrip("'")
-            raise UserError(
-                f"{p}{where}: the tag !!{tag} is not allowed (a {what} holds plain data, no Python objects)"
-            ) from None
-        raise UserError(f"{p}: malformed YAML{where}: {problem}") from None
 
 
 def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -82,7 +64,9 @@ def load_arch(path: str | os.PathLike[str]) -> ArchConfig:
 
 
 def dump_yaml(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    """YAML text of plain data, non-finite floats written as null (``read_yaml`` refuses them)."""
+    return yaml.safe_dump(finite_or_none(data), sort_keys=False, default_flow_style=None, width=100)
+
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from nas.errors import ConfigError, UserError
+from nas.compute import check_fits
+from nas.errors import CheckpointError, ConfigError
 from nas.models import ArchConfig, TransformerLM, build_model
 
 FORMAT = "nas-lm-checkpoint/1"
@@ -58,22 +59,35 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The checkpoint's contents, with ``model`` (rebuilt, weights loaded, eval mode) and ``arch`` added."""
+    """The checkpoint's contents, with ``model`` (rebuilt, weights loaded, eval mode) and ``arch`` added.
+
+    A file that is missing, not a checkpoint, truncated or edited raises
+    :class:`~nas.errors.CheckpointError` (or ConfigError for a bad architecture) naming it.
+    """
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{p}: checkpoint not found")
+        raise CheckpointError(f"{p}: checkpoint not found" if not p.exists() else f"{p}: is not a file")
     try:
         doc = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for a file that is not a checkpoint
-        raise UserError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise UserError(f"{p}: not a {FORMAT} checkpoint")
+        raise CheckpointError(f"{p}: not a {FORMAT} checkpoint")
+    if "arch" not in doc or not isinstance(doc.get("state_dict"), Mapping):
+        missing = "arch" if "arch" not in doc else "state_dict"
+        raise CheckpointError(f"{p}: the checkpoint has no {missing!r} (truncated or edited)")
     try:
         arch = ArchConfig.from_dict(doc["arch"])
+        check_fits(arch)  # a tampered size would allocate before load_state_dict could refuse it
     except ConfigError as err:
         raise err.at("arch").in_file(str(p)) from None
     model = build_model(arch)
-    model.load_state_dict(doc["state_dict"])
+    try:
+        model.load_state_dict(doc["state_dict"])
+    except (RuntimeError, TypeError, KeyError, ValueError) as err:
+        # torch lists every missing, unexpected and mis-shaped tensor: the first line says enough
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{p}: its weights do not match its architecture ({first})") from None
     model.eval()
     return {**doc, "arch": arch, "model": model}
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nas.errors import ConfigError
 from nas.models.attention import ATTENTION
 from nas.models.config import ArchConfig, LayerConfig
 from nas.models.dims import Flops
 from nas.models.ffn import FeedForward, ffn_width
+from nas.validate import MAX_TRAIN_BYTES
 
 
 @dataclass(frozen=True)
@@ -84,3 +86,54 @@ def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
         flops=flops,
         per_layer=per_layer,
     )
+
+
+def training_bytes(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None,
+                   n_layers: int | None = None) -> dict[str, float]:  # fmt: skip
+    """A lower bound of the memory training ``arch`` needs, in bytes, by the size that drives each part.
+
+    16 bytes per parameter (fp32 weights, gradients and AdamW's two moments); each
+    layer's causal mask (a bool ``max_len x max_len`` buffer) and the position table;
+    the logits of one batch (forward and gradient, fp32) and one saved residual
+    stream per layer.  Real use is higher (more activations, the allocator), so a
+    model over a limit by this count is over it for sure.  ``n_layers`` counts the
+    model as that many copies of its layers (a one-layer stand-in of a deep model).
+    """
+    T = arch.max_len if seq_len is None else seq_len
+    c = compute(arch, T)
+    d, n = arch.d_model, n_layers or arch.n_layers
+    tokens = batch_size * T
+    return {
+        "embeddings": 16.0 * c.embedding_params,
+        "layers": 16.0 * c.non_embedding_params * n / arch.n_layers,
+        "masks": float(n * arch.max_len**2 + 4 * arch.max_len * d),
+        "activations": 4.0 * tokens * (2 * arch.vocab_size + n * d),
+    }
+
+
+def check_fits(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None, *,
+               n_layers: int | None = None, limit: float | None = None,
+               where: str = "one device") -> None:  # fmt: skip
+    """Refuse, before anything is allocated, an architecture whose training cannot fit ``limit`` bytes.
+
+    ``limit`` defaults to ``nas.validate.MAX_TRAIN_BYTES`` (why that much is said
+    there).  The ConfigError names the size that drives most of the memory.
+    """
+    limit = MAX_TRAIN_BYTES if limit is None else limit
+    n = n_layers or arch.n_layers
+    parts = training_bytes(arch, batch_size, seq_len, n)
+    total = sum(parts.values())
+    if total > limit:
+        part = max(parts, key=lambda k: parts[k])
+        field = {  # the size to reduce: one layer over the limit is d_model's doing, many are n_layers'
+            "embeddings": "vocab_size" if arch.vocab_size > arch.d_model else "d_model",
+            "layers": "d_model" if parts["layers"] / n > limit / 2 else "n_layers",
+            "masks": "max_len",
+            "activations": "batch_size",
+        }[part]
+        raise ConfigError(
+            f"training this model needs at least {total / 2**30:,.0f} GiB (d_model {arch.d_model}, "
+            f"{n} layers, max_len {arch.max_len}, vocabulary {arch.vocab_size}, batch {batch_size}), "
+            f"over the {limit / 2**30:,.0f} GiB {where} can hold; reduce {field}",
+            field,
+        )

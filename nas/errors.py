@@ -8,6 +8,9 @@ the usual "bad argument" error.
 
 from __future__ import annotations
 
+#: longest message a ConfigError shows (the path and file name come on top)
+MAX_MESSAGE = 400
+
 
 class UserError(ValueError):
     """A mistake in user input; the message names what is wrong and what is valid."""
@@ -28,7 +31,10 @@ class ConfigError(UserError):
 
     def _render(self) -> str:
         where = ": ".join(p for p in (self.source, self.path) if p)
-        return f"{where}: {self.message}" if where else self.message
+        message = self.message
+        if len(message) > MAX_MESSAGE:  # a value from a file quoted whole could be megabytes long
+            message = message[: MAX_MESSAGE - 5] + " ..."
+        return f"{where}: {message}" if where else message
 
     def at(self, prefix: str) -> ConfigError:
         """The same error, located under ``prefix`` (used while descending a document)."""
@@ -37,3 +43,7 @@ class ConfigError(UserError):
 
     def in_file(self, source: str) -> ConfigError:
         return ConfigError(self.message, self.path, str(source))
+
+
+class CheckpointError(UserError):
+    """A checkpoint file that is missing, unreadable, truncated or edited; the message names the file."""

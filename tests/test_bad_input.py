@@ -255,7 +255,115 @@ def cases() -> list[Any]:
     case("export-out-is-a-directory", ["export", "--study", "s", "--storage", "{url}", "--best",
                                        "--out", "emptydir"], ("--out", "emptydir"))
     case("unknown-command", ["frobnicate"], "frobnicate")
+    contract_cases(case)
     return c
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+)  # "billion laughs": nine lines, 9**9 strings once expanded
+NAN, INF = float("nan"), float("inf")
+RECIPE = SPACE["recipe"]
+
+
+def arch_with(extra: str = "", **arch: Any) -> str:
+    """The valid architecture file with ``arch`` keys replaced and ``extra`` sections appended."""
+    doc = yaml.safe_load(ARCH)
+    doc["arch"].update(arch)
+    return yaml.safe_dump(doc) + extra
+
+
+def contract_cases(case: Any) -> None:
+    """One case per class of docs/reliability.md's input contract (issue 16); the fuzz tests vary them."""
+    lm = search("--evaluator", "lm")  # the trainer's checks apply to searches that train
+    train = ["train", "--arch", "arch.yaml", "--steps", "1"]
+    # -- non-finite and out-of-range numbers, wherever they are -------------------------------
+    case("yaml-nan-size", search(), ("space.yaml", "globals.d_model", "non-finite"),
+         {"space.yaml": space("globals.d_model", NAN)})
+    case("yaml-inf-in-a-range", search(), ("space.yaml", "globals.n_layers.high", "non-finite"),
+         {"space.yaml": space("globals.n_layers", {"low": 1, "high": INF})})
+    case("yaml-nan-block-option", search(), ("space.yaml", "layers.attention.mdha.kernel"),
+         {"space.yaml": space("layers.attention", {"mdha": {"kernel": [2, NAN]}})})
+    case("yaml-inf-lr", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {**RECIPE, "lr": INF})})
+    case("yaml-overflowing-float", search(), ("space.yaml", "recipe.lr", "non-finite"),
+         {"space.yaml": space().replace("  batch_size: 4", "  batch_size: 4\n  lr: 1.0e+999")})
+    case("yaml-nan-cap", search(), ("space.yaml", "constraints.max_params"),
+         {"space.yaml": space("constraints", {"max_params": NAN})})
+    case("yaml-seed-2-32", search(), ("space.yaml", "recipe.seed", "4294967295"),
+         {"space.yaml": space("recipe", {**RECIPE, "seed": 2**32})})
+    case("yaml-beta-one", search(), ("space.yaml", "recipe.beta2", "[0, 1)"),
+         {"space.yaml": space("recipe", {**RECIPE, "beta2": 1.0})})
+    case("yaml-beta-negative", search(), ("space.yaml", "recipe.beta1"),
+         {"space.yaml": space("recipe", {**RECIPE, "beta1": -0.5})})
+    case("yaml-lr-1e308", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {**RECIPE, "lr": 1e308})})
+    case("yaml-min-lr-ratio-over-1", search(), ("space.yaml", "recipe.min_lr_ratio"),
+         {"space.yaml": space("recipe", {**RECIPE, "min_lr_ratio": 5})})
+    case("yaml-weight-decay-over-fp32", search(), ("space.yaml", "recipe.weight_decay"),
+         {"space.yaml": space("recipe", {**RECIPE, "weight_decay": 1e39})})
+    case("yaml-budget-inf", search(), ("space.yaml", "budget.steps"), {"space.yaml": space("budget", {"steps": INF})})
+    case("arch-nan-mult", train, ("arch.yaml", "non-finite"), {"arch.yaml": ARCH.replace("mult: 2", "mult: .nan")})
+    case("arch-seed-2-32", train, ("arch.yaml", "recipe.seed"), {"arch.yaml": ARCH + "recipe: {seed: 4294967296}\n"})
+    case("arch-inf-budget", ["train", "--arch", "arch.yaml"], ("arch.yaml", "budget.tokens"),
+         {"arch.yaml": ARCH + "budget: {tokens: .inf}\n"})
+    case("arch-recorded-threads-1e14", ["train", "--arch", "arch.yaml", "--steps", "1"],
+         ("arch.yaml", "metrics.threads"), {"arch.yaml": ARCH + "metrics: {device: cpu, threads: 100000000000000}\n"})
+    case("train-threads-1e14", [*train, "--threads", "100000000000000"], "--threads")
+    case("train-seed-2-32", [*train, "--seed", "4294967296"], "--seed")
+    case("search-seed-2-32", search("--seed", "4294967296"), "--seed")
+    case("cpus-per-trial-1e14", search("--cpus-per-trial", "1e14"), "--cpus-per-trial")
+    case("worker-timeout-nan", search("--worker-timeout", "nan"), "--worker-timeout")
+    case("trial-timeout-1e300", [a for a in search("--trial-timeout", "1e300") if a != "--local"], "--trial-timeout")
+    # -- YAML that expands without bound ------------------------------------------------------
+    case("yaml-billion-laughs", search(), ("space.yaml", "aliases are expanded"), {"space.yaml": BOMB})
+    case("yaml-nested-500", search(), ("space.yaml", "nested"), {"space.yaml": "globals: " + "[" * 500 + "]" * 500})
+    case("yaml-nested-100000", search(), ("space.yaml", "nested"),
+         {"space.yaml": "globals: " + "[" * 100000 + "]" * 100000})
+    case("yaml-alias-inside-itself", search(), ("space.yaml", "alias"), {"space.yaml": "globals: &g [1, *g]\n"})
+    case("yaml-3-mb", search(), ("space.yaml", "bytes"), {"space.yaml": "# " + "x" * 3_000_000 + "\n" + space()})
+    case("arch-billion-laughs", train, ("arch.yaml", "aliases are expanded"), {"arch.yaml": BOMB})
+    # -- sizes that cannot fit, refused from an estimate ----------------------------------------
+    case("yaml-n-layers-1e8", search(), ("space.yaml", "globals.n_layers", "4096"),
+         {"space.yaml": space("globals.n_layers", 100000000)})
+    case("yaml-d-model-1e10", search(), ("space.yaml", "globals.d_model"),
+         {"space.yaml": space("globals", {**SPACE["globals"], "d_model": 10**10})})
+    case("yaml-d-model-over-one-device", search(), ("space.yaml", "globals.d_model", "GiB"),
+         {"space.yaml": space("globals", {**SPACE["globals"], "d_model": 2**18})})
+    case("yaml-max-len-over-one-device", search(), ("space.yaml", "globals.max_len", "GiB"),
+         {"space.yaml": space("globals", {**SPACE["globals"], "max_len": 2**21})})
+    case("arch-repeat-1e8", train, ("arch.yaml", "layers.repeat"),
+         {"arch.yaml": "arch: {d_model: 16, n_heads: 2, max_len: 16, layers: {repeat: 100000000, attention: mha}}\n"})
+    case("arch-d-model-1e10", train, ("arch.yaml", "arch.d_model"), {"arch.yaml": arch_with(d_model=10**10)})
+    case("arch-max-len-over-this-machine", train, ("arch.yaml", "arch.max_len", "GiB"),
+         {"arch.yaml": arch_with(max_len=10**7)})
+    case("arch-batch-over-this-machine", train, ("arch.yaml", "recipe.batch_size", "GiB"),
+         {"arch.yaml": ARCH + "recipe: {batch_size: 1000000000}\n"})
+    # -- what every trial of a search would refuse ---------------------------------------------
+    case("search-corpus-shorter-than-a-window", [*lm, "--data", "short.txt"], ("short.txt", "window"),
+         {"short.txt": "too short\n"})
+    case("search-seq-len-over-max-len", lm, ("space.yaml", "recipe.seq_len"),
+         {"space.yaml": space("recipe", {**RECIPE, "seq_len": 32})})
+    case("search-tokens-below-one-step", [*lm, "--tokens", "10"], ("space.yaml", "budget", "one training step"))
+    case("search-flops-below-one-step", [*lm, "--budget-flops", "1000"], ("space.yaml", "budget"))
+    # -- output paths, checked before any work -------------------------------------------------
+    case("train-save-a-directory", [*train, "--save", "emptydir"], ("--save", "emptydir"))
+    case("train-save-under-a-file", [*train, "--save", "notes.txt/model.pt"], ("--save", "notes.txt"))
+    case("train-save-read-only", [*train, "--save", "/proc/nas-lm/model.pt"], ("--save", "/proc"))
+    case("train-logdir-a-file", [*train, "--logdir", "notes.txt"], ("--logdir", "notes.txt"))
+    case("export-out-under-a-file", ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "notes.txt/x.yaml"],
+         ("--out", "notes.txt"))
+    case("export-out-read-only", ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "/proc/x.yaml"],
+         ("--out", "/proc"))
+    case("plot-out-a-file", ["plot", "--study", "s", "--storage", "{url}", "--out", "notes.txt"], ("--out", "notes.txt"))
+    case("storage-under-a-file", search("--storage", "sqlite:///notes.txt/s.db"), ("--storage", "notes.txt"))
+    case("storage-read-only", search("--storage", "sqlite:////proc/nas-lm/s.db"), ("--storage", "/proc"))
+    case("runs-dir-read-only", search("--runs-dir", "/proc/nas-lm"), ("--runs-dir", "/proc"))
+    # -- study names ---------------------------------------------------------------------------
+    case("study-name-empty", search("--study", ""), "--study")
+    case("study-name-newline", search("--study", "a\nb"), "--study")
+    case("study-name-space", search("--study", "my study"), "--study")
+    case("study-name-too-long", search("--study", "x" * 300), "--study")
+    case("study-name-from-the-space-file", [a for a in search() if a != "--study"], ("space.yaml", "name"),
+         {"space.yaml": space("name", "two\nlines")})
 
 
 @pytest.fixture(scope="module")

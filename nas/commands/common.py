@@ -6,6 +6,8 @@ import argparse
 import math
 from typing import Any
 
+from nas.validate import finite_or_none
+
 
 def positive_number(text: str) -> float:
     try:
@@ -65,10 +67,4 @@ def add_device_arg(parser: argparse.ArgumentParser) -> None:
 
 def jsonable(value: Any) -> Any:
     """``value`` with non-finite floats as None and keys as strings, so ``json.dumps`` writes valid JSON."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return finite_or_none(value, str)

@@ -24,6 +24,7 @@ from nas.models import ArchConfig
 from nas.search.candidate import INFEASIBLE, is_infeasible
 from nas.search.lookup import state_name
 from nas.search.report import best_trial, get_trial, metrics_of, settings_of
+from nas.validate import check_output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: is a directory; give a file name such as {out / 'best.yaml'}")
     if out.exists() and not args.force:
         raise UserError(f"--out {out}: file exists; pass --force to overwrite it")
+    check_output_file(out, "--out")
     study, url = open_study(args)
     if args.confirmed:
         return _export_confirmed(study, url, out)

@@ -6,6 +6,7 @@ import argparse
 
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import positive_int
+from nas.validate import check_writable_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_writable_dir(args.out, "--out")
     study, _ = open_study(args)
     from nas.plots import plot_study  # matplotlib only when plotting
 

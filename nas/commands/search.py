@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shlex
 import signal
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nas.commands.common import add_budget_args, add_device_arg, budget_from_args
 from nas.errors import ConfigError, UserError
+from nas.validate import MAX_SEED, check_number, check_study_name
 
 if TYPE_CHECKING:
     from nas.search.hurdles import Hurdles
@@ -112,11 +114,19 @@ def build_settings(args: argparse.Namespace) -> SearchSettings:
     space = load_space(resolve_space_path(args.space))
     try:
         budget = Budget.from_dict(budget_from_args(args) or space.budget or DEFAULT_BUDGET)
-        recipe = TrainRecipe.from_dict({**space.recipe, "seed": args.seed})
+        recipe = TrainRecipe.from_dict(space.recipe)
     except ConfigError as err:
         raise err.in_file(space.source) from None
+    seed = check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)
+    recipe = dataclasses.replace(recipe, seed=seed)
     data = resolve_data(args.data, args.tokenizer)  # with --tokenizer: the cached token files, made once here
-    study = args.study or space.name
+    if args.study is None:  # the space's name names the study: an error points at the file
+        try:
+            check_study_name(space.name, "name")
+        except ConfigError as err:
+            msg = f"{err.message}; set another name: or pass --study"
+            raise ConfigError(msg, err.path, space.source) from None
+    study = args.study if args.study is not None else space.name
     runs = Path(args.runs_dir)
     return SearchSettings(
         study=study,

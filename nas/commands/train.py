@@ -32,6 +32,8 @@ from nas.commands.common import (
 from nas.data import DEFAULT_CORPUS, VOCAB_SIZE, Corpus, describe_record, load_corpus, resolve_data
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
+from nas.preflight import check_training
+from nas.validate import MAX_SEED, MAX_THREADS, check_number, check_output_file, check_writable_dir
 
 DEFAULT_BUDGET = {"steps": 200}
 
@@ -82,7 +84,8 @@ def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | N
     else:
         budget = file_budget or Budget.from_dict(DEFAULT_BUDGET)
     if args.seed is not None:
-        recipe = dataclasses.replace(recipe, seed=args.seed)
+        seed = check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)
+        recipe = dataclasses.replace(recipe, seed=seed)
     data = doc.get("data")
     record = isinstance(data, dict) and isinstance(data.get("corpus"), str)
     if not (data is None or isinstance(data, str) or record):
@@ -138,24 +141,41 @@ def recorded_threads(args: argparse.Namespace) -> int | None:
     trial on its own thread count is what reproduces its loss to the last digits.
     """
     if args.threads is not None:
-        return args.threads
+        return check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
     metrics = load_arch_file(args.arch).get("metrics") or {}
     threads = metrics.get("threads")
     if metrics.get("device") == "cpu" and isinstance(threads, int) and threads > 0 and args.device != "cuda":
-        return threads
+        try:
+            return check_number(threads, "metrics.threads", integer=True, high=MAX_THREADS)
+        except ConfigError as err:
+            raise err.in_file(args.arch) from None
     return None
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an output path that cannot be written now, before any data is read or any step taken."""
+    if args.save is not None:
+        check_output_file(args.save, "--save")
+    if args.logdir is not None:
+        check_writable_dir(args.logdir, "--logdir")
 
 
 def run(args: argparse.Namespace) -> int:
     arch, recipe, budget, data = resolve(args)
-    corpus = load_data(args, data)  # first: a missing corpus is one line, before any progress output
     threads = recorded_threads(args)
+    check_outputs(args)
+    corpus = load_data(args, data)  # before any progress output: a missing corpus is one line
+    file_vocab = arch.vocab_size
+    try:  # all that training would refuse, and a model this machine cannot hold, before it is built
+        arch = arch.with_vocab(corpus.vocab_size)
+        check_training(arch, recipe, budget, corpus, args.device)
+    except ConfigError as err:
+        raise err.in_file(args.arch) from None
     if threads is not None and args.threads is None:
         stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
     stderr_log(corpus.describe())
-    if arch.vocab_size != corpus.vocab_size:
-        stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file says {arch.vocab_size:,})")
-        arch = arch.with_vocab(corpus.vocab_size)
+    if file_vocab != corpus.vocab_size:
+        stderr_log(f"vocabulary {corpus.vocab_size:,} from the corpus (the file says {file_vocab:,})")
     try:
         metrics = train_lm(
             arch,

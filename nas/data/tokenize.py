@@ -27,6 +27,7 @@ from nas.data.corpus import Corpus, cache_dir, file_lock
 from nas.data.text import SEPARATOR
 from nas.data.tokens import META, is_token_dir, write_token_dir
 from nas.errors import UserError
+from nas.validate import check_writable_dir
 
 _PIECE = 1 << 20  # characters per encoded piece
 
@@ -62,6 +63,7 @@ def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Pat
     tok_fp = "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
     key = f"{tok_fp[7:]}-{text.fingerprint.removeprefix('sha256:')}"
     out = cache_dir() / "tokens" / key
+    check_writable_dir(out.parent, "NAS_CACHE_DIR (the token cache)")
     source = {
         "corpus": text.source.get("corpus", text.name),
         "tokenizer": str(path.resolve()),

@@ -17,6 +17,7 @@ from nas.errors import ConfigError
 from nas.models.attention import ATTENTION, BlockOptions, FFNSpec
 from nas.models.dims import Dims
 from nas.models.ffn import ACTIVATIONS, ffn_width
+from nas.validate import MAX_DIM, MAX_LAYERS, check_number
 
 POS_ENCODINGS = ("learned", "sinusoidal")
 
@@ -79,9 +80,7 @@ class LayerConfig:
             _refuse_unknown(ffn_raw, ("activation", "mult"))
             activation = ffn_raw.get("activation", "relu")
             ACTIVATIONS.get(activation, "activation")
-            mult = ffn_raw.get("mult", 4.0)
-            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
-                raise ConfigError(f"must be a positive number, got {mult!r}", "mult")
+            mult = check_number(ffn_raw.get("mult", 4.0), "mult", low=0, low_open=True)
         except ConfigError as err:
             raise err.at("ffn") from None
         return cls(attention, FFNSpec(activation, float(mult)))
@@ -105,9 +104,9 @@ class ArchConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
         for key in ("d_model", "n_heads", "max_len", "vocab_size"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", key)
+            check_number(getattr(self, key), key, integer=True, low=1, high=MAX_DIM)
+        if len(self.layers) > MAX_LAYERS:
+            raise ConfigError(f"has {len(self.layers)} layers; at most {MAX_LAYERS} are allowed", "layers")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}", "n_heads"
@@ -176,13 +175,14 @@ class ArchConfig:
                 raise ConfigError("is required", key)
         layers_raw = raw["layers"]
         if isinstance(layers_raw, Mapping) and "repeat" in layers_raw:
-            repeat = layers_raw["repeat"]
-            if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-                raise ConfigError(f"must be a positive integer, got {repeat!r}", "layers.repeat")
+            # checked before the layers are expanded: 10**8 copies would take minutes to build
+            repeat = check_number(layers_raw["repeat"], "layers.repeat", integer=True, low=1, high=MAX_LAYERS)
             one = {k: v for k, v in layers_raw.items() if k != "repeat"}
             layers_raw = [one] * repeat
         if not isinstance(layers_raw, (list, tuple)):
             raise ConfigError("must be a list of layers or {repeat: N, attention: ..., ffn: ...}", "layers")
+        if len(layers_raw) > MAX_LAYERS:
+            raise ConfigError(f"has {len(layers_raw)} layers; at most {MAX_LAYERS} are allowed", "layers")
         layers = []
         for i, item in enumerate(layers_raw):
             try:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.validate import check_number, non_finite_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +43,18 @@ class Param:
             if unknown:
                 raise ConfigError(f"unknown key {unknown[0]!r} in a range; valid: low, high, step, log", path)
             low, high = raw.get("low"), raw.get("high")
-            for key, v in (("low", low), ("high", high)):
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ConfigError(f"a range needs numeric low and high, got {key}={v!r}", path)
+            step, log = raw.get("step"), raw.get("log", False)
+            try:
+                check_number(low, "low")
+                check_number(high, "high")
+                if step is not None:
+                    check_number(step, "step", low=0, low_open=True)
+            except ConfigError as err:
+                raise err.at(path) from None
             if low > high:
                 raise ConfigError(f"range low {low} is above high {high}", path)
-            step, log = raw.get("step"), raw.get("log", False)
             if not isinstance(log, bool):
                 raise ConfigError(f"log must be true or false, got {log!r}", path)
-            bad_step = isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0
-            if step is not None and bad_step:
-                raise ConfigError(f"step must be a positive number, got {step!r}", path)
             if log and low <= 0:
                 raise ConfigError("a log range needs low > 0", path)
             if log and step is not None:
@@ -65,11 +67,13 @@ class Param:
             labels = [label(c) for c in raw]
             if len(set(labels)) != len(labels):
                 raise ConfigError(f"lists the same choice twice: {raw!r}", path)
+            _refuse_non_finite(raw, path)
             return cls("categorical", choices=tuple(freeze(c) for c in raw))
         if isinstance(raw, Mapping):
             raise ConfigError(
                 "must be a value, a list of choices, or a range {low: .., high: ..}", path
             )
+        _refuse_non_finite(raw, path)
         return cls("fixed", value=raw)
 
     def values(self) -> list[Any]:
@@ -137,3 +141,10 @@ def thaw(value: Any) -> Any:
         return {k: thaw(v) for k, v in value.items()}
     return value
 
+
+
+def _refuse_non_finite(raw: Any, path: str) -> None:
+    """A choice or a fixed value holding NaN or infinity (a space built in Python, not read from YAML)."""
+    where = non_finite_path(raw, path)
+    if where is not None:
+        raise ConfigError("a non-finite number (nan or inf) is not a valid value", where)

@@ -15,10 +15,7 @@ making the settings and running them.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 import socket
-from pathlib import Path
 from typing import Any
 
 from evaluators import Budget, TrainRecipe
@@ -27,12 +24,19 @@ from nas.errors import UserError
 from nas.search.hurdles import Hurdles
 from nas.search.samplers import SAMPLERS
 from nas.search.space import SearchSpace
-from nas.search.storage import check_storage_url, is_memory_sqlite
+from nas.search.storage import check_storage_url, is_memory_sqlite, sqlite_path
+from nas.validate import (
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_THREADS,
+    check_number,
+    check_output_file,
+    check_study_name,
+    check_writable_dir,
+)
 
 OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
 DEVICES = ("auto", "cpu", "cuda")
-#: samplers and torch take seeds below 2**32 (NumPy's limit)
-MAX_SEED = 2**32 - 1
 
 
 @dataclasses.dataclass
@@ -72,7 +76,7 @@ class SearchSettings:
     compile: bool = False
 
     def __post_init__(self) -> None:
-        _check_study_name(self.study)
+        check_study_name(self.study, "--study")
         if is_memory_sqlite(self.storage):
             raise UserError(
                 f"--storage {self.storage!r} keeps the study in memory: every trial would be lost when the "
@@ -84,11 +88,11 @@ class SearchSettings:
         _check_int("retries", self.retries, low=0)
         if self.population is not None:
             _check_int("population", self.population, low=1)
-        _check_number("cpus_per_trial", self.cpus_per_trial, positive=True)
+        _check_number("cpus_per_trial", self.cpus_per_trial, positive=True, high=MAX_THREADS)  # torch threads
         _check_number("gpus_per_trial", self.gpus_per_trial, positive=False)
-        _check_number("worker_timeout", self.worker_timeout, positive=True)
+        _check_number("worker_timeout", self.worker_timeout, positive=True, high=MAX_SECONDS)
         if self.trial_timeout is not None:
-            _check_number("trial_timeout", self.trial_timeout, positive=True)
+            _check_number("trial_timeout", self.trial_timeout, positive=True, high=MAX_SECONDS)
         _check_choice("objective", self.objective, tuple(OBJECTIVES))
         _check_choice("sampler", self.sampler, SAMPLERS)
         _check_choice("device", self.device, DEVICES)
@@ -106,11 +110,19 @@ class SearchSettings:
         Creates nothing; the default corpus is fetched (once per process) here.
         """
         from nas.data import load_corpus
+        from nas.preflight import check_search
 
-        load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
+        corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
+        # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
+        check_search(self.space, self.recipe, self.budget, corpus, trains=self.evaluator == "lm")
         if self.runs_dir is not None:
-            check_writable_dir(Path(self.runs_dir), "--runs-dir")
+            check_writable_dir(self.runs_dir, "--runs-dir")
+        if self.tb_dir is not None:
+            check_writable_dir(self.tb_dir, "--runs-dir")
         check_storage_url(self.storage)
+        db = sqlite_path(self.storage)
+        if db is not None:  # the database file and its directory, as every output path
+            check_output_file(db, f"--storage {self.storage!r}")
         if self.address is not None and not self.local:
             check_address(self.address)
 
@@ -137,39 +149,17 @@ def flag(field: str) -> str:
     return _FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
-def _check_study_name(name: str) -> None:
-    # The name becomes a directory under --runs-dir and a line in printed commands.
-    if (not isinstance(name, str) or not name or not name.isprintable() or name.startswith(".")
-            or any(c in name for c in "/\\")):
-        raise UserError(f"--study {name!r}: use a plain name (letters, digits, - and _)")
-
-
 def _check_int(field: str, value: Any, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        bound = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        raise UserError(f"{flag(field)} must be {bound}, got {value!r}")
+    check_number(value, flag(field), integer=True, low=low, high=high)
 
 
-def _check_number(field: str, value: Any, positive: bool) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        raise UserError(f"{flag(field)} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+def _check_number(field: str, value: Any, positive: bool, high: float | None = None) -> None:
+    check_number(value, flag(field), low=0, low_open=positive, high=high)
 
 
 def _check_choice(field: str, value: Any, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise UserError(f"{flag(field)} {value!r}; valid: {', '.join(valid)}")
-
-
-def check_writable_dir(path: Path, what: str) -> None:
-    """Refuse ``path`` unless it is, or can be created as, a writable directory (creates nothing)."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and (not probe.is_dir() or not os.access(probe, os.W_OK)):
-        raise UserError(f"{what} {str(path)!r}: {probe} is not a writable directory")
 
 
 def check_address(address: str) -> None:

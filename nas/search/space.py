@@ -1,6 +1,6 @@
 """YAML search spaces -> validated data (a ``SearchSpace``, see ``nas.search.sampling``).
 
-A space file is data only (loaded with ``yaml.safe_load``).  Any value is a
+A space file is data only (read by ``nas.yamlsafe.read_yaml``).  Any value is a
 *parameter* (``nas.search.params``): a scalar is fixed, a list is a
 categorical choice, and ``{low: L, high: H[, step: S][, log: true]}`` is a
 numeric range.  See ``docs/search_spaces.md`` for the format.  Each attention
@@ -17,11 +17,12 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from nas.archfile import read_yaml
 from nas.errors import ConfigError
 from nas.models import ACTIVATIONS, ATTENTION, ArchConfig, AttentionBlock
 from nas.search.params import Param, label, thaw
 from nas.search.sampling import SEED_ARCHS, BlockChoice, SearchSpace
+from nas.validate import MAX_DIM, MAX_LAYERS, check_number
+from nas.yamlsafe import read_yaml
 
 __all__ = ["SEED_ARCHS", "BlockChoice", "Param", "SearchSpace", "label", "load_space", "parse_space"]
 
@@ -101,9 +102,9 @@ def _parse_globals(g_raw: Any) -> dict[str, Param]:
     for key in ("d_model", "n_heads", "n_layers", "max_len", "vocab_size"):
         if key in params:
             p = params[key]
-            for v in p.values():
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise ConfigError(f"must be positive integers, got {v!r}", f"globals.{key}")
+            for v in p.values():  # a range's both ends: every value between is as valid
+                check_number(v, f"globals.{key}", integer=True, low=1,
+                             high=MAX_LAYERS if key == "n_layers" else MAX_DIM)
             if p.kind == "float":
                 raise ConfigError("must be an integer range (integer low and high)", f"globals.{key}")
     return params
@@ -118,8 +119,7 @@ def _parse_ffn(ffn_raw: Any) -> tuple[Param, Param]:
         ACTIVATIONS.get(v, "layers.ffn.activation")
     mult = Param.parse(ffn_raw.get("mult", 4), "layers.ffn.mult")
     for v in mult.values():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            raise ConfigError(f"must be positive numbers, got {v!r}", "layers.ffn.mult")
+        check_number(v, "layers.ffn.mult", low=0, low_open=True)
     return activation, mult
 
 
@@ -127,15 +127,15 @@ def _parse_constraints(constraints: Any) -> dict[str, float]:
     if not isinstance(constraints, Mapping):
         raise ConfigError("must be a mapping of max_params and/or max_flops_per_token", "constraints")
     _refuse_unknown(constraints, CONSTRAINT_KEYS, "constraints")
+    out = {}
     for key, v in constraints.items():
-        if isinstance(v, str):
+        if isinstance(v, str):  # YAML reads 1e6 (no dot) as a string
             try:
                 v = float(v)
             except ValueError:
                 pass
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            raise ConfigError(f"must be a positive number, got {v!r}", f"constraints.{key}")
-    return {k: float(v) for k, v in constraints.items()}
+        out[key] = float(check_number(v, f"constraints.{key}", low=0, low_open=True))
+    return out
 
 
 def _parse_attention(raw: Any) -> tuple[Param, dict[str, BlockChoice]]:
@@ -224,6 +224,35 @@ def _check_combinations(space: SearchSpace) -> None:
                             ArchConfig.from_dict({**g, "layers": [raw_layer]})
                         except ConfigError as err:
                             raise _combination_error(space, err, g, name, opts, act, mult) from None
+
+
+#: the sizes whose largest (smallest) values make a space's largest (cheapest) candidates
+SIZE_KEYS = ("d_model", "max_len", "vocab_size")
+
+
+def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchConfig, int]]:
+    """One-layer stand-ins of the space's largest (or smallest) candidates, with their layer count.
+
+    Sizes (:data:`SIZE_KEYS` and ``n_layers``) are at the top (bottom) of their choices; every
+    other global, block option and FFN choice is enumerated.  Costs grow with each size, so
+    these bound every candidate's (``nas.compute.training_bytes`` scales a layer by the count).
+    """
+    pick = max if largest else min
+    fixed = {k: pick(p.values()) for k, p in space.globals.items() if k in SIZE_KEYS}
+    others = {k: p for k, p in space.globals.items() if k not in SIZE_KEYS and k != "n_layers"}
+    n_layers = pick(int(v) for v in space.globals["n_layers"].values())
+    for g in _product(others):
+        for name, choice in space.blocks.items():
+            for combo in _product(choice.options):
+                opts = _chosen(ATTENTION.get(name), combo)
+                for act in space.activation.values():
+                    for mult in space.mult.values():
+                        ffn = {"activation": act, "mult": mult}
+                        layer = {"attention": {"type": name, **opts}, "ffn": ffn}
+                        try:
+                            yield ArchConfig.from_dict({**fixed, **g, "layers": [layer]}), n_layers
+                        except ConfigError:  # a combination _check_combinations had no time to try
+                            continue
 
 
 def _combination_error(

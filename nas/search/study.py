@@ -131,6 +131,7 @@ def create_new_study(
     lease = DriverLease(storage, settings.study, heartbeat)
     lease.acquire()
     try:
+        set_metric_names(study)
         seeds = enqueue_seed_archs(study, settings.space)
         study.set_user_attr(SETTINGS, settings.fingerprint())
     except BaseException:
@@ -147,6 +148,19 @@ def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[Dri
     storage = getattr(study._storage, "_backend", study._storage)  # Optuna wraps the RDB storage in a cache
     lease = DriverLease(storage, study.study_name, heartbeat)
     return lease, lease.acquire()
+
+
+#: what the objectives are called in optuna-dashboard and ``study.metric_names``, in objective order
+METRIC_NAMES = ("val_loss", "flops_per_token")
+
+
+def set_metric_names(study: optuna.Study) -> None:
+    """Name the objectives (optuna-dashboard shows ``0`` and ``1`` otherwise); a new study only."""
+    import warnings
+
+    with warnings.catch_warnings():  # set_metric_names is marked experimental in Optuna 5
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(METRIC_NAMES[: len(study.directions)]))
 
 
 def _never_ran(study: optuna.Study) -> bool:

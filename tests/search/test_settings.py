@@ -32,14 +32,14 @@ def test_valid_settings_are_accepted() -> None:
 @pytest.mark.parametrize(
     "over,words",
     [
-        ({"trials": 0}, ["--trials", ">= 1", "0"]),
+        ({"trials": 0}, ["--trials", "positive integer", "0"]),
         ({"trials": 2.5}, ["--trials", "integer"]),
         ({"seed": -1}, ["--seed"]),
         ({"seed": 2**32}, ["--seed", "4294967295"]),
         ({"workers": 0}, ["--workers"]),
         ({"retries": -1}, ["--retries"]),
         ({"population": 0}, ["--population"]),
-        ({"cpus_per_trial": 0.0}, ["--cpus-per-trial", "> 0"]),
+        ({"cpus_per_trial": 0.0}, ["--cpus-per-trial", "(0, 4096]"]),
         ({"cpus_per_trial": float("nan")}, ["--cpus-per-trial", "finite"]),
         ({"gpus_per_trial": -1.0}, ["--gpus-per-trial", ">= 0"]),
         ({"worker_timeout": float("inf")}, ["--worker-timeout"]),

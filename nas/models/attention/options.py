@@ -13,6 +13,7 @@ from typing import Any
 
 from nas.errors import ConfigError
 from nas.models.dims import Dims
+from nas.validate import check_number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +51,9 @@ class BlockOptions:
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"must be an integer, got {value!r}", key)
-        return value
+        return check_number(value, key, integer=True)
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"must be a number, got {value!r}", key)
-        return float(value)
+        return float(check_number(value, key))
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"must be a string, got {value!r}", key)

@@ -1,0 +1,96 @@
+"""The checks every command passes before it creates a study or a file, or starts any work.
+
+``train`` and ``search`` refuse here, with one line, what would otherwise fail
+later: after a model was trained (an output path that cannot be written), in
+the middle of allocating it (a model no device can hold), or in every trial of
+a search (a corpus shorter than one window, a ``seq_len`` over ``max_len``, a
+budget below one step).  The rules themselves are the trainer's
+(``evaluators.budget``: ``check_arch_fits``, ``check_windows``, ``plan_steps``,
+``plan_training``) and ``nas.compute.check_fits``; this module only applies
+them to a whole search space, and reads the machine's memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from evaluators.base import Budget, TrainRecipe
+from evaluators.budget import check_arch_fits, check_windows, plan_steps, plan_training
+from nas.compute import check_fits, compute
+from nas.errors import ConfigError
+from nas.models import ArchConfig
+from nas.search.space import SearchSpace, one_layer_archs
+from nas.validate import MAX_TRAIN_BYTES
+
+
+def machine_memory(device: str) -> tuple[float, str]:
+    """(bytes, words) of the memory one model trained on ``device`` here may use at most.
+
+    CUDA: the first GPU's memory; else (or if it cannot be read) the machine's RAM.
+    """
+    if device in ("auto", "cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            total = torch.cuda.get_device_properties(0).total_memory
+            return float(total), f"the GPU ({torch.cuda.get_device_name(0)})"
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: the absolute ceiling only
+        return float(MAX_TRAIN_BYTES), "one device"
+    return float(min(ram, MAX_TRAIN_BYTES)), "this machine's memory"
+
+
+def check_training(arch: ArchConfig, recipe: TrainRecipe, budget: Budget, corpus: Any, device: str) -> None:
+    """What ``train_lm`` would refuse, and a model too large for this machine, before anything is built."""
+    seq_len = check_arch_fits(arch, recipe, corpus)
+    limit, where = machine_memory(device)
+    try:
+        check_fits(arch, recipe.batch_size, seq_len, limit=limit, where=where)
+    except ConfigError as err:
+        raise err.at("recipe" if err.path == "batch_size" else "arch") from None
+    plan_training(budget, recipe, seq_len, corpus, arch, ())
+
+
+def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus: Any, trains: bool) -> None:
+    """Refuse a space whose candidates cannot all be built, or (``trains``) trained on ``corpus``.
+
+    The largest candidates must fit one device and, when trained, their longest
+    window the corpus; the smallest ``max_len`` must hold ``recipe.seq_len``; the
+    cheapest candidate must get at least one step from the budget (a FLOPs budget
+    gives bigger models fewer steps, so only when even the cheapest gets none is
+    every trial bound to fail).  Errors name the space file and its field.
+    """
+    try:
+        for arch, n_layers in one_layer_archs(space, largest=True):
+            arch = arch.with_vocab(corpus.vocab_size)
+            seq_len = recipe.seq_len or arch.max_len
+            check_fits(arch, recipe.batch_size, seq_len, n_layers=n_layers)
+            if trains:
+                check_windows(corpus, seq_len)
+        if not trains:
+            return
+        cheapest = None
+        for arch, n_layers in one_layer_archs(space, largest=False):
+            arch = dataclasses.replace(arch, layers=arch.layers * n_layers, vocab_size=corpus.vocab_size)
+            seq_len = check_arch_fits(arch, recipe, corpus)
+            cost = compute(arch, seq_len)
+            if cheapest is None or cost.train_flops_per_token < cheapest[0].train_flops_per_token:
+                cheapest = (cost, seq_len)
+        if cheapest is not None:
+            plan_steps(budget, cheapest[0], recipe.batch_size, cheapest[1])
+    except ConfigError as err:
+        raise ConfigError(err.message, _space_path(err.path, space, corpus), space.source) from None
+
+
+def _space_path(path: str, space: SearchSpace, corpus: Any) -> str:
+    """Where in the space file (or which corpus) an error about one candidate points."""
+    if path in ("batch_size", "seq_len"):
+        return f"recipe.{path}"
+    if path == "vocab_size" and "vocab_size" not in space.globals:
+        return f"the vocabulary of {corpus.name}"
+    if path in ("d_model", "n_layers", "max_len", "vocab_size", "n_heads"):
+        return f"globals.{path}"
+    return path

@@ -1,0 +1,183 @@
+"""The one check for numbers a user gives, and the ceilings no input may pass.
+
+Every parser of user input (architecture files, search spaces, recipes,
+budgets, block options, flags) checks a number through :func:`check_number`,
+so a value that is not a number, not finite (``.nan``, ``.inf``, ``1.0e999``),
+or outside what the library it is passed to accepts is refused the same way
+everywhere: a :class:`~nas.errors.ConfigError` naming the field and the range.
+
+The ceilings below are limits of the libraries and of one machine, not taste;
+each says why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import reprlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nas.errors import ConfigError, UserError
+
+#: NumPy seeds (and through them the samplers) must be below 2**32; torch takes more but we keep one rule
+MAX_SEED = 2**32 - 1
+#: torch.set_num_threads takes an int; far more threads than any machine has cores is a typo, not a plan
+MAX_THREADS = 4096
+#: the largest float32: the optimizer's factors (lr, weight decay, clipping norm) are applied in fp32
+FP32_MAX = 3.4028234663852886e38
+#: threading refuses a timeout above threading.TIMEOUT_MAX (about 9.2e9 s on Linux); 10**9 s is 31 years
+MAX_SECONDS = 10**9
+#: every layer is a Python module: building 10**5 of them takes minutes before a step runs, and the
+#: deepest Transformers trained (DeepNet) have 1000 layers
+MAX_LAYERS = 4096
+#: one size (d_model, max_len, vocab_size, batch_size...) above 2**31 cannot index a torch tensor dimension
+#: on every backend and is far past any model that fits :data:`MAX_TRAIN_BYTES`
+MAX_DIM = 2**31 - 1
+#: A lower bound of what training one model needs (see ``nas.compute.training_bytes``) may not exceed
+#: this: 4 TiB is more memory than any single machine or GPU this trainer runs on (one device, no
+#: sharding: an 8 x H200 node has 1.1 TiB of GPU memory), so a model over it cannot be trained here;
+#: 10**12 parameters alone need 16 TB for fp32 weights, gradients and AdamW's two moments.
+MAX_TRAIN_BYTES = 4 * 2**40
+
+
+def check_number(
+    value: Any,
+    where: str,
+    *,
+    integer: bool = False,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
+    """``value`` if it is a finite number (an int when ``integer``) in the range; else a ConfigError.
+
+    ``low``/``high`` are inclusive unless ``low_open``/``high_open``.  Booleans are not numbers
+    (YAML's ``yes`` is one).  The error names ``where`` and the valid range.
+    """
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+    if ok and isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        raise ConfigError(f"must be {describe_range(integer, low, high, low_open, high_open)}, got "
+                          f"{short_repr(value)}", where)  # fmt: skip
+    return value
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 40
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut short: a value from a file may be a list of a million items."""
+    return _SHORT.repr(value)
+
+
+def describe_range(integer: bool, low: float | None, high: float | None, low_open: bool = False,
+                   high_open: bool = False) -> str:  # fmt: skip
+    """``an integer in [1, 4096]``, ``a positive number``... as error messages say it."""
+    if high is None and low == (1 if integer and not low_open else 0) and (integer or low_open):
+        return "a positive integer" if integer else "a positive number"
+    kind = "an integer" if integer else "a finite number"
+    if low is not None and high is not None:
+        return f"{kind} in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{kind} {'>' if low_open else '>='} {_num(low)}"
+    if high is not None:
+        return f"{kind} {'<' if high_open else '<='} {_num(high)}"
+    return kind
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def non_finite_path(doc: Any, path: str = "") -> str | None:
+    """The dotted path of the first non-finite float anywhere in plain data, or None.
+
+    Shared containers (YAML aliases) are visited once, so this is linear in the
+    document as written, not as expanded.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [(path, doc)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return where or "(top level)"
+        if isinstance(node, (dict, list, tuple)):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            children = [(f"{where}.{k}" if where else str(k), v) for k, v in items]
+            stack.extend(reversed(children))
+    return None
+
+
+def finite_or_none(value: Any, key: Any = None) -> Any:
+    """Plain data with every non-finite float as None (a metric that was not measured), for JSON and YAML.
+
+    ``key`` maps mapping keys (``str`` for JSON); None keeps them.
+    """
+    if isinstance(value, dict):
+        return {(key(k) if key else k): finite_or_none(v, key) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v, key) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse ``path`` unless it is, or can be created as, a writable directory; leaves nothing behind.
+
+    The nearest existing ancestor must be a directory that a file can really be created in:
+    ``os.access`` alone says yes to root on a read-only mount point such as ``/proc``.
+    """
+    if not str(path).strip():
+        raise UserError(f"{what} is empty; give a directory")
+    p = Path(path).expanduser()
+    probe = p
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{what} {str(path)!r}: {probe} is not a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".nas-write-test-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise UserError(f"{what} {str(path)!r}: cannot write in {probe} ({err.strerror or err})") from None
+
+
+def check_output_file(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a file path a command will write, before it does any work (creates nothing)."""
+    if not str(path).strip():
+        raise UserError(f"{what} is empty; give a file name")
+    p = Path(path).expanduser()
+    if p.is_dir() or str(path).endswith(os.sep):
+        raise UserError(f"{what} {str(path)!r}: is a directory; give a file name such as {p / 'out'}")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UserError(f"{what} {str(path)!r}: the file exists and is not writable")
+    check_writable_dir(p.parent, what)
+
+
+#: a study name becomes a directory under --runs-dir and a word in printed commands
+MAX_NAME = 128
+
+
+def check_study_name(name: Any, where: str) -> str:
+    """``name`` if it can name a study; else a ConfigError at ``where`` that states the whole rule."""
+    ok = (isinstance(name, str) and 0 < len(name) <= MAX_NAME and (name[0].isalnum() or name[0] == "_")
+          and all(c.isalnum() or c in "._-" for c in name))
+    if not ok:
+        raise ConfigError(f"{name!r} cannot name a study: use 1 to {MAX_NAME} letters, digits, '.', '-' or "
+                          "'_', starting with a letter, a digit or '_'", where)  # fmt: skip
+    return name
