@@ -101,9 +101,11 @@ class MultiBranchAttention(AttentionBlock):
         self.kappa_logits = nn.Parameter(torch.zeros(H))
         self.alpha_logits = nn.Parameter(torch.zeros(H))
         self.branch_norm = opts.branch_norm
-        if opts.branch_norm:  # one LayerNorm per branch: scale and shift of shape (H, C)
-            self.norm_weight = nn.Parameter(torch.ones(H, d))
-            self.norm_bias = nn.Parameter(torch.zeros(H, d))
+        if opts.branch_norm:
+            # One LayerNorm per branch: scale and shift for (H, C), kept flat (H * C,) so that, like
+            # every LayerNorm's, they are vectors and never weight-decayed (evaluators/step.py).
+            self.norm_weight = nn.Parameter(torch.ones(H * d))
+            self.norm_bias = nn.Parameter(torch.zeros(H * d))
         self.act = ACTIVATIONS.get(ffn.activation)
         self.activation_name = ffn.activation  # for the reference below
 
@@ -123,8 +125,9 @@ class MultiBranchAttention(AttentionBlock):
         hidden = self.act(torch.einsum("bhtc,hcf->bhtf", branch, self.w_in))  # (B, H, T, f)
         out = torch.einsum("bhtf,hfc->bhtc", hidden, self.w_out)  # (B, H, T, C)
         if self.branch_norm:
-            C = out.shape[-1]
-            out = F.layer_norm(branch + out, (C,)) * self.norm_weight[:, None] + self.norm_bias[:, None]
+            H, C = out.shape[1], out.shape[-1]
+            scale, shift = self.norm_weight.view(H, 1, C), self.norm_bias.view(H, 1, C)
+            out = F.layer_norm(branch + out, (C,)) * scale + shift
         return torch.einsum("bhtc,h->btc", out, self.alpha)  # (B, T, C)
 
     def reference_forward(self, x: Tensor) -> Tensor:
@@ -140,7 +143,8 @@ class MultiBranchAttention(AttentionBlock):
             if self.branch_norm:
                 z = branch + out
                 mu, var = z.mean(-1, keepdim=True), ((z - z.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True)
-                out = (z - mu) / torch.sqrt(var + 1e-5) * self.norm_weight[i] + self.norm_bias[i]
+                scale, shift = self.norm_weight.view(H, -1)[i], self.norm_bias.view(H, -1)[i]
+                out = (z - mu) / torch.sqrt(var + 1e-5) * scale + shift
             y += alpha[i] * out
         return y
 
