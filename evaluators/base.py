@@ -18,6 +18,8 @@ from nas.errors import ConfigError
 from nas.models import ArchConfig
 
 BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
+#: Which parameters AdamW decays (evaluators/step.py, docs/training.md).
+DECAY_RULES = ("matrices", "weights_only")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,7 @@ class TrainRecipe:
     eval_batches: int = 8  # fixed validation slice: eval_batches * batch_size windows
     log_every: int = 10  # steps between progress callbacks / TensorBoard scalars
     seed: int = 0
+    decay: str = "matrices"  # which parameters weight_decay applies to: one of DECAY_RULES
 
     def __post_init__(self) -> None:
         for key in ("batch_size", "eval_batches", "log_every"):
@@ -94,6 +97,8 @@ class TrainRecipe:
                 raise ConfigError(f"must be a number >= 0, got {v!r}", f"recipe.{key}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"must be an integer, got {self.seed!r}", "recipe.seed")
+        if self.decay not in DECAY_RULES:
+            raise ConfigError(f"must be one of {', '.join(DECAY_RULES)}, got {self.decay!r}", "recipe.decay")
 
     @classmethod
     def from_dict(cls, raw: Any) -> TrainRecipe:
@@ -108,7 +113,10 @@ class TrainRecipe:
         return cls(**raw)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["decay"] == "matrices":  # the default is left out, so studies from before it still match
+            del out["decay"]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

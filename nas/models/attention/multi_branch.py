@@ -79,6 +79,7 @@ def init_stds(opts: MultiBranchOptions, dims: Dims, branch_width: int) -> tuple[
 class MultiBranchAttention(AttentionBlock):
     Options = MultiBranchOptions
     replaces_ffn = True
+    # kappa/alpha logits and the branch LayerNorms are vectors: no rule decays them.
 
     @classmethod
     def describe(cls, opts: BlockOptions, short: bool = False) -> str:

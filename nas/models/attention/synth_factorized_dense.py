@@ -39,6 +39,7 @@ class FactorizedDenseOptions(BlockOptions):
 class FactorizedDenseSynthesizer(ValueAttention):
     Options = FactorizedDenseOptions
     mixable = True
+    no_decay = ("ba", "bb")  # biases of A and B (bb starts at 1)
 
     def __init__(
         self, dims: Dims, opts: FactorizedDenseOptions, *, ffn: FFNSpec, with_values: bool = True
