@@ -75,9 +75,6 @@ BASELINES: tuple[tuple[str, str, str], ...] = (
     ("mixture mha+synth_random", "mixture.yaml", "learned mixture weights"),
     ("found: synthesizer space", "found_synthesizer.yaml", "the synthesizer search's lowest-loss trial"),
     ("multi_branch", "multi_branch.yaml", "Weighted Transformer"),
-    ("multi_branch + branch norm", "multi_branch_norm.yaml", "LayerNorm(z + FFN(z)) per branch"),
-    ("multi_branch + scaled init", "multi_branch_scaled.yaml", "update at init about vanilla's"),
-    ("multi_branch + both", "multi_branch_norm_scaled.yaml", "branch norm and scaled init"),
 )
 _LONGER_FILES = ("vanilla.yaml", "mdha.yaml", "primer_ez.yaml", "found_primer.yaml", "synth_random.yaml",
                  "synth_factorized_dense.yaml", "found_synthesizer.yaml")  # fmt: skip
