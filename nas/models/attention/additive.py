@@ -63,7 +63,7 @@ class PairLogits(torch.autograd.Function):
         v = v.to(q.dtype)
         rows = []
         for i in range(0, T, chunk):
-            hidden = torch.tanh(q[:, :, i : i + chunk, None] + k[:, :, None])  # (B, H, c, T, d_a)
+            hidden = (q[:, :, i : i + chunk, None] + k[:, :, None]).tanh_()  # (B, H, c, T, d_a)
             c = hidden.shape[2]
             rows.append((hidden.view(B, H, c * T, d_a) @ v).view(B, H, c, T))
         return torch.cat(rows, dim=2)
@@ -76,12 +76,12 @@ class PairLogits(torch.autograd.Function):
         dq, dk = torch.empty_like(q), torch.zeros_like(k)
         dv = torch.zeros(H, d_a, 1, dtype=q.dtype, device=q.device)
         for i in range(0, T, ctx.chunk):
-            hidden = torch.tanh(q[:, :, i : i + ctx.chunk, None] + k[:, :, None])  # (B, H, c, T, d_a)
+            # In place where the chunk's tensors allow it: each is d_a times the chunk's logits.
+            hidden = (q[:, :, i : i + ctx.chunk, None] + k[:, :, None]).tanh_()  # (B, H, c, T, d_a)
             c = hidden.shape[2]
             g = grad[:, :, i : i + c].reshape(B, H, c * T, 1)
-            flat = hidden.view(B, H, c * T, d_a)
-            dv += (flat.transpose(2, 3) @ g).sum(0)  # (H, d_a, 1)
-            dpre = (g @ vt).view(B, H, c, T, d_a) * (1.0 - hidden * hidden)  # through tanh
+            dv += (hidden.view(B, H, c * T, d_a).transpose(2, 3) @ g).sum(0)  # (H, d_a, 1)
+            dpre = (g @ vt).view(B, H, c, T, d_a).mul_(hidden.mul_(hidden).neg_().add_(1.0))  # through tanh
             dq[:, :, i : i + c] = dpre.sum(3)
             dk += dpre.sum(2)
         return dq, dk, dv.to(v.dtype), None
