@@ -32,7 +32,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import primer_synthesizer as ps  # noqa: E402  (its recipe, command line and helpers)
-
 from _doc import markdown_table, write_section  # noqa: E402
 
 RESULTS = ps.ROOT / "experiments" / "results" / "seeds_followup.jsonl"
@@ -42,8 +41,18 @@ E, X = "examples/archs", "experiments/archs"
 WEIGHTED: tuple[tuple[str, str, str, str | None], ...] = (
     ("vanilla", f"{E}/vanilla.yaml", "mha + ReLU", None),
     ("multi_branch", f"{E}/multi_branch.yaml", "the seed's form", None),
-    ("+ branch norm", f"{E}/multi_branch_norm.yaml", "LayerNorm_i(z_i + FFN_i(z_i))", f"{E}/multi_branch.yaml"),
-    ("+ scaled init", f"{E}/multi_branch_scaled.yaml", "update at init about vanilla's", f"{E}/multi_branch.yaml"),
+    (
+        "+ branch norm",
+        f"{E}/multi_branch_norm.yaml",
+        "LayerNorm_i(z_i + FFN_i(z_i))",
+        f"{E}/multi_branch.yaml",
+    ),
+    (
+        "+ scaled init",
+        f"{E}/multi_branch_scaled.yaml",
+        "update at init about vanilla's",
+        f"{E}/multi_branch.yaml",
+    ),
     ("+ both", f"{E}/multi_branch_norm_scaled.yaml", "branch norm and scaled init", f"{E}/multi_branch.yaml"),
 )
 DECAY: tuple[tuple[str, str, str, str | None], ...] = (
@@ -89,7 +98,8 @@ def paired(runs: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]) -> s
     if not deltas:
         return "-"
     lower = sum(d < 0 for d in deltas)
-    return f"{statistics.mean(deltas):+.4f} [{min(deltas):+.4f}, {max(deltas):+.4f}]; lower in {lower}/{len(deltas)}"
+    spread = f"[{min(deltas):+.4f}, {max(deltas):+.4f}]"
+    return f"{statistics.mean(deltas):+.4f} {spread}; lower in {lower}/{len(deltas)}"
 
 
 def table(rows: tuple[tuple[str, str, str, str | None], ...], vanilla: str | None) -> str:

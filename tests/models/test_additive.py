@@ -16,7 +16,7 @@ def test_pair_logits_gradient_matches_finite_differences() -> None:
     k = torch.randn(2, 3, 5, 4, dtype=torch.float64, requires_grad=True)
     v = torch.randn(3, 4, 1, dtype=torch.float64, requires_grad=True)
     for chunk in (1, 2, 5):  # chunks that divide T, that do not, and one chunk for every query
-        assert torch.autograd.gradcheck(lambda q, k, v: PairLogits.apply(q, k, v, chunk), (q, k, v))
+        assert torch.autograd.gradcheck(lambda q, k, v, c=chunk: PairLogits.apply(q, k, v, c), (q, k, v))
 
 
 def test_chunk_size_changes_neither_logits_nor_gradients(monkeypatch: pytest.MonkeyPatch) -> None:

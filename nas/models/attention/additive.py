@@ -56,7 +56,9 @@ class PairLogits(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, q: Tensor, k: Tensor, v: Tensor, chunk: int) -> Tensor:
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx, q: Tensor, k: Tensor, v: Tensor, chunk: int
+    ) -> Tensor:
         ctx.save_for_backward(q, k, v)
         ctx.chunk = chunk
         B, H, T, d_a = q.shape
@@ -69,7 +71,9 @@ class PairLogits(torch.autograd.Function):
         return torch.cat(rows, dim=2)
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, None]:
         q, k, v = ctx.saved_tensors
         B, H, T, d_a = q.shape
         grad, vt = grad.to(q.dtype), v.to(q.dtype).transpose(1, 2)  # vt (H, 1, d_a)

@@ -90,7 +90,9 @@ class MultiBranchAttention(AttentionBlock):
         words = ["norm" if k == "branch_norm" else str(v) for k, v in items.items() if v is not False]
         return f"{cls.name}(" + ",".join(words) + ")"
 
-    def __init__(self, dims: Dims, opts: MultiBranchOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
+    def __init__(
+        self, dims: Dims, opts: MultiBranchOptions, *, ffn: FFNSpec, with_values: bool = True
+    ) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
         d, H, dh = dims.d_model, dims.n_heads, dims.d_head
         f = ffn_width(d, ffn.mult) // H
@@ -143,7 +145,10 @@ class MultiBranchAttention(AttentionBlock):
             out = act(branch @ self.w_in[i]) @ self.w_out[i]  # (T, C)
             if self.branch_norm:
                 z = branch + out
-                mu, var = z.mean(-1, keepdim=True), ((z - z.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True)
+                mu, var = (
+                    z.mean(-1, keepdim=True),
+                    ((z - z.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True),
+                )
                 scale, shift = self.norm_weight.view(H, -1)[i], self.norm_bias.view(H, -1)[i]
                 out = (z - mu) / torch.sqrt(var + 1e-5) * scale + shift
             y += alpha[i] * out
