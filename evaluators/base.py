@@ -18,6 +18,8 @@ from nas.models import ArchConfig
 from nas.validate import FP32_MAX, MAX_DIM, MAX_SEED, check_number
 
 BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
+#: Which parameters AdamW decays (evaluators/step.py, docs/training.md).
+DECAY_RULES = ("matrices", "weights_only")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +94,7 @@ class TrainRecipe:
     eval_batches: int = 8  # fixed validation slice: eval_batches * batch_size windows
     log_every: int = 10  # steps between progress callbacks / TensorBoard scalars
     seed: int = 0
+    decay: str = "matrices"  # which parameters weight_decay applies to: one of DECAY_RULES
 
     def __post_init__(self) -> None:
         for key, (low, high) in _RECIPE_RANGES.items():
@@ -99,6 +102,8 @@ class TrainRecipe:
             if value is not None or key != "seq_len":
                 check_number(value, f"recipe.{key}", integer=key in _RECIPE_INTS, low=low, high=high,
                              low_open=key in _RECIPE_OPEN, high_open=key in ("beta1", "beta2"))
+        if self.decay not in DECAY_RULES:
+            raise ConfigError(f"must be one of {', '.join(DECAY_RULES)}, got {self.decay!r}", "recipe.decay")
 
     @classmethod
     def from_dict(cls, raw: Any) -> TrainRecipe:
@@ -113,7 +118,10 @@ class TrainRecipe:
         return cls(**raw)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["decay"] == "matrices":  # the default is left out, so studies from before it still match
+            del out["decay"]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,11 +12,22 @@ from torch import Tensor, nn
 from evaluators.base import TrainRecipe
 
 
+def exempt_from_decay(model: nn.Module) -> set[int]:
+    """ids of the parameters that modules of ``model`` name in their ``no_decay`` (attention blocks)."""
+    return {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "no_decay", ())}
+
+
 def make_optimizer(model: nn.Module, recipe: TrainRecipe, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (every parameter of 2+ dimensions) only."""
-    params = list(model.parameters())  # shared (tied) parameters appear once
-    decay = [p for p in params if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in params if p.requires_grad and p.dim() < 2]
+    """AdamW; ``recipe.decay`` says which parameters are weight-decayed.
+
+    ``matrices`` (the default): every parameter of 2+ dimensions, the embeddings included.
+    ``weights_only``: the same less what the blocks name in ``no_decay`` (logits, filters,
+    biases that are stored as matrices).  Vectors (LayerNorms, biases) are never decayed.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]  # shared (tied) parameters appear once
+    exempt = exempt_from_decay(model) if recipe.decay == "weights_only" else set()
+    decay = [p for p in params if p.dim() >= 2 and id(p) not in exempt]
+    no_decay = [p for p in params if p.dim() < 2 or id(p) in exempt]
     groups = [
         {"params": decay, "weight_decay": recipe.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 import evaluators.evaluation as evaluation
 import evaluators.model as model_prep
@@ -116,6 +117,32 @@ def test_weight_decay_applies_to_matrices_only() -> None:
     assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in plain["params"])
     n = sum(len(g["params"]) for g in opt.param_groups)
     assert n == len(list(model.parameters()))  # the tied embedding once
+
+
+def _decayed_ids(arch: nas.ArchConfig, decay: str) -> tuple[set[int], nn.Module]:
+    model = nas.build_model(arch)
+    opt = step.make_optimizer(model, dataclasses.replace(RECIPE, decay=decay), torch.device("cpu"))
+    groups = [g for g in opt.param_groups if g["weight_decay"] > 0]
+    return {id(p) for g in groups for p in g["params"]}, model
+
+
+def test_weights_only_decay_spares_what_blocks_name_and_nothing_else() -> None:
+    layers = [{"attention": "mdha"}, {"attention": "synth_random"}, {"attention": "mha"}]
+    arch = nas.ArchConfig.from_dict({"d_model": 16, "n_heads": 2, "max_len": 8, "layers": layers})
+    matrices, model = _decayed_ids(arch, "matrices")
+    spared = {id(model.layers[0].attn.conv_weight), id(model.layers[1].attn.R)}
+    assert spared <= matrices  # the default rule decays the kernels and the logits
+    weights_only, model = _decayed_ids(arch, "weights_only")
+    spared = {id(model.layers[0].attn.conv_weight), id(model.layers[1].attn.R)}
+    expected = {id(p) for p in model.parameters() if p.dim() >= 2} - spared
+    assert weights_only == expected  # embeddings, positions and every projection still decayed
+
+
+def test_decay_rule_is_checked_and_the_default_left_out_of_the_recipe_dict() -> None:
+    with pytest.raises(ConfigError, match="recipe.decay.*matrices, weights_only"):
+        TrainRecipe.from_dict({"decay": "all"})
+    assert "decay" not in TrainRecipe().to_dict()  # studies recorded before the option still match
+    assert TrainRecipe.from_dict({"decay": "weights_only"}).to_dict()["decay"] == "weights_only"
 
 
 # -- callbacks -----------------------------------------------------------------------------------

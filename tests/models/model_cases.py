@@ -31,6 +31,8 @@ EXTRA_VARIANTS: dict[str, dict[str, Any]] = {
     "factorized_random-r2": {"type": "synth_factorized_random", "rank": 2},
     "factorized_dense-3x7": {"type": "synth_factorized_dense", "a": 3, "b": 7},  # 21 > max_len 16
     "mixture-fixed": {"type": "mixture", "components": ["mha", "synth_dense", "mdha"], "weights": [1, 3, 2]},
+    "multi_branch-norm": {"type": "multi_branch", "branch_norm": True},
+    "multi_branch-norm-scaled": {"type": "multi_branch", "branch_norm": True, "init": "scaled"},
     "mixture-random": {"type": "mixture", "components": ["synth_fixed_random", "synth_factorized_random"]},
 }
 

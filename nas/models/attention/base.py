@@ -51,6 +51,9 @@ class AttentionBlock(nn.Module):
     mixable: ClassVar[bool] = False
     #: True when the logits do not depend on the input (random synthesizers).
     static_scores: ClassVar[bool] = False
+    #: Names of this block's parameters that are not the weights of a linear map (logits,
+    #: filters, biases); ``recipe.decay: weights_only`` leaves them out of weight decay.
+    no_decay: ClassVar[tuple[str, ...]] = ()
     #: Short names of options in one-line summaries: {"kernel": "k"} gives ``mdha(k3)``.
     short_option_names: ClassVar[Mapping[str, str]] = {}
 

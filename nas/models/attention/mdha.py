@@ -58,6 +58,7 @@ def causal_depthwise_conv(x: Tensor, weight: Tensor) -> Tensor:
 class MultiDConvHeadAttention(MultiHeadAttention):
     Options = MDHAOptions
     short_option_names = {"kernel": "k"}
+    no_decay = ("conv_weight",)  # a per-channel filter that starts at the identity, not a matrix
 
     def __init__(self, dims: Dims, opts: MDHAOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)

@@ -7,14 +7,30 @@ own feed-forward branch of width d_ff / M, scaled by a learned addition
 weight alpha_i, and the branches are summed.  kappa and alpha are softmaxes
 of free parameters, so each is non-negative and sums to 1.  The block does
 the layer's feed-forward work, so a layer using it has no separate FFN.
+
+The defaults compute exactly that formula with small N(0, 0.02) matrices, the
+seed's form.  Two options address why that form trains slowly here
+(docs/RESULTS.md): at initialisation kappa_i * alpha_i = 1/M^2 and the chain
+of four small matrices has no normalisation, so the layer's update starts
+about 1000x smaller than a vanilla layer's.
+
+- ``branch_norm: true`` wraps each branch FFN as LayerNorm_i(z_i + FFN_i(z_i)),
+  z_i = kappa_i head_i W_o,i, with its own LayerNorm per branch (the form of the
+  paper's reference code); ``2 * M * d_model`` more parameters, no counted FLOPs.
+- ``init: scaled`` draws the same matrices but scales them so that kappa_i W_o,i
+  and W_in,i preserve variance (std 1/sqrt(fan_in)) and alpha_i W_out,i has the
+  std the seed gives W_out,i; the layer's update at initialisation is then about
+  a vanilla layer's.  ``init: seed`` (the default) keeps the seed's scales.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nas.errors import ConfigError
@@ -24,10 +40,18 @@ from nas.models.ffn import ACTIVATIONS, ffn_width
 from nas.models.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
 from nas.models.reference import causal_attend, dot_logits, head, softmax
 
+INITS = ("seed", "scaled")
+_STD = 0.02  # the seed's std of every branch matrix (W_out: / sqrt(2))
+
 
 @dataclasses.dataclass(frozen=True)
-class _MultiBranchOptions(BlockOptions):
+class MultiBranchOptions(BlockOptions):
+    branch_norm: bool = False  # LayerNorm_i(z_i + FFN_i(z_i)) around each branch
+    init: str = "seed"  # "seed" or "scaled" (see the module docstring)
+
     def check(self, dims: Dims, ffn: FFNSpec) -> None:
+        if self.init not in INITS:
+            raise ConfigError(f"must be one of {', '.join(INITS)}, got {self.init!r}", "init")
         d_ff = ffn_width(dims.d_model, ffn.mult)
         if d_ff % dims.n_heads:
             raise ConfigError(
@@ -36,22 +60,55 @@ class _MultiBranchOptions(BlockOptions):
                 "ffn.mult",
             )
 
+    def to_dict(self) -> dict[str, Any]:
+        """Only the options that differ from the seed's form, so that form keeps its written
+        form and ``arch_id`` from before these options existed."""
+        return {k: v for k, v in super().to_dict().items() if v != getattr(MultiBranchOptions, k)}
+
+
+def init_stds(opts: MultiBranchOptions, dims: Dims, branch_width: int) -> tuple[float, float, float]:
+    """Standard deviations of W_o, W_in and W_out at initialisation."""
+    M, d = dims.n_heads, dims.d_model
+    if opts.init == "seed":
+        return _STD, _STD, _STD / math.sqrt(2)
+    # kappa = alpha = 1/M at init: fold M into W_o and W_out so the products have the target stds.
+    return M / math.sqrt(dims.d_head), 1.0 / math.sqrt(d), M * _STD / math.sqrt(2)
+
 
 @ATTENTION.register("multi_branch")
 class MultiBranchAttention(AttentionBlock):
-    Options = _MultiBranchOptions
+    Options = MultiBranchOptions
     replaces_ffn = True
+    # kappa/alpha logits and the branch LayerNorms are vectors: no rule decays them.
 
-    def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
+    @classmethod
+    def describe(cls, opts: BlockOptions, short: bool = False) -> str:
+        """``multi_branch``, ``multi_branch branch_norm=True init=scaled`` / ``multi_branch(norm,scaled)``."""
+        items = opts.to_dict()
+        if not items or not short:
+            return super().describe(opts, short)
+        words = ["norm" if k == "branch_norm" else str(v) for k, v in items.items() if v is not False]
+        return f"{cls.name}(" + ",".join(words) + ")"
+
+    def __init__(
+        self, dims: Dims, opts: MultiBranchOptions, *, ffn: FFNSpec, with_values: bool = True
+    ) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
         d, H, dh = dims.d_model, dims.n_heads, dims.d_head
         f = ffn_width(d, ffn.mult) // H
+        s_o, s_in, s_out = init_stds(opts, dims, f)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
-        self.w_o = nn.Parameter(torch.randn(H, dh, d) * 0.02)  # (H, dh, C): head i -> d_model
-        self.w_in = nn.Parameter(torch.randn(H, d, f) * 0.02)  # (H, C, f)
-        self.w_out = nn.Parameter(torch.randn(H, f, d) * (0.02 / math.sqrt(2)))  # (H, f, C)
+        self.w_o = nn.Parameter(torch.randn(H, dh, d) * s_o)  # (H, dh, C): head i -> d_model
+        self.w_in = nn.Parameter(torch.randn(H, d, f) * s_in)  # (H, C, f)
+        self.w_out = nn.Parameter(torch.randn(H, f, d) * s_out)  # (H, f, C)
         self.kappa_logits = nn.Parameter(torch.zeros(H))
         self.alpha_logits = nn.Parameter(torch.zeros(H))
+        self.branch_norm = opts.branch_norm
+        if opts.branch_norm:
+            # One LayerNorm per branch: scale and shift for (H, C), kept flat (H * C,) so that, like
+            # every LayerNorm's, they are vectors and never weight-decayed (evaluators/step.py).
+            self.norm_weight = nn.Parameter(torch.ones(H * d))
+            self.norm_bias = nn.Parameter(torch.zeros(H * d))
         self.act = ACTIVATIONS.get(ffn.activation)
         self.activation_name = ffn.activation  # for the reference below
 
@@ -70,6 +127,10 @@ class MultiBranchAttention(AttentionBlock):
         branch = branch * self.kappa.view(1, -1, 1, 1)
         hidden = self.act(torch.einsum("bhtc,hcf->bhtf", branch, self.w_in))  # (B, H, T, f)
         out = torch.einsum("bhtf,hfc->bhtc", hidden, self.w_out)  # (B, H, T, C)
+        if self.branch_norm:
+            H, C = out.shape[1], out.shape[-1]
+            scale, shift = self.norm_weight.view(H, 1, C), self.norm_bias.view(H, 1, C)
+            out = F.layer_norm(branch + out, (C,)) * scale + shift
         return torch.einsum("bhtc,h->btc", out, self.alpha)  # (B, T, C)
 
     def reference_forward(self, x: Tensor) -> Tensor:
@@ -81,22 +142,35 @@ class MultiBranchAttention(AttentionBlock):
         y = torch.zeros_like(x)
         for i in range(H):
             branch = (head(heads, i, H) @ self.w_o[i]) * kappa[i]  # (T, C)
-            y += alpha[i] * (act(branch @ self.w_in[i]) @ self.w_out[i])
+            out = act(branch @ self.w_in[i]) @ self.w_out[i]  # (T, C)
+            if self.branch_norm:
+                z = branch + out
+                mu, var = (
+                    z.mean(-1, keepdim=True),
+                    ((z - z.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True),
+                )
+                scale, shift = self.norm_weight.view(H, -1)[i], self.norm_bias.view(H, -1)[i]
+                out = (z - mu) / torch.sqrt(var + 1e-5) * scale + shift
+            y += alpha[i] * out
         return y
 
     @classmethod
-    def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:
+    def count_params(
+        cls, dims: Dims, opts: MultiBranchOptions, ffn: FFNSpec, with_values: bool = True
+    ) -> int:
         d, H = dims.d_model, dims.n_heads
         d_ff = ffn_width(d, ffn.mult)
-        return 3 * d * d + d * d + 2 * d * d_ff + 2 * H
+        norms = 2 * H * d if opts.branch_norm else 0
+        return 3 * d * d + d * d + 2 * d * d_ff + 2 * H + norms
 
     @classmethod
     def count_flops(
-        cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
+        cls, dims: Dims, opts: MultiBranchOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:
         d, T = dims.d_model, seq_len
         d_ff = ffn_width(d, ffn.mult)
         H = dims.n_heads
         # QKV, Q K^T, P V, per-head projections to d_model, branch FFNs, and the alpha-weighted
-        # sum of the H branches (a contraction over heads, 2*H*d per token).
+        # sum of the H branches (a contraction over heads, 2*H*d per token).  The branch
+        # LayerNorms are elementwise work, which no block counts.
         return Flops.dense(6.0 * d * d + 4.0 * T * d + 2.0 * d * d + 4.0 * d * d_ff + 2.0 * H * d)

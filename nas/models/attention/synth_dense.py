@@ -40,6 +40,7 @@ from nas.models.reference import head
 @ATTENTION.register("synth_dense")
 class DenseSynthesizer(ValueAttention):
     mixable = True
+    no_decay = ("b2",)  # the per-position logit bias (H, L)
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)

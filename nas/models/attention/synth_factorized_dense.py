@@ -4,6 +4,11 @@ Two small dense heads give A (length a) and B (length b) per token, with
 a * b >= max_len; the logit of token i at key j is A_i[j mod a] * B_i[j div a]
 (A tiled b times, times B with each entry repeated a times), cut to the
 sequence length.  Unlike the seed sketch, a * b may exceed max_len.
+
+``a`` and ``b`` have the seed's roles swapped: there the vector of length a
+is the one whose entries repeat and the one of length b is tiled, so this
+block's ``a: 8, b: 2`` is the seed's ``a=2, b=8`` (the same model).  The
+names stay, since studies and exported architecture files use them.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from nas.models.reference import head
 
 @dataclasses.dataclass(frozen=True)
 class FactorizedDenseOptions(BlockOptions):
-    a: int = 16
-    b: int = 16
+    a: int = 16  # length of the tiled vector A (the seed's b)
+    b: int = 16  # length of B, whose entries repeat a times each (the seed's a)
 
     def check(self, dims: Dims, ffn: FFNSpec) -> None:
         positive_int(self.a, "a")
@@ -39,6 +44,7 @@ class FactorizedDenseOptions(BlockOptions):
 class FactorizedDenseSynthesizer(ValueAttention):
     Options = FactorizedDenseOptions
     mixable = True
+    no_decay = ("ba", "bb")  # biases of A and B (bb starts at 1)
 
     def __init__(
         self, dims: Dims, opts: FactorizedDenseOptions, *, ffn: FFNSpec, with_values: bool = True

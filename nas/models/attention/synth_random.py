@@ -22,6 +22,7 @@ class RandomSynthesizer(ValueAttention):
     mixable = True
     static_scores = True
     trainable_logits = True
+    no_decay = ("R",)  # logits: decay would pull the attention towards uniform
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
