@@ -212,12 +212,12 @@ def _settings(args: argparse.Namespace, name: str, url: str, space: Any, record:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nas.commands.search import _sigterm_stops_the_driver
+    from nas.commands.stopping import sigterm_stops_the_driver
     from nas.confirm import build_report, run_confirmation
     from nas.confirm.markdown import plot, render
 
     settings, every, plan, url = build(args)
-    with _sigterm_stops_the_driver():
+    with sigterm_stops_the_driver():
         study = run_confirmation(
             settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout
         )

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import shlex
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from nas.commands.common import add_budget_args, add_device_arg, budget_from_args
+from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
 from nas.validate import MAX_SEED, check_number, check_study_name
 
@@ -179,46 +176,6 @@ def _hurdles(fractions: str | None, percentile: float) -> Hurdles:
         raise UserError(f"--hurdle-percentile must be in (0, 100], got {percentile:g}") from None
 
 
-@contextlib.contextmanager
-def _sigterm_stops_the_driver() -> Iterator[None]:
-    """SIGTERM (a scheduler, ``kill``, ``timeout``) unwinds the driver like Ctrl-C, then exits 143.
-
-    The handler raises ``SystemExit`` in the driver, which re-queues the running trials,
-    shuts its workers down and releases the study's lease on the way out.  Then the
-    process ends with ``os._exit(143)``: when the whole process group got the signal
-    (``timeout``, a batch scheduler, ``kill -- -PGID``), the local Ray's own processes
-    are dying at the same moment, and the normal interpreter teardown then ran into Ray's
-    native code and ended in SIGABRT (or exit 1) instead of 143.  Everything worth
-    keeping is in the study by then; only stdout and stderr are flushed.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        if received:  # a second SIGTERM must not interrupt the re-queuing the first one started
-            return
-        received.append(signum)
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    except BaseException as exc:
-        # The exception may not be ours: raised inside ray.wait, Ray turns it into SystemExit(1).
-        # 15: Ray's own handler (ray.init installs it where the pool could not keep ours).
-        if not received and not (isinstance(exc, SystemExit) and exc.code == signal.SIGTERM):
-            raise
-        received.append(signal.SIGTERM)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if received:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(128 + signal.SIGTERM)
-
-
 def run(args: argparse.Namespace) -> int:
     from nas.search.driver import Driver
     from nas.search.report import format_table, leaderboard, state_counts
@@ -233,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             "vs FLOPs per token comes at the end.\nSee `python run_search.py search --help` for the real thing.",
             flush=True,
         )
-    with _sigterm_stops_the_driver():
+    with sigterm_stops_the_driver():
         study = Driver(settings).run()
     counts = state_counts(study)
     rows = leaderboard(study, top=10)
