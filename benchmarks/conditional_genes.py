@@ -58,20 +58,14 @@ def run(kind: str, seed: int, trials: int, objective: StandIn) -> tuple[Counter[
     import optuna
 
     from nas.compute import compute
+    from nas.search.nsga import record_random_draws
     from nas.search.samplers import default_population
     from nas.search.space import load_space
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(SPACE)
     sampler = make(kind, default_population(trials), seed)
-    drawn: set[tuple[int, str]] = set()
-    independent = sampler.sample_independent
-
-    def record(study: Any, trial: Any, name: str, dist: Any) -> Any:
-        drawn.add((trial.number, name))
-        return independent(study, trial, name, dist)
-
-    sampler.sample_independent = record  # type: ignore[method-assign]
+    drawn = record_random_draws(sampler)
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     for _ in range(trials):
         trial = study.ask()

@@ -124,3 +124,22 @@ def _constrained_dominates(a: FrozenTrial, b: FrozenTrial, directions: Sequence[
 
 
 __all__ = ["UnionNSGAIISampler"]
+
+
+def record_random_draws(sampler: optuna.samplers.BaseSampler) -> set[tuple[int, str]]:
+    """Make ``sampler`` note each (trial number, parameter) it draws at random rather than inherits.
+
+    Optuna routes every parameter a sampler does not set itself through
+    ``sample_independent``; wrapping it is how tests/search/test_nsga.py and
+    benchmarks/conditional_genes.py measure which genes a child inherits.
+    Returns the set that fills as the study runs.
+    """
+    drawn: set[tuple[int, str]] = set()
+    independent = sampler.sample_independent
+
+    def record(study: Study, trial: FrozenTrial, name: str, dist: BaseDistribution) -> Any:
+        drawn.add((trial.number, name))
+        return independent(study, trial, name, dist)
+
+    sampler.sample_independent = record  # type: ignore[method-assign]
+    return drawn

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from nas.compute import compute
-from nas.search.nsga import UnionNSGAIISampler
+from nas.search.nsga import UnionNSGAIISampler, record_random_draws
 from nas.search.samplers import make_sampler
 from nas.search.space import load_space
 
@@ -31,14 +31,7 @@ def _loss(arch: Any) -> float:
 def _search(sampler: optuna.samplers.BaseSampler, trials: int) -> tuple[optuna.Study, set[tuple[int, str]]]:
     """A two-objective search of primer.yaml; also returns the (trial, gene) pairs drawn at random."""
     space = load_space(PRIMER)
-    drawn: set[tuple[int, str]] = set()
-    independent = sampler.sample_independent
-
-    def record(study: Any, trial: Any, name: str, dist: Any) -> Any:
-        drawn.add((trial.number, name))
-        return independent(study, trial, name, dist)
-
-    sampler.sample_independent = record  # type: ignore[method-assign]
+    drawn = record_random_draws(sampler)
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     for _ in range(trials):
         trial = study.ask()
