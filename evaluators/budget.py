@@ -72,6 +72,17 @@ class TrainingPlan:
 def check_arch_fits(arch: ArchConfig, recipe: TrainRecipe, corpus: Any) -> int:
     """The training sequence length, after checking ``arch`` against the recipe and the corpus vocabulary."""
     seq_len = recipe.seq_len if recipe.seq_len is not None else arch.max_len
+    task = getattr(corpus, "task", "lm")
+    if task != arch.task:
+        wanted = (
+            "a parallel corpus (a directory with train.src, train.tgt, val.src, val.tgt, or "
+            "'shakespeare-reversed')" if arch.is_seq2seq else "a text or token corpus"
+        )
+        raise ConfigError(
+            f"is {arch.task}, but {getattr(corpus, 'name', '?')!r} is a {task} corpus; "
+            f"a task: {arch.task} architecture trains on {wanted}",
+            "arch.task",
+        )
     if seq_len > arch.max_len:
         raise ConfigError(f"{seq_len} exceeds the architecture's max_len {arch.max_len}", "recipe.seq_len")
     vocab = getattr(corpus, "vocab_size", 256)
@@ -94,7 +105,13 @@ def plan_training(budget: Budget, recipe: TrainRecipe, seq_len: int, corpus: Any
 
 
 def check_windows(corpus: Any, seq_len: int) -> None:
-    """Refuse a corpus whose training or validation part is shorter than one window of ``seq_len + 1``."""
+    """Refuse a corpus whose training or validation part is shorter than one window of ``seq_len + 1``.
+
+    A parallel corpus has no windows (its examples are padded or cut to ``seq_len``);
+    it refuses an empty split itself.
+    """
+    if getattr(corpus, "task", "lm") != "lm":
+        return
     for part, data in (("training", corpus.train), ("validation", corpus.val)):
         if len(data) <= seq_len:
             raise UserError(

@@ -23,7 +23,7 @@ from evaluators.device import sync
 from evaluators.evaluation import Validation
 from evaluators.model import CompileFailed, Prepared, describe_compile_error
 from evaluators.trainlog import TrainLog
-from nas.data import get_batch
+from nas.data import train_batch
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ class Outcome:
 
 def run_loop(prep: Prepared, plan: TrainingPlan, recipe: TrainRecipe, corpus: Any, validation: Validation,
              log: TrainLog, callback: ProgressCallback | None) -> Outcome:  # fmt: skip
-    """Train ``prep`` for ``plan`` on ``corpus.train`` (see the module docstring)."""
+    """Train ``prep`` for ``plan`` on the corpus's training batches (see the module docstring)."""
     return _Loop(prep, plan, recipe, corpus, validation, log, callback).run()
 
 
@@ -67,7 +67,7 @@ class _Loop:
         while True:
             lr = lr_at(self.recipe, self.clock.next_fraction(step))
             stepper.set_lr(lr)
-            x, y = get_batch(self.corpus.train, B, T, batches)
+            x, y = train_batch(self.corpus, B, T, batches)
             self.loss_sum += self._step(
                 x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             )

@@ -68,14 +68,37 @@ def layer_flops(arch: ArchConfig, layer: LayerConfig, seq_len: int) -> Flops:
     return flops
 
 
+def cross_attention_params(d: int) -> int:
+    """A seq2seq decoder layer's cross-attention (Q, K, V, output) and its LayerNorm."""
+    return 4 * d * d + 2 * d
+
+
+def cross_attention_flops(d: int, seq_len: int) -> Flops:
+    """Per target token, with the source as long as the target: projections (K and V of one
+    source token each), scores and weights @ V over ``seq_len`` keys, and the output."""
+    return Flops.dense(8.0 * d * d + 4.0 * seq_len * d)
+
+
 def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
-    """Parameters and FLOPs per token of ``arch`` at ``seq_len`` (default: ``arch.max_len``)."""
+    """Parameters and FLOPs per token of ``arch`` at ``seq_len`` (default: ``arch.max_len``).
+
+    For ``task: seq2seq`` a token is one target token together with one source
+    token (batches pad both sides to ``seq_len``): the encoder's FLOPs per source
+    token, the decoder's and its cross-attention's per target token, and the output
+    layer's, so training FLOPs are this times the target positions trained on.
+    """
     T = arch.max_len if seq_len is None else seq_len
     d, V = arch.d_model, arch.vocab_size
-    embedding = V * d + (arch.max_len * d if arch.pos_encoding == "learned" else 0)
+    tables = 2 if arch.is_seq2seq else 1  # learned positions: one table per stack
+    embedding = V * d + (tables * arch.max_len * d if arch.pos_encoding == "learned" else 0)
     head = 0 if arch.tie_embeddings else V * d
-    per_layer = tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.layers)
+    per_layer = tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.encoder_layers)
+    per_layer += tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.layers)
     params = embedding + head + sum(layer_params(arch, layer) for layer in arch.layers) + 2 * d
+    if arch.is_seq2seq:
+        per_layer += tuple(("cross_attention", cross_attention_flops(d, T)) for _ in arch.layers)
+        params += sum(layer_params(arch, layer) for layer in arch.encoder_layers) + 2 * d  # + encoder's final LN
+        params += arch.n_layers * cross_attention_params(d)
     flops = Flops.dense(2.0 * d * V)  # LM head
     for _, f in per_layer:
         flops = flops + f

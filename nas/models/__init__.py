@@ -1,10 +1,11 @@
-"""Model code: configs, blocks and the LM.  Imports torch only (no optuna, ray or yaml)."""
+"""Model code: configs, blocks, the LM and the encoder-decoder.  Imports torch only (no optuna, ray or yaml)."""
 
 from nas.models.attention import ATTENTION, AttentionBlock, BlockOptions, FFNSpec
 from nas.models.config import ArchConfig, AttentionSpec, LayerConfig
 from nas.models.dims import Dims, Flops
 from nas.models.ffn import ACTIVATIONS
 from nas.models.model import TransformerLM, build_model
+from nas.models.seq2seq import Seq2SeqTransformer, greedy_decode
 
 FFN = ACTIVATIONS
 
@@ -20,6 +21,8 @@ __all__ = [
     "FFNSpec",
     "Flops",
     "LayerConfig",
+    "Seq2SeqTransformer",
     "TransformerLM",
     "build_model",
+    "greedy_decode",
 ]

@@ -1,6 +1,8 @@
 """Architecture configs: what ``build_model`` builds and what the search writes.
 
-An :class:`ArchConfig` is global sizes plus one :class:`LayerConfig` per layer.
+An :class:`ArchConfig` is global sizes plus one :class:`LayerConfig` per layer;
+a ``task: seq2seq`` architecture also lists its ``encoder_layers`` (its
+``layers`` are then the decoder's, each with cross-attention to the encoder).
 It is frozen and validated when created, round-trips through plain dicts (and
 YAML files, see ``nas.archfile``), and has a stable ``arch_id`` hash.
 """
@@ -20,6 +22,7 @@ from nas.models.ffn import ACTIVATIONS, ffn_width
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number
 
 POS_ENCODINGS = ("learned", "sinusoidal")
+TASKS = ("lm", "seq2seq")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +94,12 @@ class LayerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ArchConfig:
-    """A decoder-only Transformer LM: global sizes and one config per layer (pre-LN residual layers)."""
+    """A Transformer: global sizes and one config per layer (pre-LN residual layers).
+
+    ``task: lm`` (the default) is a decoder-only LM; ``task: seq2seq`` is an
+    encoder-decoder whose ``encoder_layers`` attend bidirectionally and whose
+    ``layers`` (the decoder) are causal and cross-attend to the encoder output.
+    """
 
     d_model: int
     n_heads: int
@@ -100,9 +108,12 @@ class ArchConfig:
     vocab_size: int = 256
     pos_encoding: str = "learned"
     tie_embeddings: bool = True
+    task: str = "lm"
+    encoder_layers: tuple[LayerConfig, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "encoder_layers", tuple(self.encoder_layers))
         for key in ("d_model", "n_heads", "max_len", "vocab_size"):
             check_number(getattr(self, key), key, integer=True, low=1, high=MAX_DIM)
         if len(self.layers) > MAX_LAYERS:
@@ -133,6 +144,43 @@ class ArchConfig:
             except ConfigError as err:
                 where = err if err.path.startswith("ffn") else err.at("attention")
                 raise where.at(f"layers.{i}") from None
+        self._check_task()
+
+    def _check_task(self) -> None:
+        if self.task not in TASKS:
+            raise ConfigError(f"unknown task {self.task!r}; valid: {', '.join(TASKS)}", "task")
+        if self.task == "lm":
+            if self.encoder_layers:
+                raise ConfigError("only a task: seq2seq architecture has an encoder", "encoder_layers")
+            return
+        if not self.encoder_layers:
+            raise ConfigError("a task: seq2seq architecture needs at least one encoder layer", "encoder_layers")
+        if len(self.encoder_layers) > MAX_LAYERS:
+            raise ConfigError(
+                f"has {len(self.encoder_layers)} layers; at most {MAX_LAYERS} are allowed", "encoder_layers"
+            )
+        dims = self.dims
+        encoder_blocks = ", ".join(n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional)
+        for i, layer in enumerate(self.encoder_layers):
+            where = f"encoder_layers.{i}"
+            if not isinstance(layer, LayerConfig):
+                raise ConfigError(f"must be a LayerConfig, got {type(layer).__name__}", where)
+            if not ATTENTION.get(layer.attention.type).bidirectional:
+                raise ConfigError(
+                    f"{layer.attention.type} only runs causally and cannot attend over a whole source; "
+                    f"valid in the encoder: {encoder_blocks}",
+                    f"{where}.attention",
+                )
+            try:
+                if ffn_width(self.d_model, layer.ffn.mult) < 1:
+                    raise ConfigError(f"gives an FFN width below 1 at d_model {self.d_model}", "ffn.mult")
+                layer.attention.options.check(dims, layer.ffn)
+            except ConfigError as err:
+                raise (err if err.path.startswith("ffn") else err.at("attention")).at(where) from None
+
+    @property
+    def is_seq2seq(self) -> bool:
+        return self.task == "seq2seq"
 
     @property
     def dims(self) -> Dims:
@@ -143,15 +191,19 @@ class ArchConfig:
         return len(self.layers)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "vocab_size": self.vocab_size,
             "d_model": self.d_model,
             "n_heads": self.n_heads,
             "max_len": self.max_len,
             "pos_encoding": self.pos_encoding,
             "tie_embeddings": self.tie_embeddings,
-            "layers": [layer.to_dict() for layer in self.layers],
         }
+        if self.is_seq2seq:  # an LM's dict (and so its arch_id) is what it was before seq2seq existed
+            out["task"] = self.task
+            out["encoder_layers"] = [layer.to_dict() for layer in self.encoder_layers]
+        out["layers"] = [layer.to_dict() for layer in self.layers]
+        return out
 
     def with_vocab(self, vocab_size: int) -> ArchConfig:
         """This architecture sized for a corpus of ``vocab_size`` tokens (itself when it already is).
@@ -173,24 +225,10 @@ class ArchConfig:
         for key in ("d_model", "n_heads", "max_len", "layers"):
             if key not in raw:
                 raise ConfigError("is required", key)
-        layers_raw = raw["layers"]
-        if isinstance(layers_raw, Mapping) and "repeat" in layers_raw:
-            # checked before the layers are expanded: 10**8 copies would take minutes to build
-            repeat = check_number(layers_raw["repeat"], "layers.repeat", integer=True, low=1, high=MAX_LAYERS)
-            one = {k: v for k, v in layers_raw.items() if k != "repeat"}
-            layers_raw = [one] * repeat
-        if not isinstance(layers_raw, (list, tuple)):
-            raise ConfigError("must be a list of layers or {repeat: N, attention: ..., ffn: ...}", "layers")
-        if len(layers_raw) > MAX_LAYERS:
-            raise ConfigError(f"has {len(layers_raw)} layers; at most {MAX_LAYERS} are allowed", "layers")
-        layers = []
-        for i, item in enumerate(layers_raw):
-            try:
-                layers.append(LayerConfig.from_dict(item))
-            except ConfigError as err:
-                raise err.at(f"layers.{i}") from None
-        kwargs = {k: v for k, v in raw.items() if k != "layers"}
-        return cls(layers=tuple(layers), **kwargs)
+        kwargs = {k: v for k, v in raw.items() if k not in ("layers", "encoder_layers")}
+        if "encoder_layers" in raw:
+            kwargs["encoder_layers"] = _parse_layers(raw["encoder_layers"], "encoder_layers")
+        return cls(layers=_parse_layers(raw["layers"], "layers"), **kwargs)
 
     @property
     def arch_id(self) -> str:
@@ -200,17 +238,43 @@ class ArchConfig:
 
     def summary(self) -> str:
         """Sizes and one group per run of equal layers, e.g. ``d128 h4 L4: 4x[mdha(k3) squared_relux4]``."""
-        parts: list[str] = []
-        for layer in self.layers:
-            parts.append(layer_summary(layer))
-        grouped: list[tuple[int, str]] = []
-        for p in parts:
-            if grouped and grouped[-1][1] == p:
-                grouped[-1] = (grouped[-1][0] + 1, p)
-            else:
-                grouped.append((1, p))
-        body = " ".join(f"{n}x[{p}]" if n > 1 else f"[{p}]" for n, p in grouped)
+        body = _grouped(self.layers)
+        if self.is_seq2seq:
+            enc = _grouped(self.encoder_layers)
+            return (f"d{self.d_model} h{self.n_heads} enc L{len(self.encoder_layers)}: {enc} | "
+                    f"dec L{self.n_layers}: {body}")  # fmt: skip
         return f"d{self.d_model} h{self.n_heads} L{self.n_layers}: {body}"
+
+
+def _grouped(layers: tuple[LayerConfig, ...]) -> str:
+    """Runs of equal layers: ``2x[mdha(k3) squared_relux4] [mha relux4]``."""
+    grouped: list[tuple[int, str]] = []
+    for p in (layer_summary(layer) for layer in layers):
+        if grouped and grouped[-1][1] == p:
+            grouped[-1] = (grouped[-1][0] + 1, p)
+        else:
+            grouped.append((1, p))
+    return " ".join(f"{n}x[{p}]" if n > 1 else f"[{p}]" for n, p in grouped)
+
+
+def _parse_layers(layers_raw: Any, key: str) -> tuple[LayerConfig, ...]:
+    """``layers`` (or ``encoder_layers``): a list, or ``{repeat: N, ...one layer...}``."""
+    if isinstance(layers_raw, Mapping) and "repeat" in layers_raw:
+        # checked before the layers are expanded: 10**8 copies would take minutes to build
+        repeat = check_number(layers_raw["repeat"], f"{key}.repeat", integer=True, low=1, high=MAX_LAYERS)
+        one = {k: v for k, v in layers_raw.items() if k != "repeat"}
+        layers_raw = [one] * repeat
+    if not isinstance(layers_raw, (list, tuple)):
+        raise ConfigError("must be a list of layers or {repeat: N, attention: ..., ffn: ...}", key)
+    if len(layers_raw) > MAX_LAYERS:
+        raise ConfigError(f"has {len(layers_raw)} layers; at most {MAX_LAYERS} are allowed", key)
+    layers = []
+    for i, item in enumerate(layers_raw):
+        try:
+            layers.append(LayerConfig.from_dict(item))
+        except ConfigError as err:
+            raise err.at(f"{key}.{i}") from None
+    return tuple(layers)
 
 
 def layer_summary(layer: LayerConfig) -> str:

@@ -1,4 +1,4 @@
-"""The decoder-only Transformer LM that every candidate is an instance of.
+"""The decoder-only Transformer LM that every ``task: lm`` candidate is an instance of.
 
 Token ids (B, T) -> logits (B, T, vocab).  Pre-LN residual layers:
 x = x + attn(LN(x)); x = x + ffn(LN(x)) (the FFN is skipped by blocks that do
@@ -63,20 +63,9 @@ class TransformerLM(nn.Module):
         self.layers = nn.ModuleList(Layer(arch.dims, layer) for layer in arch.layers)
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, arch.vocab_size, bias=False)
-        self._init_weights()
+        init_gpt2(self, arch.n_layers)
         if arch.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-
-    def _init_weights(self) -> None:
-        resid_std = 0.02 / math.sqrt(2 * self.arch.n_layers)
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                std = resid_std if getattr(module, "residual_out", False) else 0.02
-                nn.init.normal_(module.weight, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=0.02)
 
     def forward(self, idx: Tensor) -> Tensor:
         B, T = idx.shape
@@ -88,8 +77,26 @@ class TransformerLM(nn.Module):
         return self.lm_head(self.ln_f(x))  # (B, T, vocab)
 
 
-def build_model(arch: ArchConfig) -> TransformerLM:
-    """The model for ``arch``, freshly initialised from the current torch RNG state."""
+def init_gpt2(model: nn.Module, n_layers: int) -> None:
+    """GPT-2's initialisation: N(0, 0.02) weights, residual output projections / sqrt(2 * n_layers)."""
+    resid_std = 0.02 / math.sqrt(2 * n_layers)
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            std = resid_std if getattr(module, "residual_out", False) else 0.02
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+
+def build_model(arch: ArchConfig) -> nn.Module:
+    """The model for ``arch`` (an LM, or an encoder-decoder for ``task: seq2seq``), freshly
+    initialised from the current torch RNG state."""
     if not isinstance(arch, ArchConfig):
         raise TypeError(f"build_model takes an ArchConfig, got {type(arch).__name__}")
+    if arch.is_seq2seq:
+        from nas.models.seq2seq import Seq2SeqTransformer  # imports this module
+
+        return Seq2SeqTransformer(arch)
     return TransformerLM(arch)

@@ -7,7 +7,9 @@ because a study stores them and must load again after any code change:
 ``layers.3.attention.mdha.kernel``, ``layers.3.ffn.activation`` (or
 ``layers.attention`` ... when every layer shares one choice).  Whatever a block
 draws beyond its listed choices is named under its own prefix too
-(``layers.3.attention.mixture.weight.0``).  The YAML side is ``nas.search.space``.
+(``layers.3.attention.mixture.weight.0``).  A ``task: seq2seq`` space adds
+``n_encoder_layers`` and the encoder's layers as ``encoder.2.attention``, ...
+(``layers.*`` are then the decoder's).  The YAML side is ``nas.search.space``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,17 @@ class BlockChoice:
 
 
 @dataclasses.dataclass(frozen=True)
+class LayerChoices:
+    """What one stack's layers may be: a block (with option Params), an activation, an FFN width."""
+
+    share: bool
+    attention: Param  # categorical (or fixed) over block names
+    blocks: Mapping[str, BlockChoice]
+    activation: Param
+    mult: Param
+
+
+@dataclasses.dataclass(frozen=True)
 class SearchSpace:
     """A validated search space; ``suggest(trial)`` turns an Optuna trial into an ArchConfig."""
 
@@ -66,38 +79,27 @@ class SearchSpace:
     budget: Mapping[str, Any] | None
     seed_archs: tuple[str, ...]
     raw: Mapping[str, Any]
+    task: str = "lm"
+    #: the encoder's choices (``task: seq2seq``); the flat fields above are the (decoder) layers'
+    encoder: LayerChoices | None = None
+
+    @property
+    def layer_choices(self) -> LayerChoices:
+        """The choices of ``layers`` (the LM's, or the seq2seq decoder's)."""
+        return LayerChoices(self.share, self.attention, self.blocks, self.activation, self.mult)
 
     # -- define-by-run ---------------------------------------------------------------------
     def suggest(self, trial: Any) -> ArchConfig:
         """Ask ``trial`` (an Optuna Trial or FixedTrial) for every choice; build the ArchConfig."""
-        g = {key: p.suggest(trial, key) for key, p in self.globals.items() if key != "n_layers"}
+        depths = ("n_layers", "n_encoder_layers")
+        g = {key: p.suggest(trial, key) for key, p in self.globals.items() if key not in depths}
         n_layers = self.globals["n_layers"].suggest(trial, "n_layers")
-        layers = []
-        shared: LayerConfig | None = None
-        for i in range(n_layers):
-            if self.share and shared is not None:
-                layers.append(shared)
-                continue
-            layer = self._suggest_layer(trial, "layers" if self.share else f"layers.{i}")
-            shared = layer
-            layers.append(layer)
-        return ArchConfig(layers=tuple(layers), **g)
-
-    def _suggest_layer(self, trial: Any, prefix: str) -> LayerConfig:
-        name = self.attention.suggest(trial, f"{prefix}.attention")
-        where = f"{prefix}.attention.{name}"
-        opts = {k: p.suggest(trial, f"{where}.{k}") for k, p in self.blocks[name].options.items()}
-
-        def draw(sub: str, low: float, high: float) -> float:
-            return trial.suggest_float(f"{where}.{sub}", low, high)
-
-        opts = ATTENTION.get(name).chosen_options(opts, draw)
-        ffn = FFNSpec(
-            self.activation.suggest(trial, f"{prefix}.ffn.activation"),
-            float(self.mult.suggest(trial, f"{prefix}.ffn.mult")),
-        )
-        spec = AttentionSpec.from_raw({"type": name, **thaw(opts)})
-        return LayerConfig(spec, ffn)
+        layers = _suggest_stack(trial, self.layer_choices, n_layers, "layers")
+        if self.encoder is None:
+            return ArchConfig(layers=layers, **g)
+        n_encoder = self.globals["n_encoder_layers"].suggest(trial, "n_encoder_layers")
+        encoder = _suggest_stack(trial, self.encoder, n_encoder, "encoder")
+        return ArchConfig(layers=layers, task=self.task, encoder_layers=encoder, **g)
 
     # -- helpers --------------------------------------------------------------------------
     @property
@@ -106,38 +108,80 @@ class SearchSpace:
         blob = json.dumps(thaw(dict(self.raw)), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    def max_layers(self) -> int:
-        return max(int(v) for v in self.globals["n_layers"].values())
+    def max_layers(self, key: str = "n_layers") -> int:
+        return max(int(v) for v in self.globals[key].values())
 
     def seed_params(self, which: str) -> dict[str, Any] | None:
         """Fixed params that give every layer the layer of the known architecture ``which``, or None.
 
         Only the layer's choices (attention block, its options, activation) are fixed;
-        sizes and widths stay the sampler's, so a seed fits any space that offers its blocks.
+        sizes and widths stay the sampler's, so a seed fits any space that offers its blocks
+        (a seq2seq space: in both stacks).
         """
         layer = seed_layer(which)
-        block, block_opts, act = layer.attention.type, layer.attention.options.to_dict(), layer.ffn.activation
-        if not self.attention.contains(block) or not self.activation.contains(act):
-            return None
-        options = self.blocks[block].options
-        for key, value in block_opts.items():
-            if key not in options or not options[key].contains(value):
-                return None
-        prefixes = ["layers"] if self.share else [f"layers.{i}" for i in range(self.max_layers())]
+        stacks = [(self.layer_choices, "layers", self.max_layers())]
+        if self.encoder is not None:
+            stacks.append((self.encoder, "encoder", self.max_layers("n_encoder_layers")))
         params: dict[str, Any] = {}
-        for prefix in prefixes:
-            if self.attention.searched:
-                params[f"{prefix}.attention"] = block
-            if self.activation.searched:
-                params[f"{prefix}.ffn.activation"] = act
-            for key, value in block_opts.items():
-                if options[key].searched:
-                    params[f"{prefix}.attention.{block}.{key}"] = value
+        for choices, stem, depth in stacks:
+            fixed = _seed_stack(layer, choices, stem, depth)
+            if fixed is None:
+                return None
+            params.update(fixed)
         return params
 
     def random_arch(self, rng: random.Random) -> ArchConfig:
         """A uniformly random architecture of the space (for tests and tools)."""
         return self.suggest(_RandomTrial(rng))
+
+
+def _suggest_stack(trial: Any, choices: LayerChoices, n: int, stem: str) -> tuple[LayerConfig, ...]:
+    """``n`` layers of one stack, named ``stem.I.*`` (``stem.*`` when the stack shares one choice)."""
+    layers: list[LayerConfig] = []
+    for i in range(n):
+        if choices.share and layers:
+            layers.append(layers[0])
+        else:
+            layers.append(_suggest_layer(trial, choices, stem if choices.share else f"{stem}.{i}"))
+    return tuple(layers)
+
+
+def _suggest_layer(trial: Any, choices: LayerChoices, prefix: str) -> LayerConfig:
+    name = choices.attention.suggest(trial, f"{prefix}.attention")
+    where = f"{prefix}.attention.{name}"
+    opts = {k: p.suggest(trial, f"{where}.{k}") for k, p in choices.blocks[name].options.items()}
+
+    def draw(sub: str, low: float, high: float) -> float:
+        return trial.suggest_float(f"{where}.{sub}", low, high)
+
+    opts = ATTENTION.get(name).chosen_options(opts, draw)
+    ffn = FFNSpec(
+        choices.activation.suggest(trial, f"{prefix}.ffn.activation"),
+        float(choices.mult.suggest(trial, f"{prefix}.ffn.mult")),
+    )
+    spec = AttentionSpec.from_raw({"type": name, **thaw(opts)})
+    return LayerConfig(spec, ffn)
+
+
+def _seed_stack(layer: LayerConfig, choices: LayerChoices, stem: str, depth: int) -> dict[str, Any] | None:
+    """The params that make every layer of one stack ``layer``'s choices, or None if it cannot."""
+    block, block_opts, act = layer.attention.type, layer.attention.options.to_dict(), layer.ffn.activation
+    if not choices.attention.contains(block) or not choices.activation.contains(act):
+        return None
+    options = choices.blocks[block].options
+    for key, value in block_opts.items():
+        if key not in options or not options[key].contains(value):
+            return None
+    params: dict[str, Any] = {}
+    for prefix in [stem] if choices.share else [f"{stem}.{i}" for i in range(depth)]:
+        if choices.attention.searched:
+            params[f"{prefix}.attention"] = block
+        if choices.activation.searched:
+            params[f"{prefix}.ffn.activation"] = act
+        for key, value in block_opts.items():
+            if options[key].searched:
+                params[f"{prefix}.attention.{block}.{key}"] = value
+    return params
 
 
 class _RandomTrial:

@@ -66,7 +66,7 @@ def test_fast_forward_matches_the_generic_path(key: str) -> None:
     x = _x(dtype=torch.float64)
 
     def generic(inp: torch.Tensor) -> torch.Tensor:  # broadcast matmul, masked_fill, one softmax
-        weights = block.causal_softmax(block.scores(inp))
+        weights = block.masked_softmax(block.scores(inp))
         v = block.split_heads(block.v_proj(inp))
         return block.out_proj(block.merge_heads(torch.matmul(weights.expand(inp.shape[0], -1, -1, -1), v)))
 

@@ -95,6 +95,7 @@ class PairLogits(torch.autograd.Function):
 class AdditiveAttention(ValueAttention):
     Options = AdditiveOptions
     mixable = True
+    bidirectional = True
     short_option_names = {"d_a": "da"}
 
     def __init__(self, dims: Dims, opts: AdditiveOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:

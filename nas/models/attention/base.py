@@ -1,7 +1,8 @@
 """The contract every attention block follows, and the helpers they share.
 
 A block maps x [B, T, C] to [B, T, C], is causal (position t never sees a
-later position), batches its heads, and publishes its parameter count and
+later position) unless an encoder built it bidirectional (``make_bidirectional``,
+for blocks that say ``bidirectional = True``), batches its heads, and publishes its parameter count and
 FLOPs per token as formulas next to its code, so that adding a block is one
 file (see docs/adding_a_block.md).  Blocks whose attention weights come from
 logits also expose ``scores(x)`` and say ``mixable = True`` so that
@@ -29,7 +30,7 @@ from nas.registry import Registry
 
 __all__ = [
     "ATTENTION", "AttentionBlock", "BlockOptions", "Draw", "FFNSpec", "ValueAttention",
-    "default_scale", "positive_int", "sdpa_causal",
+    "default_scale", "positive_int", "sdpa", "sdpa_causal",
 ]
 
 #: ``draw(name, low, high)``: a further number a block asks the search for (see ``chosen_options``).
@@ -51,6 +52,9 @@ class AttentionBlock(nn.Module):
     mixable: ClassVar[bool] = False
     #: True when the logits do not depend on the input (random synthesizers).
     static_scores: ClassVar[bool] = False
+    #: True when the block can also run without the causal mask, as a seq2seq encoder layer
+    #: (``make_bidirectional``); opt-in, because its forward must then honour ``self.causal``.
+    bidirectional: ClassVar[bool] = False
     #: Names of this block's parameters that are not the weights of a linear map (logits,
     #: filters, biases); ``recipe.decay: weights_only`` leaves them out of weight decay.
     no_decay: ClassVar[tuple[str, ...]] = ()
@@ -64,6 +68,7 @@ class AttentionBlock(nn.Module):
         self.n_heads = dims.n_heads
         self.d_head = dims.d_head
         self.with_values = with_values
+        self.causal = True
         self.register_buffer(
             "causal_mask",
             torch.ones(dims.max_len, dims.max_len, dtype=torch.bool).triu(1),
@@ -80,13 +85,20 @@ class AttentionBlock(nn.Module):
         B, H, T, dh = y.shape
         return y.transpose(1, 2).reshape(B, T, H * dh)  # (B, T, C)
 
-    def causal_softmax(self, logits: Tensor) -> Tensor:
-        """Softmax over keys with every later position masked; logits (..., T, T)."""
+    def make_bidirectional(self) -> None:
+        """Drop the causal mask: every position sees the whole sequence (an encoder layer)."""
+        if not self.bidirectional:
+            raise ConfigError(f"{self.name} only runs causally; it cannot be an encoder layer")
+        self.causal = False
+
+    def masked_softmax(self, logits: Tensor) -> Tensor:
+        """Softmax over keys, every later position masked when the block is causal; logits (..., T, T)."""
         T = logits.shape[-1]
         # At least float32 for the softmax (half precision is upcast, float64 stays float64).
         wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
-        masked = wide.masked_fill(self.causal_mask[:T, :T], float("-inf"))
-        return torch.softmax(masked, dim=-1).to(logits.dtype)
+        if self.causal:
+            wide = wide.masked_fill(self.causal_mask[:T, :T], float("-inf"))
+        return torch.softmax(wide, dim=-1).to(logits.dtype)
 
     # -- the contract ---------------------------------------------------------------------
     def scores(self, x: Tensor) -> Tensor:
@@ -208,7 +220,7 @@ class ValueAttention(AttentionBlock):
         return self.out_proj(y)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.attend(self.causal_softmax(self.scores(x)), x)
+        return self.attend(self.masked_softmax(self.scores(x)), x)
 
     def reference_forward(self, x: Tensor) -> Tensor:
         v = x @ self.v_proj.weight.T  # (T, C)
@@ -229,9 +241,14 @@ class ValueAttention(AttentionBlock):
         return proj + av
 
 
+def sdpa(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, scale: float | None = None) -> Tensor:
+    """Scaled dot-product attention, causal or not; flash kernels where the backend has them."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
 def sdpa_causal(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:
-    """Causal scaled dot-product attention; flash kernels where the backend has them."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    """Causal scaled dot-product attention (for blocks that only run causally)."""
+    return sdpa(q, k, v, causal=True, scale=scale)
 
 
 def default_scale(d_head: int) -> float:

@@ -2,7 +2,10 @@
 
 After the Q, K and V projections, each channel of each head goes through its
 own causal depthwise convolution along the sequence (kernel 3 in Primer; the
-kernel size is an option here), then attention proceeds as in ``mha``.
+kernel size is an option here), then attention proceeds as in ``mha``.  As a
+seq2seq encoder layer the attention sees the whole source; the convolution
+stays causal (each channel mixes a position with the k-1 before it), so it is
+the same block as in the decoder.
 
 Speed (CPU, fp32, B 8, T 512, 3 x 256 channels, kernel 3, one thread,
 forward + backward of the convolution alone): ``F.conv1d`` on the transposed

@@ -15,7 +15,7 @@ from nas.models.attention.base import (
     BlockOptions,
     FFNSpec,
     default_scale,
-    sdpa_causal,
+    sdpa,
 )
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_attend, dot_logits
@@ -24,6 +24,7 @@ from nas.models.reference import causal_attend, dot_logits
 @ATTENTION.register("mha")
 class MultiHeadAttention(AttentionBlock):
     mixable = True
+    bidirectional = True
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
@@ -51,7 +52,7 @@ class MultiHeadAttention(AttentionBlock):
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = self.heads(x)
-        return self.out_proj(self.merge_heads(sdpa_causal(q, k, v)))
+        return self.out_proj(self.merge_heads(sdpa(q, k, v, causal=self.causal)))
 
     def reference_qkv(self, x: Tensor) -> list[Tensor]:
         """Q, K (and V), each (T, C), of one sequence x (T, C); MDHA adds its convolution here."""

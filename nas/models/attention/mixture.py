@@ -119,6 +119,7 @@ class MixtureOptions(BlockOptions):
 @ATTENTION.register("mixture")
 class Mixture(ValueAttention):
     Options = MixtureOptions
+    bidirectional = True  # its components give logits only; the mask is applied here
 
     def __init__(self, dims: Dims, opts: MixtureOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
@@ -160,7 +161,9 @@ class Mixture(ValueAttention):
         """
         T = x.shape[1]
         alpha = self.alpha
-        bias = torch.zeros(T, T, device=x.device).masked_fill(self.causal_mask[:T, :T], float("-inf"))
+        bias = torch.zeros(T, T, device=x.device)
+        if self.causal:
+            bias = bias.masked_fill(self.causal_mask[:T, :T], float("-inf"))
         dynamic = []
         for a, part in zip(alpha, self.parts, strict=True):
             if part.static_scores:

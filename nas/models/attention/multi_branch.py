@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nas.errors import ConfigError
-from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, sdpa_causal
+from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, sdpa
 from nas.models.dims import Dims, Flops
 from nas.models.ffn import ACTIVATIONS, ffn_width
 from nas.models.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
@@ -79,6 +79,7 @@ def init_stds(opts: MultiBranchOptions, dims: Dims, branch_width: int) -> tuple[
 class MultiBranchAttention(AttentionBlock):
     Options = MultiBranchOptions
     replaces_ffn = True
+    bidirectional = True
     # kappa/alpha logits and the branch LayerNorms are vectors: no rule decays them.
 
     @classmethod
@@ -122,7 +123,7 @@ class MultiBranchAttention(AttentionBlock):
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = (self.split_heads(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, H, T, dh)
-        heads = sdpa_causal(q, k, v)  # (B, H, T, dh)
+        heads = sdpa(q, k, v, causal=self.causal)  # (B, H, T, dh)
         branch = torch.einsum("bhtd,hdc->bhtc", heads, self.w_o)  # (B, H, T, C)
         branch = branch * self.kappa.view(1, -1, 1, 1)
         hidden = self.act(torch.einsum("bhtc,hcf->bhtf", branch, self.w_in))  # (B, H, T, f)

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, sdpa_causal
+from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, sdpa
 from nas.models.dims import Dims, Flops
 from nas.models.reference import head
 
@@ -40,6 +40,7 @@ from nas.models.reference import head
 @ATTENTION.register("synth_dense")
 class DenseSynthesizer(ValueAttention):
     mixable = True
+    bidirectional = True
     no_decay = ("b2",)  # the per-position logit bias (H, L)
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
@@ -74,7 +75,7 @@ class DenseSynthesizer(ValueAttention):
         k = k.to(q.dtype).unsqueeze(0).expand(B, -1, -1, -1).contiguous()  # (B, H, T, w)
         v = self.split_heads(self.v_proj(x))  # (B, H, T, dh)
         v = torch.cat([v, v.new_zeros(B, H, T, 1 + pad)], dim=-1)  # (B, H, T, w)
-        y = sdpa_causal(q, k, v, scale=1.0)[..., :dh]  # (B, H, T, dh)
+        y = sdpa(q, k, v, causal=self.causal, scale=1.0)[..., :dh]  # (B, H, T, dh)
         return self.out_proj(self.merge_heads(y))
 
     def reference_scores(self, x: Tensor) -> Tensor:

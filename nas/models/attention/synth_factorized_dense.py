@@ -44,6 +44,7 @@ class FactorizedDenseOptions(BlockOptions):
 class FactorizedDenseSynthesizer(ValueAttention):
     Options = FactorizedDenseOptions
     mixable = True
+    bidirectional = True
     no_decay = ("ba", "bb")  # biases of A and B (bb starts at 1)
 
     def __init__(

@@ -37,6 +37,7 @@ class FactorizedRandomOptions(BlockOptions):
 class FactorizedRandomSynthesizer(ValueAttention):
     Options = FactorizedRandomOptions
     mixable = True
+    bidirectional = True
     no_decay = ("R1", "R2")  # factors of position-only logits
     static_scores = True
     short_option_names = {"rank": "r"}

@@ -20,6 +20,7 @@ from nas.models.dims import Dims, Flops
 @ATTENTION.register("synth_random")
 class RandomSynthesizer(ValueAttention):
     mixable = True
+    bidirectional = True
     static_scores = True
     trainable_logits = True
     no_decay = ("R",)  # logits: decay would pull the attention towards uniform
