@@ -1,4 +1,4 @@
-"""Corpora: byte-level text, token files, and text through a local tokenizer.
+"""Corpora: byte-level text, token files, text through a local tokenizer, and parallel corpora.
 
 ``load_corpus(spec)`` is the one entry point; ``spec`` is ``None`` or
 ``"shakespeare"`` (the default corpus), a text file, a directory of text files
@@ -9,6 +9,13 @@ memory-mapped).  ``resolve_data(spec, tokenizer)`` turns a text corpus and a
 Batches come from :mod:`nas.data.batches`.  Every :class:`Corpus` knows its
 vocabulary size, its bytes per token and a fingerprint of its content
 (:mod:`nas.data.corpus`).
+
+``spec`` may also name a parallel corpus for a sequence-to-sequence task
+(:mod:`nas.data.parallel`): ``"shakespeare-reversed"`` (built in) or a directory
+holding ``train.src``, ``train.tgt``, ``val.src`` and ``val.tgt``; then
+``load_corpus`` gives a :class:`ParallelCorpus` and ``task_of(spec)`` is
+``"seq2seq"``.  Both kinds have ``task``, ``batch``, ``validation``, ``record``
+and ``describe``; :func:`train_batch` and :func:`validation_batches` call them.
 """
 
 from __future__ import annotations
@@ -16,6 +23,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+
+import torch
+from torch import Tensor
 
 from nas.data.batches import decode, encode, get_batch, validation_windows
 from nas.data.corpus import (
@@ -26,15 +36,30 @@ from nas.data.corpus import (
     describe_record,
     same_data,
 )
+from nas.data.parallel import (
+    DEFAULT_PARALLEL,
+    N_SPECIALS,
+    PARALLEL_META,
+    Pairs,
+    ParallelCorpus,
+    is_parallel_dir,
+    load_parallel,
+    reversed_pairs,
+    task_of,
+)
 from nas.data.text import SEPARATOR, load_text, split_documents, validation_indices
 from nas.data.tokens import is_token_dir, load_token_dir, read_meta, write_token_dir
 from nas.errors import UserError
 
 __all__ = [
-    "DEFAULT_CORPUS", "SEPARATOR", "VOCAB_SIZE", "Corpus", "cache_dir", "data_record", "decode",
-    "describe_record", "encode", "get_batch", "load_corpus", "resolve_data", "same_data",
-    "split_documents", "validation_indices", "validation_windows", "vocab_size_of", "write_token_dir",
+    "DEFAULT_CORPUS", "DEFAULT_PARALLEL", "SEPARATOR", "VOCAB_SIZE", "AnyCorpus", "Corpus", "Pairs",
+    "ParallelCorpus", "cache_dir", "data_record", "decode", "describe_record", "encode", "get_batch",
+    "is_parallel_dir", "load_corpus", "load_parallel", "resolve_data", "reversed_pairs", "same_data",
+    "split_documents", "task_of", "train_batch", "validation_batches", "validation_indices",
+    "validation_windows", "vocab_size_of", "write_token_dir",
 ]  # fmt: skip
+
+AnyCorpus = Corpus | ParallelCorpus
 
 
 def _check_spec(spec: str | os.PathLike[str] | None) -> None:
@@ -42,13 +67,16 @@ def _check_spec(spec: str | os.PathLike[str] | None) -> None:
         # Path("") is the current directory: an empty --data would train on whatever is there.
         raise UserError(
             f"--data is empty; give '{DEFAULT_CORPUS}', a text file, a directory of text files, "
-            "or a token-file directory (or leave it out for the default)"
+            f"a token-file directory, '{DEFAULT_PARALLEL}' or a parallel corpus directory "
+            "(or leave it out for the default)"
         )
 
 
-def load_corpus(spec: str | os.PathLike[str] | None = None) -> Corpus:
+def load_corpus(spec: str | os.PathLike[str] | None = None) -> AnyCorpus:
     """The corpus named by ``spec`` (see the module docstring); mistakes raise one-line UserErrors."""
     _check_spec(spec)
+    if task_of(spec) == "seq2seq":
+        return load_parallel(spec)
     if spec is not None and str(spec) != DEFAULT_CORPUS:
         path = Path(spec).expanduser()
         if is_token_dir(path):
@@ -63,15 +91,22 @@ def resolve_data(
 
     Tokenizing happens here, once per (tokenizer, text) pair, so a search does it
     in the driver before any worker starts and workers memory-map the result.
+    A parallel corpus goes to its tokenized copy (:mod:`nas.data.parallel_files`).
     """
     _check_spec(spec)
     if tokenizer is None:
         return None if spec is None else str(spec)
     if not str(tokenizer).strip():
         raise UserError("--tokenizer is empty; give the path of a tokenizer.json")
+    if task_of(spec) == "seq2seq":
+        from nas.data.parallel_files import tokenize_parallel
+
+        return str(tokenize_parallel(load_parallel(spec), tokenizer))
     from nas.data.tokenize import tokenize_corpus  # imports tokenizers only when asked for
 
-    return str(tokenize_corpus(load_corpus(spec), tokenizer))
+    text = load_corpus(spec)
+    assert isinstance(text, Corpus)  # task_of said lm
+    return str(tokenize_corpus(text, tokenizer))
 
 
 def data_record(spec: str | os.PathLike[str] | None) -> dict[str, Any]:
@@ -80,7 +115,36 @@ def data_record(spec: str | os.PathLike[str] | None) -> dict[str, Any]:
 
 
 def vocab_size_of(spec: str | os.PathLike[str] | None) -> int:
-    """The vocabulary of the corpus ``spec`` names, from meta.json alone (no data is read)."""
+    """The model vocabulary of the corpus ``spec`` names, from meta.json alone (no data is read).
+
+    For a parallel corpus it includes pad, bos and eos (:attr:`ParallelCorpus.vocab_size`).
+    """
+    if task_of(spec) == "seq2seq":
+        path = Path(str(spec)).expanduser()
+        if str(spec) != DEFAULT_PARALLEL and (path / PARALLEL_META).is_file():
+            from nas.data.parallel_files import read_parallel_meta
+
+            return int(read_parallel_meta(path)["vocab_size"]) + N_SPECIALS
+        return VOCAB_SIZE + N_SPECIALS
     if spec is not None and str(spec) != DEFAULT_CORPUS and is_token_dir(Path(spec).expanduser()):
         return int(read_meta(Path(spec).expanduser())["vocab_size"])
     return VOCAB_SIZE
+
+
+def train_batch(
+    corpus: Any, batch_size: int, seq_len: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """A training batch of any corpus: its ``batch`` method, or :func:`get_batch` on ``corpus.train``.
+
+    The fallback serves test doubles that only carry ``train``/``val`` tensors.
+    """
+    if hasattr(corpus, "batch"):
+        return corpus.batch(batch_size, seq_len, generator)
+    return get_batch(corpus.train, batch_size, seq_len, generator)
+
+
+def validation_batches(corpus: Any, n: int, seq_len: int) -> tuple[Tensor, Tensor]:
+    """The fixed validation set of any corpus: its ``validation`` method, or windows of ``corpus.val``."""
+    if hasattr(corpus, "validation"):
+        return corpus.validation(n, seq_len)
+    return validation_windows(corpus.val, n, seq_len)

@@ -14,10 +14,12 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
+
+from nas.data.batches import get_batch, validation_windows
 
 DEFAULT_CORPUS = "shakespeare"
 VOCAB_SIZE = 256  # byte-level tokens
@@ -36,6 +38,8 @@ class Corpus:
     ``{"corpus": spec}`` plus ``tokenizer`` and ``tokenizer_fingerprint`` when a
     tokenizer made it.
     """
+
+    task: ClassVar[str] = "lm"  # what a model trained on it predicts (ParallelCorpus: "seq2seq")
 
     name: str
     train: Tensor  # (N_train,) token ids
@@ -69,6 +73,14 @@ class Corpus:
             f"{self.name}: {len(self.train):,} train tokens, {len(self.val):,} validation tokens, "
             f"vocabulary {self.vocab_size:,}{bpt} (memory-mapped {dtype})"
         )
+
+    def batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Random training windows: :func:`nas.data.batches.get_batch` on ``train`` (the same draws)."""
+        return get_batch(self.train, batch_size, seq_len, generator)
+
+    def validation(self, n_windows: int, seq_len: int) -> tuple[Tensor, Tensor]:
+        """The fixed validation slice: :func:`nas.data.batches.validation_windows` on ``val``."""
+        return validation_windows(self.val, n_windows, seq_len)
 
     def record(self) -> dict[str, Any]:
         """What a study and an exported architecture file store about this corpus."""

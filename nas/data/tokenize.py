@@ -32,7 +32,8 @@ from nas.validate import check_writable_dir
 _PIECE = 1 << 20  # characters per encoded piece
 
 
-def _load_tokenizer(path: Path) -> tuple[Any, bytes]:
+def load_tokenizer(path: Path) -> tuple[Any, str]:
+    """The ``tokenizers.Tokenizer`` in the file ``path`` and the file's content hash; one-line UserErrors."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
@@ -44,7 +45,7 @@ def _load_tokenizer(path: Path) -> tuple[Any, bytes]:
         raise UserError(f"--tokenizer {path}: {'not found' if not path.exists() else 'is not a file'}")
     try:
         blob = path.read_bytes()
-        return Tokenizer.from_str(blob.decode("utf-8")), blob
+        return Tokenizer.from_str(blob.decode("utf-8")), "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"--tokenizer {path}: cannot read it ({err})") from None
     except Exception as err:  # noqa: BLE001 - the Rust parser raises plain Exception
@@ -55,12 +56,11 @@ def _load_tokenizer(path: Path) -> tuple[Any, bytes]:
 def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Path:
     """The cached token directory of ``text`` (a byte corpus) through the tokenizer file."""
     path = Path(tokenizer_path).expanduser()
-    tokenizer, blob = _load_tokenizer(path)
+    tokenizer, tok_fp = load_tokenizer(path)
     if not text.is_bytes:
         raise UserError(
             f"--tokenizer applies to text; {text.name} already holds token ids (drop --tokenizer)"
         )
-    tok_fp = "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
     key = f"{tok_fp[7:]}-{text.fingerprint.removeprefix('sha256:')}"
     out = cache_dir() / "tokens" / key
     check_writable_dir(out.parent, "NAS_CACHE_DIR (the token cache)")
@@ -73,7 +73,7 @@ def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Pat
         if not is_token_dir(out):
             _write(out, text, tokenizer, source, path.name)
         else:
-            _update_source(out, source)
+            update_source(out / META, source)
     return out
 
 
@@ -106,13 +106,12 @@ def _encode(tokenizer: Any, doc: str) -> np.ndarray:
     return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encoded] or [np.zeros(0, np.int64)])
 
 
-def _update_source(out: Path, source: dict[str, str]) -> None:
-    """Point a cache hit's meta.json at the paths given now (the fingerprint ignores them)."""
-    meta_path = out / META
+def update_source(meta_path: Path, source: dict[str, str]) -> None:
+    """Point a cache hit's metadata file at the paths given now (the fingerprint ignores them)."""
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     if meta.get("source") == source:
         return
     meta["source"] = source
-    tmp = meta_path.with_name(f".{META}.{os.getpid()}")
+    tmp = meta_path.with_name(f".{meta_path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, meta_path)

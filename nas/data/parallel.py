@@ -1,0 +1,300 @@
+"""Parallel corpora for sequence-to-sequence tasks: aligned (source, target) examples.
+
+A parallel corpus is a directory holding ``train.src``, ``train.tgt``,
+``val.src`` and ``val.tgt``: UTF-8 text, one example per line, line ``i`` of
+``.src`` aligned with line ``i`` of ``.tgt``.  Tokens are bytes (vocabulary
+256) unless a local tokenizer made a cached copy (:mod:`nas.data.parallel_files`).
+Three special ids follow the base vocabulary: pad, bos and eos.
+
+A line pair where both sides are blank is skipped (a trailing blank line, blank
+separators); a pair with one blank side is refused, since it usually means the
+two files have gone out of step.  Lines end at ``\\n``; a ``\\r`` before it is
+dropped.  Every mistake is one :class:`UserError` naming the file.
+
+The built-in task ``shakespeare-reversed`` (:func:`reversed_pairs`) needs no
+download beyond the default corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from nas.data.corpus import VOCAB_SIZE
+from nas.errors import UserError
+
+DEFAULT_PARALLEL = "shakespeare-reversed"
+SIDES = ("train.src", "train.tgt", "val.src", "val.tgt")
+IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index: no loss on padding
+MAX_LINE_BYTES = 60  # the built-in task's longest source line
+N_SPECIALS = 3  # pad, bos, eos
+PARALLEL_META = "parallel.json"  # marks a tokenized parallel corpus (nas.data.parallel_files)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Pairs:
+    """The aligned examples of one split: each side's ids end to end, and where each example starts.
+
+    Example ``i``'s source is ``src[src_offsets[i]:src_offsets[i + 1]]`` (and the
+    same for the target).  Ids are uint8 for bytes, int32 for tokenizer ids: one
+    tensor per side instead of a tensor per example, so a corpus of millions of
+    lines is four tensors and batches gather their rows in one indexing call.
+    """
+
+    src: Tensor  # (n_src_tokens,)
+    src_offsets: Tensor  # (N + 1,) int64
+    tgt: Tensor  # (n_tgt_tokens,)
+    tgt_offsets: Tensor  # (N + 1,) int64
+
+    def __len__(self) -> int:
+        return len(self.src_offsets) - 1
+
+    @classmethod
+    def from_sequences(
+        cls, srcs: Sequence[Sequence[int] | bytes], tgts: Sequence[Sequence[int] | bytes], dtype: torch.dtype
+    ) -> Pairs:
+        """Pairs from per-example id sequences (bytes objects for byte corpora)."""
+        if len(srcs) != len(tgts):
+            raise ValueError(f"{len(srcs)} sources but {len(tgts)} targets")
+        return cls(*_flatten(srcs, dtype), *_flatten(tgts, dtype))
+
+    def source(self, i: int) -> list[int]:
+        return self.src[self.src_offsets[i] : self.src_offsets[i + 1]].tolist()
+
+    def target(self, i: int) -> list[int]:
+        return self.tgt[self.tgt_offsets[i] : self.tgt_offsets[i + 1]].tolist()
+
+    def fingerprint_into(self, h: Any) -> None:
+        for part in (self.src_offsets, self.src, self.tgt_offsets, self.tgt):
+            h.update(f"{part.dtype}:{len(part)}\n".encode())
+            if len(part):
+                h.update(memoryview(part.contiguous().numpy()))
+
+
+def _flatten(seqs: Sequence[Sequence[int] | bytes], dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    if seqs and isinstance(seqs[0], (bytes, bytearray)):
+        joined = bytearray(b"".join(seqs))  # type: ignore[arg-type]
+        flat = torch.frombuffer(joined, dtype=torch.uint8) if joined else torch.empty(0, dtype=dtype)
+    else:
+        flat = torch.tensor([i for s in seqs for i in s], dtype=dtype)
+    return flat.to(dtype), offsets
+
+
+def _rows(flat: Tensor, offsets: Tensor, idx: Tensor, seq_len: int, shift: int, fill: int) -> Tensor:
+    """(B, T) int64: the examples ``idx`` placed from column ``shift`` on, cut at T, ``fill`` elsewhere."""
+    start, length = offsets[idx], offsets[idx + 1] - offsets[idx]  # (B,)
+    pos = torch.arange(seq_len) - shift  # (T,) position within the example
+    valid = (pos >= 0) & (pos < length[:, None])  # (B, T)
+    if len(flat) == 0:
+        return torch.full(valid.shape, fill, dtype=torch.int64)
+    where = (start[:, None] + pos.clamp(min=0)).clamp(max=len(flat) - 1)  # in range even where not valid
+    return torch.where(valid, flat[where].long(), fill)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ParallelCorpus:
+    """Aligned (source, target) examples for training and validation, with what they are.
+
+    ``base_vocab`` is 256 for bytes or the tokenizer's vocabulary; the model's
+    vocabulary (:attr:`vocab_size`) adds pad, bos and eos after it.
+    ``bytes_per_token`` is 1 for bytes and, for tokenizer ids, the validation
+    targets' UTF-8 bytes per target token (eos not counted).  ``fingerprint``
+    hashes all four sides and the vocabulary; ``source`` says how to rebuild:
+    ``{"corpus": spec}`` plus ``tokenizer`` and ``tokenizer_fingerprint``.
+    ``n_skipped`` counts the blank line pairs left out.
+    """
+
+    task: ClassVar[str] = "seq2seq"
+
+    name: str
+    train_pairs: Pairs
+    val_pairs: Pairs
+    base_vocab: int = VOCAB_SIZE
+    bytes_per_token: float | None = 1.0
+    fingerprint: str = ""  # computed from the pairs when not given
+    source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    n_skipped: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.fingerprint:
+            h = hashlib.sha256(f"seq2seq:{self.base_vocab}\n".encode())
+            self.train_pairs.fingerprint_into(h)
+            self.val_pairs.fingerprint_into(h)
+            object.__setattr__(self, "fingerprint", "sha256:" + h.hexdigest()[:16])
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base_vocab + N_SPECIALS
+
+    @property
+    def pad_id(self) -> int:
+        return self.base_vocab
+
+    @property
+    def bos_id(self) -> int:
+        return self.base_vocab + 1
+
+    @property
+    def eos_id(self) -> int:
+        return self.base_vocab + 2
+
+    def describe(self) -> str:
+        """One line for logs: what was loaded and how much of it."""
+        unit = "bytes" if not self.source.get("tokenizer") else f"tokens, vocabulary {self.base_vocab:,}"
+        skipped = f", {self.n_skipped:,} blank pairs skipped" if self.n_skipped else ""
+        return (
+            f"{self.name}: {len(self.train_pairs):,} train pairs, {len(self.val_pairs):,} validation pairs "
+            f"({unit}; + pad, bos, eos{skipped})"
+        )
+
+    def record(self) -> dict[str, Any]:
+        """What a study and an exported architecture file store about this corpus (as Corpus.record)."""
+        rec: dict[str, Any] = {
+            "task": self.task,
+            "corpus": self.source.get("corpus", self.name),
+            "name": self.name,
+            "vocab_size": self.vocab_size,
+            "fingerprint": self.fingerprint,
+        }
+        for key in ("tokenizer", "tokenizer_fingerprint"):
+            if self.source.get(key):
+                rec[key] = self.source[key]
+        return rec
+
+    def batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Random training examples (with replacement, drawn from ``generator`` only); see :meth:`rows`."""
+        idx = torch.randint(len(self.train_pairs), (batch_size,), generator=generator)
+        return self.rows(self.train_pairs, idx, seq_len)
+
+    def validation(self, n_examples: int, seq_len: int) -> tuple[Tensor, Tensor]:
+        """The first ``n_examples`` validation examples (fewer if there are fewer), as :meth:`rows`."""
+        if len(self.val_pairs) == 0:
+            raise UserError(f"{self.name}: the validation split holds no examples")
+        return self.rows(self.val_pairs, torch.arange(min(n_examples, len(self.val_pairs))), seq_len)
+
+    def rows(self, pairs: Pairs, idx: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
+        """x (B, 2T) = [src | tgt_in] and y (B, T), int64, for the examples ``idx`` of ``pairs``.
+
+        src: the source cut to T, right-padded with pad; tgt_in: bos + target, cut
+        to T, padded; y: target + eos, cut to T, padding IGNORE_INDEX (-100).
+        """
+        src = _rows(pairs.src, pairs.src_offsets, idx, seq_len, 0, self.pad_id)
+        tgt_in = _rows(pairs.tgt, pairs.tgt_offsets, idx, seq_len, 1, self.pad_id)
+        tgt_in[:, 0] = self.bos_id
+        y = _rows(pairs.tgt, pairs.tgt_offsets, idx, seq_len, 0, IGNORE_INDEX)
+        length = pairs.tgt_offsets[idx + 1] - pairs.tgt_offsets[idx]  # (B,)
+        ends = (length < seq_len).nonzero().squeeze(1)  # rows whose eos fits
+        y[ends, length[ends]] = self.eos_id
+        return torch.cat([src, tgt_in], dim=1), y
+
+    def samples(self, k: int) -> list[tuple[str, str]]:
+        """The first ``k`` validation pairs as text (source, target)."""
+        n = min(k, len(self.val_pairs))
+        pairs = self.val_pairs
+        return [(self.decode(pairs.source(i)), self.decode(pairs.target(i))) for i in range(n)]
+
+    def encode(self, text: str) -> list[int]:
+        """Source text to ids (no specials)."""
+        if self.source.get("tokenizer"):
+            return list(_tokenizer(self.source["tokenizer"]).encode(text, add_special_tokens=False).ids)
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids to text; specials and any id >= base_vocab are dropped, invalid UTF-8 replaced."""
+        kept = [int(i) for i in ids if 0 <= int(i) < self.base_vocab]
+        if self.source.get("tokenizer"):
+            return str(_tokenizer(self.source["tokenizer"]).decode(kept, skip_special_tokens=False))
+        return bytes(kept).decode("utf-8", errors="replace")
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str) -> Any:
+    from nas.data.tokenize import load_tokenizer
+
+    return load_tokenizer(Path(path))[0]
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+def is_parallel_dir(path: Path) -> bool:
+    """A directory that holds (or is meant to hold) a parallel corpus, or a tokenized cache of one."""
+    return path.is_dir() and any((path / name).exists() for name in (*SIDES, PARALLEL_META))
+
+
+def task_of(spec: str | os.PathLike[str] | None) -> str:
+    """``"seq2seq"`` for the built-in parallel task and parallel directories, else ``"lm"``.
+
+    Decided by the name and which files exist; no data is read.
+    """
+    if spec is not None and str(spec) == DEFAULT_PARALLEL:
+        return "seq2seq"
+    if spec is None or not str(spec).strip():
+        return "lm"
+    return "seq2seq" if is_parallel_dir(Path(spec).expanduser()) else "lm"
+
+
+_MEMO: dict[str, ParallelCorpus] = {}
+
+
+def load_parallel(spec: str | os.PathLike[str] | None) -> ParallelCorpus:
+    """The parallel corpus ``spec`` names: None or ``shakespeare-reversed`` (built-in), or a directory."""
+    if spec is None or str(spec) == DEFAULT_PARALLEL:
+        if DEFAULT_PARALLEL not in _MEMO:
+            _MEMO[DEFAULT_PARALLEL] = _load_reversed()
+        return _MEMO[DEFAULT_PARALLEL]
+    path = Path(spec).expanduser()
+    from nas.data.parallel_files import load_parallel_cache, read_parallel_text
+
+    if (path / PARALLEL_META).exists():
+        return load_parallel_cache(path)
+    if not path.is_dir():
+        what = "not found" if not path.exists() else "not a directory"
+        raise UserError(f"{path}: {what}; a parallel corpus is a directory holding {sides_text()}")
+    return read_parallel_text(path)
+
+
+def sides_text() -> str:
+    return f"{', '.join(SIDES[:-1])} and {SIDES[-1]} (one example per line, aligned)"
+
+
+# -- the built-in task ---------------------------------------------------------------------------
+
+
+def reversed_pairs(text: str) -> list[tuple[str, str]]:
+    """(line, line with its words in reverse order) for every line of ``text`` that qualifies.
+
+    A line qualifies with at least 2 words and at most MAX_LINE_BYTES UTF-8 bytes
+    once its words are joined by single spaces (the source the model sees); the
+    target is the same words in reverse order, joined the same way.
+    """
+    pairs = []
+    for line in text.splitlines():
+        words = line.split()
+        source = " ".join(words)
+        if len(words) >= 2 and len(source.encode("utf-8")) <= MAX_LINE_BYTES:
+            pairs.append((source, " ".join(reversed(words))))
+    return pairs
+
+
+def _load_reversed() -> ParallelCorpus:
+    from nas.data.text import SEPARATOR, load_text
+
+    corpus = load_text(None)
+    splits = []
+    for part in (corpus.train, corpus.val):
+        docs = bytes(part.numpy()).split(SEPARATOR)
+        pairs = [p for doc in docs for p in reversed_pairs(doc.decode("utf-8"))]
+        srcs, tgts = [s.encode("utf-8") for s, _ in pairs], [t.encode("utf-8") for _, t in pairs]
+        splits.append(Pairs.from_sequences(srcs, tgts, torch.uint8))
+    return ParallelCorpus(DEFAULT_PARALLEL, splits[0], splits[1], source={"corpus": DEFAULT_PARALLEL})

@@ -1,0 +1,219 @@
+"""Parallel corpora on disk: the four text files, and their tokenized copy in the cache.
+
+``--data DIR --tokenizer tok.json`` on a parallel directory (or the built-in
+task) encodes every example once, source and target separately and without
+special tokens, into ``cache_dir()/parallel/<tokenizer hash>-<text fingerprint>/``:
+``parallel.json`` (vocabulary, dtype, name, source) and ``pairs.npz`` (each
+side's ids end to end and the offsets where examples start).  Search workers
+and retrains load that directory; it is a parallel corpus like any other
+(:func:`nas.data.parallel.is_parallel_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nas.data.corpus import cache_dir, file_lock
+from nas.data.parallel import PARALLEL_META, SIDES, Pairs, ParallelCorpus, sides_text
+from nas.errors import UserError
+from nas.validate import check_writable_dir
+
+PAIRS_FILE = "pairs.npz"
+_FORMAT = "nas-lm-parallel/1"
+_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+_MAX_VOCAB = (1 << 31) - 1 - 3  # ids and the three specials are int32 in memory
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+
+def read_parallel_text(path: Path) -> ParallelCorpus:
+    """The byte-level parallel corpus in ``path`` (see :mod:`nas.data.parallel` for the rules)."""
+    missing = [name for name in SIDES if not (path / name).is_file()]
+    if missing:
+        raise UserError(f"{path / missing[0]}: missing; a parallel corpus directory holds {sides_text()}")
+    lines = {name: _read_lines(path / name) for name in SIDES}
+    splits, skipped = [], 0
+    for split, what in (("train", "training"), ("val", "validation")):
+        src_name, tgt_name = f"{split}.src", f"{split}.tgt"
+        src, tgt = lines[src_name], lines[tgt_name]
+        if len(src) != len(tgt):
+            raise UserError(
+                f"{path}: {src_name} has {len(src):,} lines but {tgt_name} has {len(tgt):,}; "
+                "the two sides must be aligned line by line"
+            )
+        keep = []
+        for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
+            blank_s, blank_t = not s.strip(), not t.strip()
+            if blank_s and blank_t:
+                skipped += 1
+            elif blank_s or blank_t:
+                blank, other = (src_name, tgt_name) if blank_s else (tgt_name, src_name)
+                raise UserError(
+                    f"{path / blank}: line {i + 1} is blank but line {i + 1} of {other} is not; "
+                    "aligned examples need both sides (pairs blank on both sides are skipped)"
+                )
+            else:
+                keep.append(i)
+        if not keep:
+            raise UserError(
+                f"{path}: the {what} split ({src_name}, {tgt_name}) holds no examples "
+                "(pairs blank on both sides are skipped)"
+            )
+        splits.append(Pairs.from_sequences([src[i] for i in keep], [tgt[i] for i in keep], torch.uint8))
+    source = {"corpus": str(path.resolve())}  # absolute: a record must find it again from any directory
+    return ParallelCorpus(str(path), splits[0], splits[1], source=source, n_skipped=skipped)
+
+
+def _read_lines(file: Path) -> list[bytes]:
+    """The lines of a UTF-8 file (no line ends; a final newline does not start a line)."""
+    try:
+        data = file.read_bytes()
+    except OSError as err:
+        raise UserError(f"{file}: cannot read it: {err.strerror or err}") from None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise UserError(
+            f"{file}: line {line} is not valid UTF-8 (byte 0x{data[err.start]:02x}, "
+            f"byte {column} of the line)"
+        ) from None
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+
+
+# -- the tokenized cache -------------------------------------------------------------------------
+
+
+def tokenize_parallel(corpus: ParallelCorpus, tokenizer_path: str | os.PathLike[str]) -> Path:
+    """The cached tokenized copy of ``corpus`` (bytes) through the tokenizer file, made once."""
+    from nas.data.tokenize import load_tokenizer, update_source
+
+    path = Path(tokenizer_path).expanduser()
+    tokenizer, tok_fp = load_tokenizer(path)
+    if corpus.source.get("tokenizer"):
+        raise UserError(
+            f"--tokenizer applies to text; {corpus.name} already holds token ids (drop --tokenizer)"
+        )
+    key = f"{tok_fp.removeprefix('sha256:')}-{corpus.fingerprint.removeprefix('sha256:')}"
+    out = cache_dir() / "parallel" / key
+    check_writable_dir(out.parent, "NAS_CACHE_DIR (the token cache)")
+    source = {
+        "corpus": corpus.source.get("corpus", corpus.name),
+        "tokenizer": str(path.resolve()),
+        "tokenizer_fingerprint": tok_fp,
+    }
+    with file_lock(out.with_name(key + ".lock")):
+        if not (out / PARALLEL_META).is_file():
+            _write(out, corpus, tokenizer, path, source)
+        else:
+            update_source(out / PARALLEL_META, source)
+    return out
+
+
+def _write(out: Path, corpus: ParallelCorpus, tokenizer: Any, tok_path: Path, source: dict[str, str]) -> None:
+    vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    if vocab > _MAX_VOCAB:
+        raise UserError(f"--tokenizer {tok_path}: vocabulary {vocab:,} is over the {_MAX_VOCAB:,} supported")
+    dtype = "uint16" if vocab <= 1 << 16 else "uint32"
+    arrays: dict[str, np.ndarray] = {}
+    for split, pairs in (("train", corpus.train_pairs), ("val", corpus.val_pairs)):
+        sides = (("src", pairs.src, pairs.src_offsets), ("tgt", pairs.tgt, pairs.tgt_offsets))
+        for side, flat, offsets in sides:
+            blob, cuts = bytes(flat.numpy()), offsets.tolist()
+            texts = [blob[a:b].decode("utf-8") for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+            encoded = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+            ids = np.fromiter((i for e in encoded for i in e), dtype=np.int64)
+            if len(ids) and int(ids.max()) >= vocab:
+                raise UserError(
+                    f"--tokenizer {tok_path}: gives id {int(ids.max()):,}, beyond its vocabulary of {vocab:,}"
+                )
+            lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+            arrays[f"{split}_{side}"] = ids.astype(_DTYPES[dtype])
+            arrays[f"{split}_{side}_offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    val_tgt_bytes = len(corpus.val_pairs.tgt)
+    meta = {
+        "format": _FORMAT,
+        "task": "seq2seq",
+        "vocab_size": vocab,
+        "dtype": dtype,
+        "bytes_per_token": val_tgt_bytes / max(1, len(arrays["val_tgt"])),
+        "name": f"{corpus.name} tokenized by {tok_path.name}",
+        "n_skipped": corpus.n_skipped,
+        "source": source,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:  # written aside and renamed, so a reader sees the whole directory or none
+        np.savez(tmp / PAIRS_FILE, **arrays)
+        (tmp / PARALLEL_META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_parallel_meta(path: Path) -> dict[str, Any]:
+    """parallel.json of a tokenized parallel corpus, checked (format, vocabulary, dtype)."""
+    file = path / PARALLEL_META
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserError(f"{file}: not readable JSON ({err}); delete {path} and tokenize again") from None
+    vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
+    ok = isinstance(meta, dict) and meta.get("format") == _FORMAT and meta.get("dtype") in _DTYPES
+    if not ok or isinstance(vocab, bool) or not isinstance(vocab, int) or not 0 < vocab <= _MAX_VOCAB:
+        raise UserError(f"{file}: not a {_FORMAT} file; delete {path} and tokenize again")
+    return meta
+
+
+def load_parallel_cache(path: Path) -> ParallelCorpus:
+    """The tokenized parallel corpus in ``path`` (written by :func:`tokenize_parallel`)."""
+    meta = read_parallel_meta(path)
+    vocab = int(meta["vocab_size"])
+    corrupt = f"{path / PAIRS_FILE}: corrupt or incomplete; delete {path} and tokenize again"
+    try:
+        with np.load(path / PAIRS_FILE, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except (OSError, ValueError, KeyError) as err:
+        raise UserError(f"{corrupt} ({err})") from None
+    splits = []
+    for split in ("train", "val"):
+        parts = []
+        for side in ("src", "tgt"):
+            ids, offsets = arrays.get(f"{split}_{side}"), arrays.get(f"{split}_{side}_offsets")
+            if ids is None or offsets is None or ids.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1:
+                raise UserError(corrupt)
+            if offsets[0] != 0 or offsets[-1] != len(ids) or (np.diff(offsets) < 0).any():
+                raise UserError(corrupt)
+            if len(ids) and int(ids.max()) >= vocab:
+                raise UserError(f"{corrupt} (id {int(ids.max()):,} is >= vocab_size {vocab:,})")
+            parts += [torch.from_numpy(ids.astype(np.int32)), torch.from_numpy(offsets.astype(np.int64))]
+        if len(parts[1]) != len(parts[3]):
+            raise UserError(corrupt)
+        splits.append(Pairs(*parts))
+    if len(splits[0]) == 0 or len(splits[1]) == 0:
+        raise UserError(corrupt)
+    bpt = meta.get("bytes_per_token")
+    return ParallelCorpus(
+        name=str(meta.get("name") or path),
+        train_pairs=splits[0],
+        val_pairs=splits[1],
+        base_vocab=vocab,
+        bytes_per_token=float(bpt) if isinstance(bpt, (int, float)) and bpt > 0 else None,
+        source={"corpus": str(path.resolve()), **(meta.get("source") or {})},
+        n_skipped=int(meta.get("n_skipped") or 0),
+    )
