@@ -34,6 +34,29 @@ def evaluate_loss(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, devic
     return float(total.item()) / int((y != -100).sum())
 
 
+#: validation pairs ``train`` decodes greedily after training a seq2seq model (Result.extra["samples"])
+N_SAMPLES = 3
+
+
+@torch.no_grad()
+def greedy_samples(model: nn.Module, corpus: Any, seq_len: int, device: torch.device,
+                   k: int = N_SAMPLES) -> list[dict[str, str]]:  # fmt: skip
+    """The first ``k`` validation pairs of a parallel corpus with the model's greedy output:
+    ``[{"source", "target", "output"}]``, so a user sees what the model does."""
+    from nas.models import greedy_decode
+
+    pairs = corpus.samples(k)
+    if not pairs:
+        return []
+    rows = [corpus.encode(src)[:seq_len] for src, _ in pairs]
+    src = torch.full((len(rows), max(len(r) for r in rows)), corpus.pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        src[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    with autocast_for(device):
+        outputs = greedy_decode(model, src.to(device), corpus.bos_id, corpus.eos_id, max_new=seq_len)
+    return [{"source": s, "target": t, "output": corpus.decode(o)} for (s, t), o in zip(pairs, outputs, strict=True)]
+
+
 class Validation:
     """The same ``n_windows`` windows (examples) of ``seq_len`` tokens for every evaluation of a run."""
 

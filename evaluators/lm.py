@@ -32,7 +32,7 @@ import torch
 from evaluators.base import Budget, ProgressCallback, TrainRecipe
 from evaluators.budget import TrainingPlan, check_arch_fits, lr_at, plan_steps, plan_training
 from evaluators.device import device_name, peak_memory_bytes, resolve_device, setup_device
-from evaluators.evaluation import Validation
+from evaluators.evaluation import Validation, greedy_samples
 from evaluators.loop import Outcome, run_loop
 from evaluators.model import CompileFailed, prepare_model
 from evaluators.result import Result
@@ -92,8 +92,10 @@ def train_lm(
             tlog.say(f"torch.compile failed, training eager instead: {compile_error}")
             prep = prepare_model(arch, recipe, dev, compile=False)  # from the same seed: as if never compiled
             run = run_loop(prep, plan, recipe, corpus, validation, tlog, callback)
+        extra = {"samples": greedy_samples(prep.model, corpus, seq_len, dev)} if arch.is_seq2seq else {}
         elapsed = time.perf_counter() - t_start
-        result = _result(arch, recipe, plan, corpus, run, dev, compile_error=compile_error, seconds=elapsed)
+        result = _result(arch, recipe, plan, corpus, run, dev, compile_error=compile_error, seconds=elapsed,
+                         extra=extra)  # fmt: skip
         tlog.finish(arch, recipe, budget, result, log_hparams)
     finally:
         tlog.close()

@@ -92,6 +92,6 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {**doc, "arch": arch, "model": model}
 
 
-def load_model(path: str | os.PathLike[str]) -> TransformerLM:
+def load_model(path: str | os.PathLike[str]) -> nn.Module:
     """The trained model stored at ``path`` (by ``train --save``), on the CPU, in eval mode."""
     return load_checkpoint(path)["model"]

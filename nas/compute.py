@@ -68,6 +68,22 @@ def layer_flops(arch: ArchConfig, layer: LayerConfig, seq_len: int) -> Flops:
     return flops
 
 
+def layer_rows(arch: ArchConfig, seq_len: int) -> list[tuple[str, int, LayerConfig, int, Flops]]:
+    """Per layer: (stack, index, layer, params, Flops per token); a seq2seq decoder layer's
+    include its cross-attention.  Stacks: ``layers`` for an LM, ``encoder`` then ``decoder``."""
+    rows = []
+    for i, layer in enumerate(arch.encoder_layers):
+        rows.append(("encoder", i, layer, layer_params(arch, layer), layer_flops(arch, layer, seq_len)))
+    stack = "decoder" if arch.is_seq2seq else "layers"
+    for i, layer in enumerate(arch.layers):
+        params, flops = layer_params(arch, layer), layer_flops(arch, layer, seq_len)
+        if arch.is_seq2seq:
+            params += cross_attention_params(arch.d_model)
+            flops = flops + cross_attention_flops(arch.d_model, seq_len)
+        rows.append((stack, i, layer, params, flops))
+    return rows
+
+
 def cross_attention_params(d: int) -> int:
     """A seq2seq decoder layer's cross-attention (Q, K, V, output) and its LayerNorm."""
     return 4 * d * d + 2 * d
@@ -124,11 +140,12 @@ def training_bytes(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = 
     """
     T = arch.max_len if seq_len is None else seq_len
     c = compute(arch, T)
-    d, n = arch.d_model, n_layers or arch.n_layers
+    own = arch.n_layers + len(arch.encoder_layers)  # a seq2seq model: both stacks
+    d, n = arch.d_model, n_layers or own
     tokens = batch_size * T
     return {
         "embeddings": 16.0 * c.embedding_params,
-        "layers": 16.0 * c.non_embedding_params * n / arch.n_layers,
+        "layers": 16.0 * c.non_embedding_params * n / own,
         "masks": float(n * arch.max_len**2 + 4 * arch.max_len * d),
         "activations": 4.0 * tokens * (2 * arch.vocab_size + n * d),
     }
@@ -143,7 +160,7 @@ def check_fits(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None
     there).  The ConfigError names the size that drives most of the memory.
     """
     limit = MAX_TRAIN_BYTES if limit is None else limit
-    n = n_layers or arch.n_layers
+    n = n_layers or arch.n_layers + len(arch.encoder_layers)
     parts = training_bytes(arch, batch_size, seq_len, n)
     total = sum(parts.values())
     if total > limit:

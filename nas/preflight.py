@@ -64,17 +64,18 @@ def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus
     every trial bound to fail).  Errors name the space file and its field.
     """
     try:
-        for arch, n_layers in one_layer_archs(space, largest=True):
+        for arch, n_layers, n_encoder in one_layer_archs(space, largest=True):
             arch = arch.with_vocab(corpus.vocab_size)
             seq_len = recipe.seq_len or arch.max_len
-            check_fits(arch, recipe.batch_size, seq_len, n_layers=n_layers)
+            check_fits(arch, recipe.batch_size, seq_len, n_layers=n_layers + n_encoder)
             if trains:
                 check_windows(corpus, seq_len)
         if not trains:
             return
         cheapest = None
-        for arch, n_layers in one_layer_archs(space, largest=False):
-            arch = dataclasses.replace(arch, layers=arch.layers * n_layers, vocab_size=corpus.vocab_size)
+        for arch, n_layers, n_encoder in one_layer_archs(space, largest=False):
+            arch = dataclasses.replace(arch, layers=arch.layers * n_layers, vocab_size=corpus.vocab_size,
+                                       encoder_layers=arch.encoder_layers * n_encoder)  # fmt: skip
             seq_len = check_arch_fits(arch, recipe, corpus)
             cost = compute(arch, seq_len)
             if cheapest is None or cost.train_flops_per_token < cheapest[0].train_flops_per_token:

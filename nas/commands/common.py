@@ -9,6 +9,16 @@ from typing import Any
 from nas.validate import finite_or_none
 
 
+def data_or_default(data: str | None, task: str) -> str | None:
+    """``--data`` as given, or the default corpus of ``task``: None (Shakespeare) for an LM,
+    the built-in ``shakespeare-reversed`` pairs for seq2seq."""
+    if data is not None or task != "seq2seq":
+        return data
+    from nas.data import DEFAULT_PARALLEL
+
+    return DEFAULT_PARALLEL
+
+
 def positive_number(text: str) -> float:
     try:
         value = float(text)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from nas.commands.common import add_budget_args, add_device_arg, budget_from_args
+from nas.commands.common import add_budget_args, add_device_arg, budget_from_args, data_or_default
 from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
 from nas.validate import MAX_SEED, check_number, check_study_name
@@ -116,7 +116,8 @@ def build_settings(args: argparse.Namespace) -> SearchSettings:
         raise err.in_file(space.source) from None
     seed = check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)
     recipe = dataclasses.replace(recipe, seed=seed)
-    data = resolve_data(args.data, args.tokenizer)  # with --tokenizer: the cached token files, made once here
+    # with --tokenizer: the cached token files, made once here
+    data = resolve_data(data_or_default(args.data, space.task), args.tokenizer)
     if args.study is None:  # the space's name names the study: an error points at the file
         try:
             check_study_name(space.name, "name")

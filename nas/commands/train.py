@@ -25,11 +25,12 @@ from nas.commands.common import (
     add_budget_args,
     add_device_arg,
     budget_from_args,
+    data_or_default,
     jsonable,
     non_negative_int,
     positive_int,
 )
-from nas.data import DEFAULT_CORPUS, VOCAB_SIZE, Corpus, describe_record, load_corpus, resolve_data
+from nas.data import DEFAULT_CORPUS, DEFAULT_PARALLEL, VOCAB_SIZE, AnyCorpus, describe_record, load_corpus, resolve_data
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
 from nas.preflight import check_training
@@ -96,7 +97,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | N
     return doc["arch"], recipe, budget, data
 
 
-def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None) -> Corpus:
+def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any = None) -> AnyCorpus:
     """The corpus to train on: the flags', else the one the file records.
 
     An exported file records its corpus and tokenizer by path and fingerprint
@@ -107,13 +108,14 @@ def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None) -> Co
     a note.
     """
     rec = data if isinstance(data, dict) else None
-    spec = args.data if args.data is not None else (rec["corpus"] if rec else data)
+    task = getattr(arch, "task", "lm")
+    spec = args.data if args.data is not None else (rec["corpus"] if rec else data_or_default(data, task))
     tokenizer = args.tokenizer or (rec.get("tokenizer") if rec else None)
     if args.data is not None and args.tokenizer is None and is_token_dir(Path(args.data).expanduser()):
         tokenizer = None  # token files need no tokenizer, whatever the file used
     explicit = args.data is not None or args.tokenizer is not None
     if rec and not explicit:
-        if spec != DEFAULT_CORPUS and not Path(spec).expanduser().exists():
+        if spec not in (DEFAULT_CORPUS, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():
             raise UserError(
                 f"{args.arch}: its corpus {spec} is not there (trained on {describe_record(rec)}); "
                 "pass --data PATH with a copy of it"
@@ -164,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     arch, recipe, budget, data = resolve(args)
     threads = recorded_threads(args)
     check_outputs(args)
-    corpus = load_data(args, data)  # before any progress output: a missing corpus is one line
+    corpus = load_data(args, data, arch)  # before any progress output: a missing corpus is one line
     file_vocab = arch.vocab_size
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
         arch = arch.with_vocab(corpus.vocab_size)
@@ -198,7 +200,18 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(jsonable(metrics), sort_keys=False))
     else:
         print(format_metrics(metrics))
+        print(format_samples(metrics.get("samples") or []), end="")
     return 0
+
+
+def format_samples(samples: list[dict[str, str]]) -> str:
+    """A seq2seq model's greedy decodings of the first validation pairs, after the metrics."""
+    if not samples:
+        return ""
+    lines = ["", "greedy decoding of the first validation pairs:"]
+    for s in samples:
+        lines += [f"  source  {s['source']}", f"  target  {s['target']}", f"  output  {s['output']}", ""]
+    return "\n".join(lines)
 
 
 def format_metrics(m: dict[str, Any]) -> str:

@@ -19,15 +19,20 @@ from typing import Any
 
 from nas.errors import ConfigError
 from nas.models import ACTIVATIONS, ATTENTION, ArchConfig, AttentionBlock
+from nas.models.config import TASKS
 from nas.search.params import Param, label, thaw
-from nas.search.sampling import SEED_ARCHS, BlockChoice, SearchSpace
+from nas.search.sampling import SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number
 from nas.yamlsafe import read_yaml
 
-__all__ = ["SEED_ARCHS", "BlockChoice", "Param", "SearchSpace", "label", "load_space", "parse_space"]
+__all__ = [
+    "SEED_ARCHS", "BlockChoice", "LayerChoices", "Param", "SearchSpace", "label", "load_space", "parse_space",
+]  # fmt: skip
 
-GLOBAL_KEYS = ("d_model", "n_heads", "n_layers", "max_len", "pos_encoding", "tie_embeddings", "vocab_size")
-TOP_KEYS = ("name", "description", "globals", "layers", "constraints", "recipe", "budget", "seed_archs")
+GLOBAL_KEYS = ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "pos_encoding",
+               "tie_embeddings", "vocab_size")  # fmt: skip
+TOP_KEYS = ("name", "description", "task", "globals", "layers", "encoder", "constraints", "recipe", "budget",
+            "seed_archs")  # fmt: skip
 LAYER_KEYS = ("share", "attention", "ffn")
 CONSTRAINT_KEYS = ("max_params", "max_flops_per_token")
 #: cap on combinations checked exhaustively when a space is loaded
@@ -49,18 +54,19 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     if not isinstance(raw, Mapping):
         raise ConfigError("a search space must be a mapping with 'globals' and 'layers'")
     _refuse_unknown(raw, TOP_KEYS, "")
-    params = _parse_globals(raw.get("globals"))
-    l_raw = raw.get("layers")
-    if not isinstance(l_raw, Mapping):
+    task = raw.get("task", "lm")
+    if task not in TASKS:
+        raise ConfigError(f"unknown task {task!r}; valid: {', '.join(TASKS)}", "task")
+    params = _parse_globals(raw.get("globals"), task)
+    if raw.get("layers") is None:
         raise ConfigError("is required: a mapping with attention and ffn choices", "layers")
-    _refuse_unknown(l_raw, LAYER_KEYS, "layers")
-    share = l_raw.get("share", False)
-    if not isinstance(share, bool):
-        raise ConfigError(
-            f"must be true (one choice for every layer) or false, got {share!r}", "layers.share"
-        )
-    attention, blocks = _parse_attention(l_raw.get("attention"))
-    activation, mult = _parse_ffn(l_raw.get("ffn", {}))
+    layers = _parse_layer_choices(raw["layers"], "layers")
+    encoder = None
+    if task == "seq2seq":  # the encoder offers what `encoder:` lists, else what the decoder's layers do
+        encoder = _parse_layer_choices(raw.get("encoder", raw["layers"]), "encoder" if "encoder" in raw else "layers")
+        _refuse_causal_only(encoder, "encoder" if "encoder" in raw else "layers")
+    elif "encoder" in raw:
+        raise ConfigError("only a task: seq2seq space has an encoder", "encoder")
     constraints = _parse_constraints(raw.get("constraints") or {})
     recipe = raw.get("recipe") or {}
     budget = raw.get("budget")
@@ -76,50 +82,84 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
         name=name,
         source=source,
         globals=params,
-        share=share,
-        attention=attention,
-        blocks=blocks,
-        activation=activation,
-        mult=mult,
+        share=layers.share,
+        attention=layers.attention,
+        blocks=layers.blocks,
+        activation=layers.activation,
+        mult=layers.mult,
         constraints=constraints,
         recipe=dict(recipe),
         budget=dict(budget) if budget else None,
         seed_archs=tuple(seeds),
         raw=raw,
+        task=task,
+        encoder=encoder,
     )
-    _check_combinations(space)
+    _check_combinations(space, space.layer_choices, "layers")
+    if encoder is not None and "encoder" in raw:
+        _check_combinations(space, encoder, "encoder")
     return space
 
 
-def _parse_globals(g_raw: Any) -> dict[str, Param]:
+def _parse_layer_choices(l_raw: Any, path: str) -> LayerChoices:
+    """One stack's choices (``layers`` or ``encoder``): share, attention blocks, FFN."""
+    if not isinstance(l_raw, Mapping):
+        raise ConfigError("must be a mapping with attention and ffn choices", path)
+    _refuse_unknown(l_raw, LAYER_KEYS, path)
+    share = l_raw.get("share", False)
+    if not isinstance(share, bool):
+        raise ConfigError(f"must be true (one choice for every layer) or false, got {share!r}", f"{path}.share")
+    attention, blocks = _parse_attention(l_raw.get("attention"), f"{path}.attention")
+    activation, mult = _parse_ffn(l_raw.get("ffn", {}), f"{path}.ffn")
+    return LayerChoices(share, attention, blocks, activation, mult)
+
+
+def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
+    """An encoder attends over the whole source: a block that only runs causally cannot be offered."""
+    for name in choices.blocks:
+        if not ATTENTION.get(name).bidirectional:
+            valid = ", ".join(n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional)
+            hint = "" if path == "encoder" else " (the encoder offers the layers' blocks unless `encoder:` lists its own)"
+            raise ConfigError(
+                f"{name} only runs causally and cannot be an encoder layer{hint}; valid in the encoder: {valid}",
+                f"{path}.attention.{name}",
+            )
+
+
+def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
     if not isinstance(g_raw, Mapping):
         raise ConfigError("is required: a mapping of d_model, n_heads, n_layers, max_len, ...", "globals")
     _refuse_unknown(g_raw, GLOBAL_KEYS, "globals")
-    for key in ("d_model", "n_heads", "n_layers", "max_len"):
+    required = ("d_model", "n_heads", "n_layers", "max_len") + (("n_encoder_layers",) if task == "seq2seq" else ())
+    for key in required:
         if key not in g_raw:
-            raise ConfigError("is required", f"globals.{key}")
+            raise ConfigError("is required" + (" (the encoder's depth)" if key == "n_encoder_layers" else ""),
+                              f"globals.{key}")  # fmt: skip
+    if task != "seq2seq" and "n_encoder_layers" in g_raw:
+        raise ConfigError("only a task: seq2seq space has an encoder", "globals.n_encoder_layers")
     params = {key: Param.parse(g_raw[key], f"globals.{key}") for key in GLOBAL_KEYS if key in g_raw}
-    for key in ("d_model", "n_heads", "n_layers", "max_len", "vocab_size"):
+    depths = ("n_layers", "n_encoder_layers")
+    for key in ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "vocab_size"):
         if key in params:
             p = params[key]
             for v in p.values():  # a range's both ends: every value between is as valid
                 check_number(v, f"globals.{key}", integer=True, low=1,
-                             high=MAX_LAYERS if key == "n_layers" else MAX_DIM)
+                             high=MAX_LAYERS if key in depths else MAX_DIM)
             if p.kind == "float":
                 raise ConfigError("must be an integer range (integer low and high)", f"globals.{key}")
     return params
 
 
-def _parse_ffn(ffn_raw: Any) -> tuple[Param, Param]:
+def _parse_ffn(ffn_raw: Any, path: str) -> tuple[Param, Param]:
     if not isinstance(ffn_raw, Mapping):
-        raise ConfigError("must be a mapping with activation and mult", "layers.ffn")
-    _refuse_unknown(ffn_raw, ("activation", "mult"), "layers.ffn")
-    activation = Param.parse(ffn_raw.get("activation", "relu"), "layers.ffn.activation")
+        raise ConfigError("must be a mapping with activation and mult", path)
+    _refuse_unknown(ffn_raw, ("activation", "mult"), path)
+    activation = Param.parse(ffn_raw.get("activation", "relu"), f"{path}.activation")
     for v in activation.values():
-        ACTIVATIONS.get(v, "layers.ffn.activation")
-    mult = Param.parse(ffn_raw.get("mult", 4), "layers.ffn.mult")
+        ACTIVATIONS.get(v, f"{path}.activation")
+    mult = Param.parse(ffn_raw.get("mult", 4), f"{path}.mult")
     for v in mult.values():
-        check_number(v, "layers.ffn.mult", low=0, low_open=True)
+        check_number(v, f"{path}.mult", low=0, low_open=True)
     return activation, mult
 
 
@@ -138,8 +178,7 @@ def _parse_constraints(constraints: Any) -> dict[str, float]:
     return out
 
 
-def _parse_attention(raw: Any) -> tuple[Param, dict[str, BlockChoice]]:
-    path = "layers.attention"
+def _parse_attention(raw: Any, path: str) -> tuple[Param, dict[str, BlockChoice]]:
     if raw is None:
         raise ConfigError(f"is required; valid blocks: {', '.join(ATTENTION.names())}", path)
     if isinstance(raw, str):
@@ -200,78 +239,88 @@ def _product(params: Mapping[str, Param]) -> Iterator[dict[str, Any]]:
         yield dict(zip(keys, combo, strict=True))
 
 
-def _check_combinations(space: SearchSpace) -> None:
+def _layer_combos(choices: LayerChoices) -> Iterator[dict[str, Any]]:
+    """Every layer (as plain data) one stack's choices can make, ranges at both ends."""
+    for name, choice in choices.blocks.items():
+        for combo in _product(choice.options):
+            opts = _chosen(ATTENTION.get(name), combo)
+            for act in choices.activation.values():
+                for mult in choices.mult.values():
+                    yield {"attention": {"type": name, **opts}, "ffn": {"activation": act, "mult": mult}}
+
+
+def _check_combinations(space: SearchSpace, choices: LayerChoices, stem: str) -> None:
     """Refuse a space in which some combination of choices cannot be built.
 
     Every combination of global sizes is tried with every block option and FFN
-    choice on a one-layer model (ranges at both ends), so a sampled trial never
-    fails for a reason the space could have caught.
+    choice of one stack (``layers`` or ``encoder``) on a one-layer model (ranges at
+    both ends), so a sampled trial never fails for a reason the space could have caught.
     """
-    sizes = {k: p for k, p in space.globals.items() if k not in ("n_layers",)}
+    sizes = {k: p for k, p in space.globals.items() if k not in ("n_layers", "n_encoder_layers")}
     checked = 0
     for g in _product(sizes):
-        for name, choice in space.blocks.items():
-            for combo in _product(choice.options):
-                opts = _chosen(ATTENTION.get(name), combo)
-                for act in space.activation.values():
-                    for mult in space.mult.values():
-                        checked += 1
-                        if checked > _MAX_CHECKS:
-                            return
-                        ffn = {"activation": act, "mult": mult}
-                        raw_layer = {"attention": {"type": name, **opts}, "ffn": ffn}
-                        try:
-                            ArchConfig.from_dict({**g, "layers": [raw_layer]})
-                        except ConfigError as err:
-                            raise _combination_error(space, err, g, name, opts, act, mult) from None
+        for raw_layer in _layer_combos(choices):
+            checked += 1
+            if checked > _MAX_CHECKS:
+                return
+            try:
+                ArchConfig.from_dict({**g, "layers": [raw_layer]})
+            except ConfigError as err:
+                raise _combination_error(space, err, g, raw_layer, stem) from None
 
 
 #: the sizes whose largest (smallest) values make a space's largest (cheapest) candidates
 SIZE_KEYS = ("d_model", "max_len", "vocab_size")
 
 
-def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchConfig, int]]:
-    """One-layer stand-ins of the space's largest (or smallest) candidates, with their layer count.
+def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchConfig, int, int]]:
+    """One-layer-per-stack stand-ins of the space's largest (or smallest) candidates, with the
+    layer counts they stand for (decoder or LM layers, encoder layers: 0 for an LM).
 
-    Sizes (:data:`SIZE_KEYS` and ``n_layers``) are at the top (bottom) of their choices; every
-    other global, block option and FFN choice is enumerated.  Costs grow with each size, so
-    these bound every candidate's (``nas.compute.training_bytes`` scales a layer by the count).
+    Sizes (:data:`SIZE_KEYS` and the depths) are at the top (bottom) of their choices; every
+    other global, block option and FFN choice is enumerated (for a seq2seq space, each encoder
+    layer with the first decoder layer and each decoder layer with the first encoder layer).
+    Costs grow with each size, so these bound every candidate's (``nas.compute.training_bytes``
+    scales a layer by the count).
     """
     pick = max if largest else min
     fixed = {k: pick(p.values()) for k, p in space.globals.items() if k in SIZE_KEYS}
-    others = {k: p for k, p in space.globals.items() if k not in SIZE_KEYS and k != "n_layers"}
+    depths = ("n_layers", "n_encoder_layers")
+    others = {k: p for k, p in space.globals.items() if k not in SIZE_KEYS and k not in depths}
     n_layers = pick(int(v) for v in space.globals["n_layers"].values())
+    decoder = list(_layer_combos(space.layer_choices))
+    if space.encoder is None:
+        pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = [(layer, None) for layer in decoder]
+        n_encoder = 0
+    else:
+        encoder = list(_layer_combos(space.encoder))
+        pairs = [(layer, encoder[0]) for layer in decoder] + [(decoder[0], layer) for layer in encoder[1:]]
+        n_encoder = pick(int(v) for v in space.globals["n_encoder_layers"].values())
     for g in _product(others):
-        for name, choice in space.blocks.items():
-            for combo in _product(choice.options):
-                opts = _chosen(ATTENTION.get(name), combo)
-                for act in space.activation.values():
-                    for mult in space.mult.values():
-                        ffn = {"activation": act, "mult": mult}
-                        layer = {"attention": {"type": name, **opts}, "ffn": ffn}
-                        try:
-                            yield ArchConfig.from_dict({**fixed, **g, "layers": [layer]}), n_layers
-                        except ConfigError:  # a combination _check_combinations had no time to try
-                            continue
+        for layer, enc in pairs:
+            raw: dict[str, Any] = {**fixed, **g, "layers": [layer]}
+            if enc is not None:
+                raw.update(task=space.task, encoder_layers=[enc])
+            try:
+                yield ArchConfig.from_dict(raw), n_layers, n_encoder
+            except ConfigError:  # a combination _check_combinations had no time to try
+                continue
 
 
 def _combination_error(
-    space: SearchSpace,
-    err: ConfigError,
-    g: dict[str, Any],
-    block: str,
-    opts: dict[str, Any],
-    act: str,
-    mult: float,
+    space: SearchSpace, err: ConfigError, g: dict[str, Any], raw_layer: dict[str, Any], stem: str
 ) -> ConfigError:
     """Point at the space's own YAML path and name the combination that fails."""
+    opts = dict(raw_layer["attention"])
+    block = opts.pop("type")
+    act, mult = raw_layer["ffn"]["activation"], raw_layer["ffn"]["mult"]
     inner = err.path
     if inner.startswith("layers.0.attention."):
-        path = f"layers.attention.{block}.{inner[len('layers.0.attention.'):]}"
+        path = f"{stem}.attention.{block}.{inner[len('layers.0.attention.'):]}"
     elif inner.startswith("layers.0.ffn"):
-        path = "layers.ffn" + inner[len("layers.0.ffn"):]
+        path = f"{stem}.ffn" + inner[len("layers.0.ffn"):]
     elif inner.startswith("layers.0"):
-        path = f"layers.attention.{block}"
+        path = f"{stem}.attention.{block}"
     else:
         path = f"globals.{inner}" if inner else "globals"
     combo = [f"{k}={v}" for k, v in g.items() if space.globals[k].searched]

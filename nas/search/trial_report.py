@@ -41,7 +41,7 @@ def origin(t: FrozenTrial) -> str:
 
 def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     """Everything ``show`` says about one trial, as plain data (its ``--json``)."""
-    from nas.compute import compute, layer_flops, layer_params  # torch: imported when needed
+    from nas.compute import compute, layer_rows  # torch: imported when needed
     from nas.models import ATTENTION, ArchConfig
 
     ua = t.user_attrs
@@ -71,14 +71,14 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     seq_len = recipe.get("seq_len") or arch.max_len
     c = compute(arch, seq_len)
     out["seq_len"] = seq_len
-    for i, layer in enumerate(arch.layers):
-        f = layer_flops(arch, layer, seq_len)
+    for stack, i, layer, params, f in layer_rows(arch, seq_len):
         out["layers"].append({
             "layer": i,
+            "stack": stack,  # layers (an LM), encoder or decoder (seq2seq: with its cross-attention)
             "attention": layer.attention.to_dict(),
             "ffn": {"activation": layer.ffn.activation, "mult": layer.ffn.mult},
             "ffn_in_attention": bool(ATTENTION.get(layer.attention.type).replaces_ffn),
-            "params": layer_params(arch, layer),
+            "params": params,
             "fwd_flops_per_token": f.fwd,
             "train_flops_per_token": f.train,
         })
@@ -143,21 +143,25 @@ def _num(x: float | None) -> str:
 def _layer_table(d: dict[str, Any]) -> list[str]:
     from nas.models import AttentionSpec  # torch: imported when needed
 
-    atts = [AttentionSpec.from_raw(row["attention"]).text() for row in d["layers"]]
+    cross = {"decoder": " + cross", "encoder": " (bidirectional)"}
+    atts = [AttentionSpec.from_raw(row["attention"]).text() + cross.get(row.get("stack", ""), "")
+            for row in d["layers"]]  # fmt: skip
+    names = [_row_name(row) for row in d["layers"]]
     ffns = [_ffn_text(row) for row in d["layers"]]
     wa = max(len("attention"), *(len(x) for x in atts))
     wf = max(len("ffn"), *(len(x) for x in ffns))
     head = (f"{'layer':>5}  {'attention':<{wa}}  {'ffn':<{wf}}  {'params':>10}  "
             f"{'fwd FLOPs/tok':>13}  {'train FLOPs/tok':>15}")
     lines = [head, "-" * len(head)]
-    for row, att, ffn in zip(d["layers"], atts, ffns, strict=True):
+    for row, name, att, ffn in zip(d["layers"], names, atts, ffns, strict=True):
         lines.append(
-            f"{row['layer']:>5}  {att:<{wa}}  {ffn:<{wf}}  {_num(row['params']):>10}  "
+            f"{name:>5}  {att:<{wa}}  {ffn:<{wf}}  {_num(row['params']):>10}  "
             f"{_num(row['fwd_flops_per_token']):>13}  {_num(row['train_flops_per_token']):>15}"
         )
     head_fwd = d["head_fwd_flops_per_token"]
     rest = d["total"]["params"] - sum(r["params"] for r in d["layers"])
-    label = "embeddings, final norm, LM head"
+    seq2seq = any(row.get("stack") == "decoder" for row in d["layers"])
+    label = "embeddings, final norms, LM head" if seq2seq else "embeddings, final norm, LM head"
     lines.append(
         f"{'':>5}  {label:<{wa + wf + 2}}  {_num(rest):>10}  "
         f"{_num(head_fwd):>13}  {_num(3 * head_fwd):>15}"
@@ -170,6 +174,12 @@ def _layer_table(d: dict[str, Any]) -> list[str]:
     lines.append(f"  (FLOPs per token at sequence length {d['seq_len']}; "
                  f"{_num(tot['non_embedding_params'])} non-embedding params)")
     return lines
+
+
+def _row_name(row: dict[str, Any]) -> str:
+    """``3`` for an LM's layer; ``enc 0`` / ``dec 1`` for a seq2seq model's."""
+    prefix = {"encoder": "enc ", "decoder": "dec "}.get(row.get("stack", ""), "")
+    return f"{prefix}{row['layer']}"
 
 
 def _metric_lines(d: dict[str, Any]) -> list[str]:

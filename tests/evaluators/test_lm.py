@@ -258,7 +258,7 @@ def test_checkpoint_round_trip(corpus: Corpus, tmp_path: Path) -> None:
     assert model.arch == TINY and not model.training
     doc = torch.load(path, weights_only=True)
     assert doc["recipe"] == RECIPE.to_dict() and doc["metrics"]["val_loss"] == result.val_loss
-    x, y = evaluation.validation_windows(corpus.val, 8, 32)
+    x, y = corpus.validation(8, 32)
     assert evaluation.evaluate_loss(model, x, y, 4, torch.device("cpu")) == pytest.approx(
         result.val_loss, abs=1e-6
     )
