@@ -78,10 +78,11 @@ def check_arch_fits(arch: ArchConfig, recipe: TrainRecipe, corpus: Any) -> int:
             "a parallel corpus (a directory with train.src, train.tgt, val.src, val.tgt, or "
             "'shakespeare-reversed')" if arch.is_seq2seq else "a text or token corpus"
         )
+        holds = "source-target pairs (seq2seq)" if task == "seq2seq" else "language-model text"
         raise ConfigError(
-            f"is {arch.task}, but {getattr(corpus, 'name', '?')!r} is a {task} corpus; "
+            f"is {arch.task}, but the corpus {getattr(corpus, 'name', '?')!r} holds {holds}; "
             f"a task: {arch.task} architecture trains on {wanted}",
-            "arch.task",
+            "task",
         )
     if seq_len > arch.max_len:
         raise ConfigError(f"{seq_len} exceeds the architecture's max_len {arch.max_len}", "recipe.seq_len")

@@ -80,14 +80,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _data_spec(record: Any) -> str | None:
     """The ``--data`` the search ran on, from its record (the fingerprint is checked when the study opens)."""
-    from nas.data import resolve_data
+    from nas.data import DEFAULT_PARALLEL, resolve_data
     from nas.data.corpus import DEFAULT_CORPUS
 
     if not isinstance(record, dict):
         return None if record in (None, DEFAULT_CORPUS) else str(record)
     corpus = record.get("corpus")
     spec = None if corpus in (None, DEFAULT_CORPUS) else str(corpus)
-    if spec is not None and not Path(spec).expanduser().exists():
+    if spec not in (None, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():  # built-ins are no paths
         raise UserError(f"the study's corpus {spec} is not there any more; confirm needs the search's data")
     return resolve_data(spec, record.get("tokenizer"))
 

@@ -67,8 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="no Ray: run the trials one at a time in this process (for debugging: breakpoints "
                    "and tracebacks work); results are the same as with one Ray worker")
     p.add_argument("--data", default=None, help="text file or directory, or a token-file directory "
-                   "(train.bin, val.bin, meta.json), to train on (default: Shakespeare); the vocabulary "
-                   "comes from it")
+                   "(train.bin, val.bin, meta.json), to train on (default: Shakespeare); a task: seq2seq "
+                   "space takes a parallel directory (train.src, train.tgt, val.src, val.tgt; default: "
+                   "the built-in shakespeare-reversed); the vocabulary comes from it")
     p.add_argument("--tokenizer", metavar="FILE", default=None,
                    help="a Hugging Face tokenizer.json: tokenizes the text corpus once (cached) before "
                    "the search")

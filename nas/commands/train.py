@@ -53,7 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data", metavar="PATH", default=None,
         help=f"corpus: '{DEFAULT_CORPUS}' (default), a text file, a directory of text files, or a "
-        "token-file directory (train.bin, val.bin, meta.json); the vocabulary comes from it",
+        "token-file directory (train.bin, val.bin, meta.json); for a task: seq2seq architecture "
+        f"'{DEFAULT_PARALLEL}' (default) or a parallel directory (train.src, train.tgt, val.src, "
+        "val.tgt); the vocabulary comes from it",
     )  # fmt: skip
     p.add_argument(
         "--tokenizer", metavar="FILE", default=None,
