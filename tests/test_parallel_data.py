@@ -64,6 +64,7 @@ def test_rows_put_bos_eos_pad_and_ignore_index_where_they_belong(tmp_path: Path)
     assert ys[0].tolist() == [x, y, EOS, -100, -100]
     assert xs[1].tolist() == [d, PAD, PAD, PAD, PAD] + [BOS, z, z, z, z]  # tgt_in cut at T
     assert ys[1].tolist() == [z, z, z, z, EOS]  # the eos just fits
+    assert corpus.train_pairs.longest() == (3, 4)
     xs, ys = corpus.validation(2, 2)  # truncation of all three parts
     assert xs.tolist() == [[a, b, BOS, x], [d, PAD, BOS, z]] and ys.tolist() == [[x, y], [z, z]]
 

@@ -36,11 +36,11 @@ from nas.data.corpus import (
     describe_record,
     same_data,
 )
+from nas.data.pairs import Pairs
 from nas.data.parallel import (
     DEFAULT_PARALLEL,
     N_SPECIALS,
     PARALLEL_META,
-    Pairs,
     ParallelCorpus,
     is_parallel_dir,
     load_parallel,
