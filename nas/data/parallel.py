@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nas.data.corpus import VOCAB_SIZE
+from nas.data.corpus import DEFAULT_CORPUS, VOCAB_SIZE
 from nas.data.pairs import Pairs, pad_rows
 from nas.errors import UserError
 
@@ -179,8 +179,8 @@ def task_of(spec: str | os.PathLike[str] | None) -> str:
     """
     if spec is not None and str(spec) == DEFAULT_PARALLEL:
         return "seq2seq"
-    if spec is None or not str(spec).strip():
-        return "lm"
+    if spec is None or not str(spec).strip() or str(spec) == DEFAULT_CORPUS:
+        return "lm"  # the default corpus's name wins over a directory of that name, as in load_corpus
     return "seq2seq" if is_parallel_dir(Path(spec).expanduser()) else "lm"
 
 
@@ -205,6 +205,7 @@ def load_parallel(spec: str | os.PathLike[str] | None) -> ParallelCorpus:
 
 
 def sides_text() -> str:
+    """The four files a parallel directory holds, for error messages."""
     return f"{', '.join(SIDES[:-1])} and {SIDES[-1]} (one example per line, aligned)"
 
 
