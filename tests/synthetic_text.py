@@ -28,3 +28,15 @@ def write_corpus(root: Path, n_docs: int, n_words: int = 600) -> Path:
     for i in range(n_docs):
         (root / f"doc_{i:02d}.txt").write_text(synthetic_text(i, n_words), encoding="utf-8")
     return root
+
+
+def write_parallel_corpus(root: Path, n_train: int = 200, n_val: int = 20, seed: int = 0) -> Path:
+    """A parallel corpus directory (train/val .src/.tgt): synthetic lines to their words reversed."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = synthetic_text(seed, 10 * (n_train + n_val)).splitlines()  # lines hold at most 10 words
+    for split, part in (("train", lines[:n_train]), ("val", lines[n_train : n_train + n_val])):
+        (root / f"{split}.src").write_text("".join(f"{s}\n" for s in part), encoding="utf-8")
+        (root / f"{split}.tgt").write_text(
+            "".join(" ".join(reversed(s.split())) + "\n" for s in part), encoding="utf-8"
+        )
+    return root

@@ -36,11 +36,12 @@ from nas.data.corpus import (
     describe_record,
     same_data,
 )
+from nas.data.pairs import Pairs
 from nas.data.parallel import (
     DEFAULT_PARALLEL,
+    IGNORE_INDEX,
     N_SPECIALS,
     PARALLEL_META,
-    Pairs,
     ParallelCorpus,
     is_parallel_dir,
     load_parallel,
@@ -52,11 +53,11 @@ from nas.data.tokens import is_token_dir, load_token_dir, read_meta, write_token
 from nas.errors import UserError
 
 __all__ = [
-    "DEFAULT_CORPUS", "DEFAULT_PARALLEL", "SEPARATOR", "VOCAB_SIZE", "AnyCorpus", "Corpus", "Pairs",
-    "ParallelCorpus", "cache_dir", "data_record", "decode", "describe_record", "encode", "get_batch",
-    "is_parallel_dir", "load_corpus", "load_parallel", "resolve_data", "reversed_pairs", "same_data",
-    "split_documents", "task_of", "train_batch", "validation_batches", "validation_indices",
-    "validation_windows", "vocab_size_of", "write_token_dir",
+    "DEFAULT_CORPUS", "DEFAULT_PARALLEL", "IGNORE_INDEX", "N_SPECIALS", "SEPARATOR", "VOCAB_SIZE",
+    "AnyCorpus", "Corpus", "Pairs", "ParallelCorpus", "cache_dir", "data_record", "decode",
+    "describe_record", "encode", "get_batch", "is_parallel_dir", "load_corpus", "load_parallel",
+    "resolve_data", "reversed_pairs", "same_data", "split_documents", "task_of", "train_batch",
+    "validation_batches", "validation_indices", "validation_windows", "vocab_size_of", "write_token_dir",
 ]  # fmt: skip
 
 AnyCorpus = Corpus | ParallelCorpus

@@ -3,7 +3,8 @@
 A parallel corpus is a directory holding ``train.src``, ``train.tgt``,
 ``val.src`` and ``val.tgt``: UTF-8 text, one example per line, line ``i`` of
 ``.src`` aligned with line ``i`` of ``.tgt``.  Tokens are bytes (vocabulary
-256) unless a local tokenizer made a cached copy (:mod:`nas.data.parallel_files`).
+256) unless a local tokenizer made a cached copy (:mod:`nas.data.parallel_files`);
+examples are stored as :class:`nas.data.pairs.Pairs`.
 Three special ids follow the base vocabulary: pad, bos and eos.
 
 A line pair where both sides are blank is skipped (a trailing blank line, blank
@@ -28,7 +29,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nas.data.corpus import VOCAB_SIZE
+from nas.data.corpus import DEFAULT_CORPUS, VOCAB_SIZE
+from nas.data.pairs import Pairs, pad_rows
 from nas.errors import UserError
 
 DEFAULT_PARALLEL = "shakespeare-reversed"
@@ -37,68 +39,6 @@ IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index: no loss on paddin
 MAX_LINE_BYTES = 60  # the built-in task's longest source line
 N_SPECIALS = 3  # pad, bos, eos
 PARALLEL_META = "parallel.json"  # marks a tokenized parallel corpus (nas.data.parallel_files)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Pairs:
-    """The aligned examples of one split: each side's ids end to end, and where each example starts.
-
-    Example ``i``'s source is ``src[src_offsets[i]:src_offsets[i + 1]]`` (and the
-    same for the target).  Ids are uint8 for bytes, int32 for tokenizer ids: one
-    tensor per side instead of a tensor per example, so a corpus of millions of
-    lines is four tensors and batches gather their rows in one indexing call.
-    """
-
-    src: Tensor  # (n_src_tokens,)
-    src_offsets: Tensor  # (N + 1,) int64
-    tgt: Tensor  # (n_tgt_tokens,)
-    tgt_offsets: Tensor  # (N + 1,) int64
-
-    def __len__(self) -> int:
-        return len(self.src_offsets) - 1
-
-    @classmethod
-    def from_sequences(
-        cls, srcs: Sequence[Sequence[int] | bytes], tgts: Sequence[Sequence[int] | bytes], dtype: torch.dtype
-    ) -> Pairs:
-        """Pairs from per-example id sequences (bytes objects for byte corpora)."""
-        if len(srcs) != len(tgts):
-            raise ValueError(f"{len(srcs)} sources but {len(tgts)} targets")
-        return cls(*_flatten(srcs, dtype), *_flatten(tgts, dtype))
-
-    def source(self, i: int) -> list[int]:
-        return self.src[self.src_offsets[i] : self.src_offsets[i + 1]].tolist()
-
-    def target(self, i: int) -> list[int]:
-        return self.tgt[self.tgt_offsets[i] : self.tgt_offsets[i + 1]].tolist()
-
-    def fingerprint_into(self, h: Any) -> None:
-        for part in (self.src_offsets, self.src, self.tgt_offsets, self.tgt):
-            h.update(f"{part.dtype}:{len(part)}\n".encode())
-            if len(part):
-                h.update(memoryview(part.contiguous().numpy()))
-
-
-def _flatten(seqs: Sequence[Sequence[int] | bytes], dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-    if seqs and isinstance(seqs[0], (bytes, bytearray)):
-        joined = bytearray(b"".join(seqs))  # type: ignore[arg-type]
-        flat = torch.frombuffer(joined, dtype=torch.uint8) if joined else torch.empty(0, dtype=dtype)
-    else:
-        flat = torch.tensor([i for s in seqs for i in s], dtype=dtype)
-    return flat.to(dtype), offsets
-
-
-def _rows(flat: Tensor, offsets: Tensor, idx: Tensor, seq_len: int, shift: int, fill: int) -> Tensor:
-    """(B, T) int64: the examples ``idx`` placed from column ``shift`` on, cut at T, ``fill`` elsewhere."""
-    start, length = offsets[idx], offsets[idx + 1] - offsets[idx]  # (B,)
-    pos = torch.arange(seq_len) - shift  # (T,) position within the example
-    valid = (pos >= 0) & (pos < length[:, None])  # (B, T)
-    if len(flat) == 0:
-        return torch.full(valid.shape, fill, dtype=torch.int64)
-    where = (start[:, None] + pos.clamp(min=0)).clamp(max=len(flat) - 1)  # in range even where not valid
-    return torch.where(valid, flat[where].long(), fill)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -188,10 +128,10 @@ class ParallelCorpus:
         src: the source cut to T, right-padded with pad; tgt_in: bos + target, cut
         to T, padded; y: target + eos, cut to T, padding IGNORE_INDEX (-100).
         """
-        src = _rows(pairs.src, pairs.src_offsets, idx, seq_len, 0, self.pad_id)
-        tgt_in = _rows(pairs.tgt, pairs.tgt_offsets, idx, seq_len, 1, self.pad_id)
+        src = pad_rows(pairs.src, pairs.src_offsets, idx, seq_len, 0, self.pad_id)
+        tgt_in = pad_rows(pairs.tgt, pairs.tgt_offsets, idx, seq_len, 1, self.pad_id)
         tgt_in[:, 0] = self.bos_id
-        y = _rows(pairs.tgt, pairs.tgt_offsets, idx, seq_len, 0, IGNORE_INDEX)
+        y = pad_rows(pairs.tgt, pairs.tgt_offsets, idx, seq_len, 0, IGNORE_INDEX)
         length = pairs.tgt_offsets[idx + 1] - pairs.tgt_offsets[idx]  # (B,)
         ends = (length < seq_len).nonzero().squeeze(1)  # rows whose eos fits
         y[ends, length[ends]] = self.eos_id
@@ -239,8 +179,8 @@ def task_of(spec: str | os.PathLike[str] | None) -> str:
     """
     if spec is not None and str(spec) == DEFAULT_PARALLEL:
         return "seq2seq"
-    if spec is None or not str(spec).strip():
-        return "lm"
+    if spec is None or not str(spec).strip() or str(spec) == DEFAULT_CORPUS:
+        return "lm"  # the default corpus's name wins over a directory of that name, as in load_corpus
     return "seq2seq" if is_parallel_dir(Path(spec).expanduser()) else "lm"
 
 
@@ -265,6 +205,7 @@ def load_parallel(spec: str | os.PathLike[str] | None) -> ParallelCorpus:
 
 
 def sides_text() -> str:
+    """The four files a parallel directory holds, for error messages."""
     return f"{', '.join(SIDES[:-1])} and {SIDES[-1]} (one example per line, aligned)"
 
 

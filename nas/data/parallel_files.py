@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from nas.data.corpus import cache_dir, file_lock
-from nas.data.parallel import PARALLEL_META, SIDES, Pairs, ParallelCorpus, sides_text
+from nas.data.pairs import Pairs
+from nas.data.parallel import PARALLEL_META, SIDES, ParallelCorpus, sides_text
 from nas.errors import UserError
 from nas.validate import check_writable_dir
 

