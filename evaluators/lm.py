@@ -92,10 +92,10 @@ def train_lm(
             tlog.say(f"torch.compile failed, training eager instead: {compile_error}")
             prep = prepare_model(arch, recipe, dev, compile=False)  # from the same seed: as if never compiled
             run = run_loop(prep, plan, recipe, corpus, validation, tlog, callback)
-        extra = {"samples": greedy_samples(prep.model, corpus, seq_len, dev)} if arch.is_seq2seq else {}
+        samples = greedy_samples(prep.model, corpus, seq_len, dev) if arch.is_seq2seq else None
         elapsed = time.perf_counter() - t_start
         result = _result(arch, recipe, plan, corpus, run, dev, compile_error=compile_error, seconds=elapsed,
-                         extra=extra)  # fmt: skip
+                         samples=samples)  # fmt: skip
         tlog.finish(arch, recipe, budget, result, log_hparams)
     finally:
         tlog.close()

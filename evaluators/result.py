@@ -55,6 +55,8 @@ class Result:
     compile_seconds: float | None = _f(_RUN, None)  # torch.compile plus the first (compiling) step
     compile_error: str | None = _f(_RUN, None)  # why compiling failed and training ran eager
     vocab_size: int | None = _f(_RUN, None)
+    #: seq2seq only: greedy decodings of the first validation pairs, [{"source", "target", "output"}]
+    samples: list[dict[str, str]] | None = _f(_RUN, None)
     train_seconds: float | None = None  # the training clock: evaluation and compilation excluded
     train_loss: float | None = None  # mean over the last logging window
     seed: int | None = None
@@ -96,6 +98,17 @@ class Result:
         out["intermediate"] = dict(self.intermediate)
         out.update(self.extra)
         return out
+
+
+def sample_lines(samples: Any) -> list[str]:
+    """A seq2seq result's greedy decodings as text lines (``train`` and ``show`` print them)."""
+    if not isinstance(samples, list) or not samples:
+        return []
+    lines = ["", "greedy decoding of the first validation pairs:"]
+    for s in samples:
+        if isinstance(s, Mapping):
+            lines += [f"  source  {s.get('source')}", f"  target  {s.get('target')}", f"  output  {s.get('output')}"]
+    return lines
 
 
 def _group(name: str) -> tuple[str, ...]:

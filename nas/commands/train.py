@@ -20,6 +20,7 @@ from typing import Any
 
 from evaluators import Budget, Diverged, TrainRecipe, train_lm
 from evaluators.lm import stderr_log
+from evaluators.result import sample_lines
 from nas.archfile import load_arch_file
 from nas.commands.common import (
     add_budget_args,
@@ -202,18 +203,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(jsonable(metrics), sort_keys=False))
     else:
         print(format_metrics(metrics))
-        print(format_samples(metrics.get("samples") or []), end="")
+        for line in sample_lines(metrics.get("samples")):  # seq2seq: what the model does with a few sources
+            print(line)
     return 0
 
-
-def format_samples(samples: list[dict[str, str]]) -> str:
-    """A seq2seq model's greedy decodings of the first validation pairs, after the metrics."""
-    if not samples:
-        return ""
-    lines = ["", "greedy decoding of the first validation pairs:"]
-    for s in samples:
-        lines += [f"  source  {s['source']}", f"  target  {s['target']}", f"  output  {s['output']}", ""]
-    return "\n".join(lines)
 
 
 def format_metrics(m: dict[str, Any]) -> str:

@@ -9,7 +9,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from evaluators.result import METRICS  # the measured metrics a finished trial carries in its user attributes
-from evaluators.result import RUN_FIELDS as RUN_KEYS  # how a trial was run (CPU results depend on threads)
+from evaluators.result import RUN_FIELDS as RUN_KEYS
+from evaluators.result import sample_lines  # how a trial was run (CPU results depend on threads)
 from nas.search.candidate import INFEASIBLE, is_infeasible
 from nas.search.hurdles import INTERMEDIATE
 from nas.search.lookup import settings_of, state_name
@@ -100,6 +101,7 @@ def format_trial(detail: dict[str, Any]) -> str:
     if detail["layers"]:
         lines += ["", *_layer_table(detail)]
     lines += _metric_lines(detail)
+    lines += sample_lines(detail["metrics"].get("samples"))
     lines += _hurdle_lines(detail)
     if detail.get("tensorboard"):
         lines += ["", f"TensorBoard run: {detail['tensorboard']}"]

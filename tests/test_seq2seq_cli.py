@@ -1,0 +1,109 @@
+"""``task: seq2seq`` through the commands: search, best, show, export, retrain, confirm, and mistakes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from synthetic_text import write_parallel_corpus
+
+from nas.cli import main
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+SPACE = {
+    "name": "s2s",
+    "task": "seq2seq",
+    "globals": {"d_model": 32, "n_heads": 4, "n_encoder_layers": [1, 2], "n_layers": 1, "max_len": 32},
+    "encoder": {"attention": {"mha": {}, "synth_random": {}}},
+    "layers": {"attention": {"mha": {}, "synth_dense": {}}, "ffn": {"mult": 2}},
+    "recipe": {"batch_size": 4, "eval_batches": 2, "log_every": 1},
+    "budget": {"steps": 3},
+    "seed_archs": [],
+}
+ARCH = {
+    "task": "seq2seq", "d_model": 32, "n_heads": 4, "max_len": 32,
+    "encoder_layers": [{"attention": "synth_random"}], "layers": [{"attention": "mha"}],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def parallel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_parallel_corpus(tmp_path_factory.mktemp("pairs"))
+
+
+def json_out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_search_inspect_export_retrain_and_confirm(
+    tmp_path: Path, parallel: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space = tmp_path / "s2s.yaml"
+    space.write_text(yaml.safe_dump(SPACE))
+    runs = str(tmp_path / "runs")
+    argv = ["search", "--space", str(space), "--data", str(parallel), "--trials", "3", "--local",
+            "--runs-dir", runs, "--objective", "loss", "--no-tensorboard"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    best = json_out(capsys, ["best", "--study", "s2s", "--runs-dir", runs, "--json"])
+    top = best["trials"][0] if isinstance(best, dict) else best[0]
+    shown = json_out(capsys, ["show", "--study", "s2s", "--runs-dir", runs, "--trial", str(top["trial"]), "--json"])
+    stacks = [row["stack"] for row in shown["layers"]]
+    assert stacks[0] == "encoder" and stacks[-1] == "decoder" and "enc L" in shown["summary"]
+    assert shown["arch"]["task"] == "seq2seq"
+    samples = shown["metrics"].get("samples")
+    assert samples and set(samples[0]) == {"source", "target", "output"}
+
+    out = tmp_path / "winner.yaml"
+    assert main(["export", "--study", "s2s", "--runs-dir", runs, "--best", "--out", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    assert doc["data"]["task"] == "seq2seq" and doc["arch"]["encoder_layers"]
+    capsys.readouterr()
+    again = json_out(capsys, ["train", "--arch", str(out), "--json"])  # the data comes from the file's record
+    assert again["val_loss"] == shown["metrics"]["val_loss"]  # same seed, threads and batches: same loss
+
+    assert main(["confirm", "--study", "s2s", "--runs-dir", runs, "--top", "1", "--seeds", "1", "--scales",
+                 "1", "--local", "--baseline", str(out), "--json", "--no-tensorboard"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert {run["val_loss"] for run in report["runs"]} == {shown["metrics"]["val_loss"]}
+
+
+def test_train_prints_greedy_decodings(tmp_path: Path, parallel: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arch = tmp_path / "a.yaml"
+    arch.write_text(yaml.safe_dump({"arch": ARCH, "recipe": {"batch_size": 4, "eval_batches": 2}}))
+    assert main(["train", "--arch", str(arch), "--data", str(parallel), "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy decoding of the first validation pairs:" in out
+    first_val = (parallel / "val.src").read_text().splitlines()[0]
+    assert f"  source  {first_val}" in out and "  output  " in out
+
+
+@pytest.mark.parametrize(
+    ("which", "words"),
+    [
+        ("seq2seq space, text corpus", "holds language-model text"),
+        ("lm space, parallel corpus", "holds source-target pairs"),
+    ],
+)
+def test_a_task_and_a_corpus_that_do_not_match_are_one_line(
+    tmp_path: Path, parallel: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str], which: str, words: str
+) -> None:
+    raw = dict(SPACE)
+    data = corpus_dir
+    if which.startswith("lm"):
+        raw = {k: v for k, v in SPACE.items() if k not in ("task", "encoder")}
+        raw["globals"] = {k: v for k, v in SPACE["globals"].items() if k != "n_encoder_layers"}
+        data = parallel
+    space = tmp_path / "s.yaml"
+    space.write_text(yaml.safe_dump(raw))
+    runs = tmp_path / "runs"
+    code = main(["search", "--space", str(space), "--data", str(data), "--trials", "1", "--local",
+                 "--runs-dir", str(runs)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and words in err[0] and str(space) in err[0]
+    assert not runs.exists()  # nothing half-written
