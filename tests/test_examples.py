@@ -12,6 +12,7 @@ import nas
 from evaluators import Budget, TrainRecipe, train_lm
 from nas.archfile import load_arch_file
 from nas.data import load_corpus
+from synthetic_text import write_parallel_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "examples" / "archs").glob("*.yaml"))
@@ -35,7 +36,7 @@ def test_vanilla_and_primer_ez_are_the_documented_shapes() -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
-def test_example_loads_builds_and_trains(path: Path, corpus_dir: Path) -> None:
+def test_example_loads_builds_and_trains(path: Path, corpus_dir: Path, tmp_path: Path) -> None:
     doc = load_arch_file(path)
     arch = doc["arch"]
     recipe = TrainRecipe.from_dict(doc.get("recipe"))
@@ -43,7 +44,13 @@ def test_example_loads_builds_and_trains(path: Path, corpus_dir: Path) -> None:
     if path.stem in nas.ATTENTION.names():  # a file named after a block uses that block
         assert any(layer.attention.type == path.stem for layer in arch.layers)
     model = nas.build_model(arch)
-    assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 256)
+    data = corpus_dir
+    if arch.is_seq2seq:  # source and target side by side; bytes and pad, bos, eos
+        assert model(torch.zeros(1, 16, dtype=torch.long)).shape == (1, 8, arch.vocab_size)
+        data = write_parallel_corpus(tmp_path / "pairs")
+    else:
+        assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 256)
     small = dataclasses.replace(recipe, batch_size=2, seq_len=32, eval_batches=1)
-    result = train_lm(arch, small, Budget("steps", 2), load_corpus(corpus_dir), device="cpu")
+    corpus = load_corpus(data)
+    result = train_lm(arch.with_vocab(corpus.vocab_size), small, Budget("steps", 2), corpus, device="cpu")
     assert result.steps == 2 and result.val_loss < 10
