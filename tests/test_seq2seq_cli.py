@@ -10,6 +10,7 @@ import pytest
 import yaml
 from synthetic_text import write_parallel_corpus
 
+import nas
 from nas.cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -76,11 +77,14 @@ def test_search_inspect_export_retrain_and_confirm(
 def test_train_prints_greedy_decodings(tmp_path: Path, parallel: Path, capsys: pytest.CaptureFixture[str]) -> None:
     arch = tmp_path / "a.yaml"
     arch.write_text(yaml.safe_dump({"arch": ARCH, "recipe": {"batch_size": 4, "eval_batches": 2}}))
-    assert main(["train", "--arch", str(arch), "--data", str(parallel), "--steps", "2"]) == 0
+    weights = tmp_path / "w.pt"
+    assert main(["train", "--arch", str(arch), "--data", str(parallel), "--steps", "2", "--save", str(weights)]) == 0
     out = capsys.readouterr().out
     assert "greedy decoding of the first validation pairs:" in out
     first_val = (parallel / "val.src").read_text().splitlines()[0]
     assert f"  source  {first_val}" in out and "  output  " in out
+    model = nas.load_model(weights)  # the checkpoint rebuilds the encoder-decoder
+    assert isinstance(model, nas.models.Seq2SeqTransformer) and model.arch.vocab_size == 259
 
 
 @pytest.mark.parametrize(
