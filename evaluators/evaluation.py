@@ -1,4 +1,5 @@
-"""Validation: the loss on a fixed slice of held-out text (or the first held-out pairs of a parallel corpus)."""
+"""Validation: the loss on a fixed slice of held-out text (or the first held-out pairs of a
+parallel corpus), and a seq2seq model's greedy decodings of a few of them."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def greedy_samples(model: nn.Module, corpus: Any, seq_len: int, device: torch.de
         src[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     with autocast_for(device):
         outputs = greedy_decode(model, src.to(device), corpus.bos_id, corpus.eos_id, max_new=seq_len)
-    return [{"source": s, "target": t, "output": corpus.decode(o)} for (s, t), o in zip(pairs, outputs, strict=True)]
+    return [{"source": s, "target": t, "output": corpus.decode(o)}
+            for (s, t), o in zip(pairs, outputs, strict=True)]  # fmt: skip
 
 
 class Validation:

@@ -107,7 +107,7 @@ def sample_lines(samples: Any) -> list[str]:
     lines = ["", "greedy decoding of the first validation pairs:"]
     for s in samples:
         if isinstance(s, Mapping):
-            lines += [f"  source  {s.get('source')}", f"  target  {s.get('target')}", f"  output  {s.get('output')}"]
+            lines += [f"  {key:<6}  {s.get(key)}" for key in ("source", "target", "output")]
     return lines
 
 

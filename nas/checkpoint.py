@@ -18,7 +18,7 @@ from torch import nn
 
 from nas.compute import check_fits
 from nas.errors import CheckpointError, ConfigError
-from nas.models import ArchConfig, TransformerLM, build_model
+from nas.models import ArchConfig, build_model
 
 FORMAT = "nas-lm-checkpoint/1"
 

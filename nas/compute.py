@@ -113,7 +113,8 @@ def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
     params = embedding + head + sum(layer_params(arch, layer) for layer in arch.layers) + 2 * d
     if arch.is_seq2seq:
         per_layer += tuple(("cross_attention", cross_attention_flops(d, T)) for _ in arch.layers)
-        params += sum(layer_params(arch, layer) for layer in arch.encoder_layers) + 2 * d  # + encoder's final LN
+        params += sum(layer_params(arch, layer) for layer in arch.encoder_layers)
+        params += 2 * d  # the encoder's final LayerNorm
         params += arch.n_layers * cross_attention_params(d)
     flops = Flops.dense(2.0 * d * V)  # LM head
     for _, f in per_layer:

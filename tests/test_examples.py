@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from synthetic_text import write_parallel_corpus
 
 import nas
 from evaluators import Budget, TrainRecipe, train_lm
 from nas.archfile import load_arch_file
 from nas.data import load_corpus
-from synthetic_text import write_parallel_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "examples" / "archs").glob("*.yaml"))

@@ -53,7 +53,8 @@ def test_search_inspect_export_retrain_and_confirm(
     capsys.readouterr()
     best = json_out(capsys, ["best", "--study", "s2s", "--runs-dir", runs, "--json"])
     top = best["trials"][0] if isinstance(best, dict) else best[0]
-    shown = json_out(capsys, ["show", "--study", "s2s", "--runs-dir", runs, "--trial", str(top["trial"]), "--json"])
+    show = ["show", "--study", "s2s", "--runs-dir", runs, "--trial", str(top["trial"]), "--json"]
+    shown = json_out(capsys, show)
     stacks = [row["stack"] for row in shown["layers"]]
     assert stacks[0] == "encoder" and stacks[-1] == "decoder" and "enc L" in shown["summary"]
     assert shown["arch"]["task"] == "seq2seq"
@@ -74,11 +75,14 @@ def test_search_inspect_export_retrain_and_confirm(
     assert {run["val_loss"] for run in report["runs"]} == {shown["metrics"]["val_loss"]}
 
 
-def test_train_prints_greedy_decodings(tmp_path: Path, parallel: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_prints_greedy_decodings(
+    tmp_path: Path, parallel: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     arch = tmp_path / "a.yaml"
     arch.write_text(yaml.safe_dump({"arch": ARCH, "recipe": {"batch_size": 4, "eval_batches": 2}}))
     weights = tmp_path / "w.pt"
-    assert main(["train", "--arch", str(arch), "--data", str(parallel), "--steps", "2", "--save", str(weights)]) == 0
+    argv = ["train", "--arch", str(arch), "--data", str(parallel), "--steps", "2", "--save", str(weights)]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "greedy decoding of the first validation pairs:" in out
     first_val = (parallel / "val.src").read_text().splitlines()[0]
@@ -95,7 +99,12 @@ def test_train_prints_greedy_decodings(tmp_path: Path, parallel: Path, capsys: p
     ],
 )
 def test_a_task_and_a_corpus_that_do_not_match_are_one_line(
-    tmp_path: Path, parallel: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str], which: str, words: str
+    tmp_path: Path,
+    parallel: Path,
+    corpus_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    which: str,
+    words: str,
 ) -> None:
     raw = dict(SPACE)
     data = corpus_dir

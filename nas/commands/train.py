@@ -31,7 +31,15 @@ from nas.commands.common import (
     non_negative_int,
     positive_int,
 )
-from nas.data import DEFAULT_CORPUS, DEFAULT_PARALLEL, VOCAB_SIZE, AnyCorpus, describe_record, load_corpus, resolve_data
+from nas.data import (
+    DEFAULT_CORPUS,
+    DEFAULT_PARALLEL,
+    VOCAB_SIZE,
+    AnyCorpus,
+    describe_record,
+    load_corpus,
+    resolve_data,
+)
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
 from nas.preflight import check_training

@@ -1,4 +1,7 @@
-"""Model code: configs, blocks, the LM and the encoder-decoder.  Imports torch only (no optuna, ray or yaml)."""
+"""Model code: configs, blocks, the LM and the encoder-decoder.
+
+Imports torch only (no optuna, ray or yaml).
+"""
 
 from nas.models.attention import ATTENTION, AttentionBlock, BlockOptions, FFNSpec
 from nas.models.config import ArchConfig, AttentionSpec, LayerConfig

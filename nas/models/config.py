@@ -154,7 +154,9 @@ class ArchConfig:
                 raise ConfigError("only a task: seq2seq architecture has an encoder", "encoder_layers")
             return
         if not self.encoder_layers:
-            raise ConfigError("a task: seq2seq architecture needs at least one encoder layer", "encoder_layers")
+            raise ConfigError(
+                "a task: seq2seq architecture needs at least one encoder layer", "encoder_layers"
+            )
         if len(self.encoder_layers) > MAX_LAYERS:
             raise ConfigError(
                 f"has {len(self.encoder_layers)} layers; at most {MAX_LAYERS} are allowed", "encoder_layers"

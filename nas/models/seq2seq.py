@@ -139,7 +139,8 @@ class Seq2SeqTransformer(nn.Module):
         """``forward(src, tgt_in)`` or ``forward(x)`` with x = cat([src, tgt_in], 1); logits (B, T, vocab)."""
         if tgt_in is None:
             if src.shape[1] % 2:
-                raise ValueError(f"a seq2seq batch holds source and target side by side; got width {src.shape[1]}")
+                width = src.shape[1]
+                raise ValueError(f"a seq2seq batch holds source and target side by side; got width {width}")
             src, tgt_in = src.chunk(2, dim=1)
         memory, keep = self.encode(src)
         return self.decode(memory, keep, tgt_in)

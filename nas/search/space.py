@@ -63,8 +63,9 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     layers = _parse_layer_choices(raw["layers"], "layers")
     encoder = None
     if task == "seq2seq":  # the encoder offers what `encoder:` lists, else what the decoder's layers do
-        encoder = _parse_layer_choices(raw.get("encoder", raw["layers"]), "encoder" if "encoder" in raw else "layers")
-        _refuse_causal_only(encoder, "encoder" if "encoder" in raw else "layers")
+        where = "encoder" if "encoder" in raw else "layers"
+        encoder = _parse_layer_choices(raw[where], where)
+        _refuse_causal_only(encoder, where)
     elif "encoder" in raw:
         raise ConfigError("only a task: seq2seq space has an encoder", "encoder")
     constraints = _parse_constraints(raw.get("constraints") or {})
@@ -108,7 +109,9 @@ def _parse_layer_choices(l_raw: Any, path: str) -> LayerChoices:
     _refuse_unknown(l_raw, LAYER_KEYS, path)
     share = l_raw.get("share", False)
     if not isinstance(share, bool):
-        raise ConfigError(f"must be true (one choice for every layer) or false, got {share!r}", f"{path}.share")
+        raise ConfigError(
+            f"must be true (one choice for every layer) or false, got {share!r}", f"{path}.share"
+        )
     attention, blocks = _parse_attention(l_raw.get("attention"), f"{path}.attention")
     activation, mult = _parse_ffn(l_raw.get("ffn", {}), f"{path}.ffn")
     return LayerChoices(share, attention, blocks, activation, mult)
@@ -119,9 +122,12 @@ def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
     for name in choices.blocks:
         if not ATTENTION.get(name).bidirectional:
             valid = ", ".join(n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional)
-            hint = "" if path == "encoder" else " (the encoder offers the layers' blocks unless `encoder:` lists its own)"
+            hint = "" if path == "encoder" else (
+                " (the encoder offers the layers' blocks unless `encoder:` lists its own)"
+            )
             raise ConfigError(
-                f"{name} only runs causally and cannot be an encoder layer{hint}; valid in the encoder: {valid}",
+                f"{name} only runs causally and cannot be an encoder layer{hint}; "
+                f"valid in the encoder: {valid}",
                 f"{path}.attention.{name}",
             )
 
@@ -130,7 +136,9 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
     if not isinstance(g_raw, Mapping):
         raise ConfigError("is required: a mapping of d_model, n_heads, n_layers, max_len, ...", "globals")
     _refuse_unknown(g_raw, GLOBAL_KEYS, "globals")
-    required = ("d_model", "n_heads", "n_layers", "max_len") + (("n_encoder_layers",) if task == "seq2seq" else ())
+    required = ["d_model", "n_heads", "n_layers", "max_len"]
+    if task == "seq2seq":
+        required.append("n_encoder_layers")
     for key in required:
         if key not in g_raw:
             raise ConfigError("is required" + (" (the encoder's depth)" if key == "n_encoder_layers" else ""),

@@ -8,9 +8,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from evaluators.result import METRICS  # the measured metrics a finished trial carries in its user attributes
+from evaluators.result import (
+    METRICS,  # the measured metrics a finished trial carries in its user attributes
+    sample_lines,  # how a trial was run (CPU results depend on threads)
+)
 from evaluators.result import RUN_FIELDS as RUN_KEYS
-from evaluators.result import sample_lines  # how a trial was run (CPU results depend on threads)
 from nas.search.candidate import INFEASIBLE, is_infeasible
 from nas.search.hurdles import INTERMEDIATE
 from nas.search.lookup import settings_of, state_name

@@ -20,7 +20,9 @@ SHIPPED = ROOT / "search_spaces" / "seq2seq.yaml"
 def space(**over: Any) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "task": "seq2seq",
-        "globals": {"d_model": 32, "n_heads": 4, "n_layers": [1, 2], "n_encoder_layers": [1, 3], "max_len": 16},
+        "globals": {
+            "d_model": 32, "n_heads": 4, "n_layers": [1, 2], "n_encoder_layers": [1, 3], "max_len": 16,
+        },  # fmt: skip
         "layers": {"attention": {"mha": {}, "synth_random": {}}, "ffn": {"activation": ["relu", "gelu"]}},
         "encoder": {"attention": {"mha": {}, "mdha": {"kernel": [3, 5]}}},
     }
@@ -62,7 +64,7 @@ def test_without_an_encoder_section_the_encoder_offers_the_layers_choices() -> N
 @pytest.mark.parametrize(
     ("over", "path", "words"),
     [
-        ({"task": "lm", "encoder": {"attention": ["mha"]}}, "globals.n_encoder_layers", "only a task: seq2seq"),
+        ({"task": "lm", "encoder": {"attention": ["mha"]}}, "globals.n_encoder_layers", "only a task: seq"),
         ({"task": "mt"}, "task", "valid: lm, seq2seq"),
         ({"globals": {"d_model": 32, "n_heads": 4, "n_layers": 1, "max_len": 16}}, "globals.n_encoder_layers",
          "is required"),
@@ -95,7 +97,8 @@ def test_a_causal_only_block_offered_to_the_encoder_is_refused(monkeypatch: pyte
     del raw["encoder"]
     with pytest.raises(ConfigError) as err:  # the encoder would inherit it from the layers
         parse_space(raw)
-    assert err.value.path == "layers.attention.mdha" and "unless `encoder:` lists its own" in err.value.message
+    assert err.value.path == "layers.attention.mdha"
+    assert "unless `encoder:` lists its own" in err.value.message
 
 
 def test_seed_architectures_fix_both_stacks() -> None:
