@@ -9,10 +9,13 @@ and check its data again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
-from collections.abc import Mapping
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -84,16 +87,36 @@ class Corpus:
 
     def record(self) -> dict[str, Any]:
         """What a study and an exported architecture file store about this corpus."""
-        rec: dict[str, Any] = {
-            "corpus": self.source.get("corpus", self.name),
-            "name": self.name,
-            "vocab_size": self.vocab_size,
-            "fingerprint": self.fingerprint,
-        }
-        for key in ("tokenizer", "tokenizer_fingerprint"):
-            if self.source.get(key):
-                rec[key] = self.source[key]
-        return rec
+        return corpus_record(self.name, self.source, self.vocab_size, self.fingerprint)
+
+
+def corpus_record(name: str, source: Mapping[str, Any], vocab_size: int, fingerprint: str) -> dict[str, Any]:
+    """A corpus's record (:meth:`Corpus.record`): how to find it again and what it holds."""
+    rec: dict[str, Any] = {
+        "corpus": source.get("corpus", name),
+        "name": name,
+        "vocab_size": vocab_size,
+        "fingerprint": fingerprint,
+    }
+    for key in ("tokenizer", "tokenizer_fingerprint"):
+        if source.get(key):
+            rec[key] = source[key]
+    return rec
+
+
+@contextlib.contextmanager
+def written_whole(out: Path) -> Iterator[Path]:
+    """A temporary sibling directory to fill, renamed to ``out`` when the block ends, so a
+    reader sees the whole directory or none; removed if the block raises."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def bytes_fingerprint(train: Tensor, val: Tensor) -> str:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nas.data.corpus import DEFAULT_CORPUS, VOCAB_SIZE
+from nas.data.corpus import DEFAULT_CORPUS, VOCAB_SIZE, corpus_record
 from nas.data.pairs import Pairs, pad_rows
 from nas.errors import UserError
 
@@ -99,17 +99,7 @@ class ParallelCorpus:
 
     def record(self) -> dict[str, Any]:
         """What a study and an exported architecture file store about this corpus (as Corpus.record)."""
-        rec: dict[str, Any] = {
-            "task": self.task,
-            "corpus": self.source.get("corpus", self.name),
-            "name": self.name,
-            "vocab_size": self.vocab_size,
-            "fingerprint": self.fingerprint,
-        }
-        for key in ("tokenizer", "tokenizer_fingerprint"):
-            if self.source.get(key):
-                rec[key] = self.source[key]
-        return rec
+        return {"task": self.task, **corpus_record(self.name, self.source, self.vocab_size, self.fingerprint)}
 
     def batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Random training examples (with replacement, drawn from ``generator`` only); see :meth:`rows`."""

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from nas.data.corpus import cache_dir, file_lock
+from nas.data.corpus import written_whole
 from nas.data.pairs import Pairs
 from nas.data.parallel import PARALLEL_META, SIDES, ParallelCorpus, sides_text
 from nas.errors import UserError
-from nas.validate import check_writable_dir
 
 PAIRS_FILE = "pairs.npz"
 _FORMAT = "nas-lm-parallel/1"
@@ -100,28 +97,15 @@ def _read_lines(file: Path) -> list[bytes]:
 
 def tokenize_parallel(corpus: ParallelCorpus, tokenizer_path: str | os.PathLike[str]) -> Path:
     """The cached tokenized copy of ``corpus`` (bytes) through the tokenizer file, made once."""
-    from nas.data.tokenize import load_tokenizer, update_source
+    from nas.data.tokenize import cached_tokenization
 
     path = Path(tokenizer_path).expanduser()
-    tokenizer, tok_fp = load_tokenizer(path)
-    if corpus.source.get("tokenizer"):
-        raise UserError(
-            f"--tokenizer applies to text; {corpus.name} already holds token ids (drop --tokenizer)"
-        )
-    key = f"{tok_fp.removeprefix('sha256:')}-{corpus.fingerprint.removeprefix('sha256:')}"
-    out = cache_dir() / "parallel" / key
-    check_writable_dir(out.parent, "NAS_CACHE_DIR (the token cache)")
-    source = {
-        "corpus": corpus.source.get("corpus", corpus.name),
-        "tokenizer": str(path.resolve()),
-        "tokenizer_fingerprint": tok_fp,
-    }
-    with file_lock(out.with_name(key + ".lock")):
-        if not (out / PARALLEL_META).is_file():
-            _write(out, corpus, tokenizer, path, source)
-        else:
-            update_source(out / PARALLEL_META, source)
-    return out
+
+    def write(out: Path, tokenizer: Any, source: dict[str, str]) -> None:
+        _write(out, corpus, tokenizer, path, source)
+
+    return cached_tokenization("parallel", PARALLEL_META, corpus.name, corpus.source, corpus.fingerprint,
+                               not corpus.source.get("tokenizer"), tokenizer_path, write)  # fmt: skip
 
 
 def _write(out: Path, corpus: ParallelCorpus, tokenizer: Any, tok_path: Path, source: dict[str, str]) -> None:
@@ -155,16 +139,9 @@ def _write(out: Path, corpus: ParallelCorpus, tokenizer: Any, tok_path: Path, so
         "n_skipped": corpus.n_skipped,
         "source": source,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:  # written aside and renamed, so a reader sees the whole directory or none
+    with written_whole(out) as tmp:
         np.savez(tmp / PAIRS_FILE, **arrays)
         (tmp / PARALLEL_META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def read_parallel_meta(path: Path) -> dict[str, Any]:

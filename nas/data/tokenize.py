@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from nas.data.corpus import Corpus, cache_dir, file_lock
 from nas.data.text import SEPARATOR
-from nas.data.tokens import META, is_token_dir, write_token_dir
+from nas.data.tokens import META, write_token_dir
 from nas.errors import UserError
 from nas.validate import check_writable_dir
 
@@ -55,25 +56,44 @@ def load_tokenizer(path: Path) -> tuple[Any, str]:
 
 def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Path:
     """The cached token directory of ``text`` (a byte corpus) through the tokenizer file."""
+    name = Path(tokenizer_path).name
+
+    def write(out: Path, tokenizer: Any, source: dict[str, str]) -> None:
+        _write(out, text, tokenizer, source, name)
+
+    return cached_tokenization("tokens", META, text.name, text.source, text.fingerprint, text.is_bytes,
+                               tokenizer_path, write)  # fmt: skip
+
+
+def cached_tokenization(
+    kind: str,
+    meta_name: str,
+    name: str,
+    text_source: Mapping[str, Any],
+    fingerprint: str,
+    is_text: bool,
+    tokenizer_path: str | os.PathLike[str],
+    write: Callable[[Path, Any, dict[str, str]], None],
+) -> Path:
+    """``cache_dir()/kind/<tokenizer hash>-<text fingerprint>``, made once by ``write(out,
+    tokenizer, source)`` under a file lock (``meta_name`` in it marks a finished entry)."""
     path = Path(tokenizer_path).expanduser()
     tokenizer, tok_fp = load_tokenizer(path)
-    if not text.is_bytes:
-        raise UserError(
-            f"--tokenizer applies to text; {text.name} already holds token ids (drop --tokenizer)"
-        )
-    key = f"{tok_fp[7:]}-{text.fingerprint.removeprefix('sha256:')}"
-    out = cache_dir() / "tokens" / key
+    if not is_text:
+        raise UserError(f"--tokenizer applies to text; {name} already holds token ids (drop --tokenizer)")
+    key = f"{tok_fp.removeprefix('sha256:')}-{fingerprint.removeprefix('sha256:')}"
+    out = cache_dir() / kind / key
     check_writable_dir(out.parent, "NAS_CACHE_DIR (the token cache)")
     source = {
-        "corpus": text.source.get("corpus", text.name),
+        "corpus": text_source.get("corpus", name),
         "tokenizer": str(path.resolve()),
         "tokenizer_fingerprint": tok_fp,
     }
     with file_lock(out.with_name(key + ".lock")):
-        if not is_token_dir(out):
-            _write(out, text, tokenizer, source, path.name)
+        if not (out / meta_name).is_file():
+            write(out, tokenizer, source)
         else:
-            update_source(out / META, source)
+            update_source(out / meta_name, source)
     return out
 
 

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nas.data.corpus import Corpus
+from nas.data.corpus import Corpus, written_whole
 from nas.errors import UserError
 
 META = "meta.json"
@@ -178,16 +175,9 @@ def write_token_dir(path: Path, train: np.ndarray, val: np.ndarray, vocab_size: 
     directory or none.  ``meta`` adds fields (``bytes_per_token``, ``name``, ``source``).
     """
     dtype_name = "uint16" if vocab_size <= 1 << 16 else "uint32"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with written_whole(path) as tmp:
         for name, ids in zip(FILES, (train, val), strict=True):
             np.asarray(ids).astype(DTYPES[dtype_name]).tofile(tmp / name)
         doc = {"vocab_size": vocab_size, "dtype": dtype_name, **meta}
         (tmp / META).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
