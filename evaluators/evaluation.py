@@ -50,7 +50,8 @@ def greedy_samples(model: nn.Module, corpus: Any, seq_len: int, device: torch.de
     if not pairs:
         return []
     rows = [corpus.encode(src)[:seq_len] for src, _ in pairs]
-    src = torch.full((len(rows), max(len(r) for r in rows)), corpus.pad_id, dtype=torch.long)
+    # padded to seq_len as in training: the encoder's blocks see the padding, and a model may lean on it
+    src = torch.full((len(rows), seq_len), corpus.pad_id, dtype=torch.long)
     for i, r in enumerate(rows):
         src[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     with autocast_for(device):

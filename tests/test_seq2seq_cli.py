@@ -120,3 +120,31 @@ def test_a_task_and_a_corpus_that_do_not_match_are_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and words in err[0] and str(space) in err[0]
     assert not runs.exists()  # nothing half-written
+
+
+def test_greedy_samples_decode_the_sources_as_training_lays_them_out(
+    parallel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    import nas.models
+    from evaluators.evaluation import greedy_samples
+    from nas.data import load_corpus
+    from nas.models import ArchConfig, build_model
+
+    corpus = load_corpus(str(parallel))
+    torch.manual_seed(0)
+    model = build_model(ArchConfig.from_dict({**ARCH, "max_len": 128}).with_vocab(corpus.vocab_size))
+    seen = []
+    decode = nas.models.greedy_decode
+
+    def spy(model: Any, src: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        seen.append(src)
+        return decode(model, src, *args, **kw)
+
+    monkeypatch.setattr(nas.models, "greedy_decode", spy)
+    samples = greedy_samples(model, corpus, 128, torch.device("cpu"))  # longer than any source
+    x, _ = corpus.validation(3, 128)  # the first validation pairs as training and validation see them
+    torch.testing.assert_close(seen[0], x[:, :128])  # padded to seq_len: the encoder sees what it learned on
+    assert [(s["source"], s["target"]) for s in samples] == corpus.samples(3)
+    assert all(isinstance(s["output"], str) for s in samples)
