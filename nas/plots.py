@@ -109,12 +109,24 @@ def plot_pareto(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
     return _save(fig, Path(path))
 
 
-def _layer_choices(t: FrozenTrial) -> list[tuple[str, str]]:
-    layers = (t.user_attrs.get("arch") or {}).get("layers") or []
-    return [(layer["attention"]["type"], layer["ffn"]["activation"]) for layer in layers]
+def _layer_choices(t: FrozenTrial) -> list[tuple[tuple[int, int], str, str]]:
+    """((stack, index), block, activation) per layer; stack 0 is a seq2seq encoder, 1 the LM or decoder."""
+    arch = t.user_attrs.get("arch") or {}
+    out = []
+    for stack, key in ((0, "encoder_layers"), (1, "layers")):
+        for i, layer in enumerate(arch.get(key) or []):
+            out.append(((stack, i), layer["attention"]["type"], layer["ffn"]["activation"]))
+    return out
 
 
-def _stacked(ax: Any, counts: list[Counter[str]], palette: Sequence[str], title: str) -> None:
+def _slot_name(slot: tuple[int, int], seq2seq: bool) -> str:
+    stack, i = slot
+    return f"{('enc', 'dec')[stack]} {i}" if seq2seq else str(i)
+
+
+def _stacked(
+    ax: Any, counts: list[Counter[str]], labels: list[str], palette: Sequence[str], title: str
+) -> None:
     """One bar per layer, stacked by name; a name keeps its colour across studies (its registry index)."""
     import matplotlib
 
@@ -127,7 +139,7 @@ def _stacked(ax: Any, counts: list[Counter[str]], palette: Sequence[str], title:
         colour = cmap(palette.index(name) % 10) if name in palette else "0.5"
         ax.bar(xs, heights, bottom=bottom, color=colour, label=name, width=0.7)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xticks(xs, labels)
     ax.set_xlabel("layer")
     ax.set_ylabel("trials")
     ax.set_title(title, fontsize=10)
@@ -135,20 +147,23 @@ def _stacked(ax: Any, counts: list[Counter[str]], palette: Sequence[str], title:
 
 
 def plot_blocks(study: optuna.Study, path: str | os.PathLike[str], top: int = 10) -> Path:
-    """How often each attention block and FFN activation appears at each layer among the top trials."""
+    """How often each attention block and FFN activation appears at each layer among the top trials
+    (a seq2seq study: the encoder's layers, then the decoder's)."""
     ranked = sorted((t for t in _trials(study, TrialState.COMPLETE) if _layer_choices(t)), key=_loss)[:top]
-    depth = max((len(_layer_choices(t)) for t in ranked), default=0)
-    att: list[Counter[str]] = [Counter() for _ in range(depth)]
-    act: list[Counter[str]] = [Counter() for _ in range(depth)]
+    slots = sorted({slot for t in ranked for slot, _, _ in _layer_choices(t)})
+    att: dict[tuple[int, int], Counter[str]] = {slot: Counter() for slot in slots}
+    act: dict[tuple[int, int], Counter[str]] = {slot: Counter() for slot in slots}
     for t in ranked:
-        for i, (a, f) in enumerate(_layer_choices(t)):
-            att[i][a] += 1
-            act[i][f] += 1
-    fig = Figure(figsize=(8, 6.5), layout="constrained")
+        for slot, a, f in _layer_choices(t):
+            att[slot][a] += 1
+            act[slot][f] += 1
+    labels = [_slot_name(slot, any(stack == 0 for stack, _ in slots)) for slot in slots]
+    fig = Figure(figsize=(8 + 0.3 * max(0, len(slots) - 8), 6.5), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1)
     title = f"attention block by layer among the top {len(ranked)} trials by loss"
-    _stacked(ax1, att, ATTENTION.names(), title)
-    _stacked(ax2, act, ACTIVATIONS.names(), "FFN activation by layer, same trials")
+    _stacked(ax1, [att[s] for s in slots], labels, ATTENTION.names(), title)
+    activations = [act[s] for s in slots]
+    _stacked(ax2, activations, labels, ACTIVATIONS.names(), "FFN activation by layer, same trials")
     fig.suptitle(study.study_name)
     return _save(fig, Path(path))
 
