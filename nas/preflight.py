@@ -21,7 +21,8 @@ from evaluators.budget import check_arch_fits, check_windows, plan_steps, plan_t
 from nas.compute import check_fits, compute
 from nas.errors import ConfigError
 from nas.models import ArchConfig
-from nas.search.space import SearchSpace, one_layer_archs
+from nas.search.combinations import one_layer_archs
+from nas.search.space import SearchSpace
 from nas.validate import MAX_TRAIN_BYTES
 
 

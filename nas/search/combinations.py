@@ -1,0 +1,125 @@
+"""Checking every combination of a space's choices, and the stand-ins that bound its candidates.
+
+``nas.search.space`` calls :func:`check_combinations` when it loads a space;
+``nas.preflight`` asks :func:`one_layer_archs` for the largest and cheapest
+candidates.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from nas.errors import ConfigError
+from nas.models import ATTENTION, ArchConfig, AttentionBlock
+from nas.search.params import Param, label, thaw
+from nas.search.sampling import LayerChoices, SearchSpace
+
+#: cap on combinations checked exhaustively when a space is loaded
+_MAX_CHECKS = 20000
+
+
+def chosen_options(block: type[AttentionBlock], combo: dict[str, Any]) -> dict[str, Any]:
+    """A block's options for one combination of its choices, as a layer would get them.
+
+    Values the block would draw during a search (``chosen_options``) take the top of
+    their range here: the checks need a valid value, not a sample.
+    """
+    return thaw(block.chosen_options(dict(combo), lambda name, low, high: high))
+
+
+def product(params: Mapping[str, Param]) -> Iterator[dict[str, Any]]:
+    keys = list(params)
+    for combo in itertools.product(*(params[k].values() for k in keys)):
+        yield dict(zip(keys, combo, strict=True))
+
+
+def _layer_combos(choices: LayerChoices) -> Iterator[dict[str, Any]]:
+    """Every layer (as plain data) one stack's choices can make, ranges at both ends."""
+    for name, choice in choices.blocks.items():
+        for combo in product(choice.options):
+            opts = chosen_options(ATTENTION.get(name), combo)
+            for act in choices.activation.values():
+                for mult in choices.mult.values():
+                    yield {"attention": {"type": name, **opts}, "ffn": {"activation": act, "mult": mult}}
+
+
+def check_combinations(space: SearchSpace, choices: LayerChoices, stem: str) -> None:
+    """Refuse a space in which some combination of choices cannot be built.
+
+    Every combination of global sizes is tried with every block option and FFN
+    choice of one stack (``layers`` or ``encoder``) on a one-layer model (ranges at
+    both ends), so a sampled trial never fails for a reason the space could have caught.
+    """
+    sizes = {k: p for k, p in space.globals.items() if k not in ("n_layers", "n_encoder_layers")}
+    checked = 0
+    for g in product(sizes):
+        for raw_layer in _layer_combos(choices):
+            checked += 1
+            if checked > _MAX_CHECKS:
+                return
+            try:
+                ArchConfig.from_dict({**g, "layers": [raw_layer]})
+            except ConfigError as err:
+                raise _combination_error(space, err, g, raw_layer, stem) from None
+
+
+#: the sizes whose largest (smallest) values make a space's largest (cheapest) candidates
+SIZE_KEYS = ("d_model", "max_len", "vocab_size")
+
+
+def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchConfig, int, int]]:
+    """One-layer-per-stack stand-ins of the space's largest (or smallest) candidates, with the
+    layer counts they stand for (decoder or LM layers, encoder layers: 0 for an LM).
+
+    Sizes (:data:`SIZE_KEYS` and the depths) are at the top (bottom) of their choices; every
+    other global, block option and FFN choice is enumerated (for a seq2seq space, each encoder
+    layer with the first decoder layer and each decoder layer with the first encoder layer).
+    Costs grow with each size, so these bound every candidate's (``nas.compute.training_bytes``
+    scales a layer by the count).
+    """
+    pick = max if largest else min
+    fixed = {k: pick(p.values()) for k, p in space.globals.items() if k in SIZE_KEYS}
+    depths = ("n_layers", "n_encoder_layers")
+    others = {k: p for k, p in space.globals.items() if k not in SIZE_KEYS and k not in depths}
+    n_layers = pick(int(v) for v in space.globals["n_layers"].values())
+    decoder = list(_layer_combos(space.layer_choices))
+    if space.encoder is None:
+        pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = [(layer, None) for layer in decoder]
+        n_encoder = 0
+    else:
+        encoder = list(_layer_combos(space.encoder))
+        pairs = [(layer, encoder[0]) for layer in decoder] + [(decoder[0], layer) for layer in encoder[1:]]
+        n_encoder = pick(int(v) for v in space.globals["n_encoder_layers"].values())
+    for g in product(others):
+        for layer, enc in pairs:
+            raw: dict[str, Any] = {**fixed, **g, "layers": [layer]}
+            if enc is not None:
+                raw.update(task=space.task, encoder_layers=[enc])
+            try:
+                yield ArchConfig.from_dict(raw), n_layers, n_encoder
+            except ConfigError:  # a combination check_combinations had no time to try
+                continue
+
+
+def _combination_error(
+    space: SearchSpace, err: ConfigError, g: dict[str, Any], raw_layer: dict[str, Any], stem: str
+) -> ConfigError:
+    """Point at the space's own YAML path and name the combination that fails."""
+    opts = dict(raw_layer["attention"])
+    block = opts.pop("type")
+    act, mult = raw_layer["ffn"]["activation"], raw_layer["ffn"]["mult"]
+    inner = err.path
+    if inner.startswith("layers.0.attention."):
+        path = f"{stem}.attention.{block}.{inner[len('layers.0.attention.'):]}"
+    elif inner.startswith("layers.0.ffn"):
+        path = f"{stem}.ffn" + inner[len("layers.0.ffn"):]
+    elif inner.startswith("layers.0"):
+        path = f"{stem}.attention.{block}"
+    else:
+        path = f"globals.{inner}" if inner else "globals"
+    combo = [f"{k}={v}" for k, v in g.items() if space.globals[k].searched]
+    combo += [f"attention={block}"] + [f"{k}={label(v)}" for k, v in opts.items()]
+    combo += [f"activation={act}", f"mult={mult:g}"]
+    return ConfigError(f"{err.message} (with {', '.join(combo)})", path)
