@@ -84,6 +84,20 @@ def test_every_shipped_block_can_be_an_encoder_layer() -> None:
     assert set(BLOCKS) == set(ATTENTION.names())
 
 
+def test_a_subclass_is_not_bidirectional_unless_it_says_so() -> None:
+    from nas.models.attention.mha import MultiHeadAttention
+
+    class Rewritten(MultiHeadAttention):  # a new forward might apply the causal mask itself
+        pass
+
+    class Declared(MultiHeadAttention):
+        bidirectional = True
+
+    assert MultiHeadAttention.bidirectional and not Rewritten.bidirectional and Declared.bidirectional
+    with pytest.raises(ConfigError, match="only runs causally"):
+        Rewritten(Dims(32, 4, 16), Rewritten.Options(), ffn=FFNSpec()).make_bidirectional()
+
+
 @pytest.mark.parametrize("name", BLOCKS)
 def test_a_bidirectional_block_sees_the_future_and_agrees_with_its_causal_self_at_the_end(name: str) -> None:
     block_cls = ATTENTION.get(name)

@@ -54,12 +54,20 @@ class AttentionBlock(nn.Module):
     static_scores: ClassVar[bool] = False
     #: True when the block can also run without the causal mask, as a seq2seq encoder layer
     #: (``make_bidirectional``); opt-in, because its forward must then honour ``self.causal``.
+    #: Not inherited (see ``__init_subclass__``): each class says it for itself.
     bidirectional: ClassVar[bool] = False
     #: Names of this block's parameters that are not the weights of a linear map (logits,
     #: filters, biases); ``recipe.decay: weights_only`` leaves them out of weight decay.
     no_decay: ClassVar[tuple[str, ...]] = ()
     #: Short names of options in one-line summaries: {"kernel": "k"} gives ``mdha(k3)``.
     short_option_names: ClassVar[Mapping[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that rewrites forward (docs/adding_a_block.md's ALiBi extends mha) may apply
+        # the causal mask itself, so a parent's bidirectional = True must not carry over to it.
+        if "bidirectional" not in cls.__dict__:
+            cls.bidirectional = False
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__()

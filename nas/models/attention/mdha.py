@@ -59,6 +59,7 @@ def causal_depthwise_conv(x: Tensor, weight: Tensor) -> Tensor:
 
 @ATTENTION.register("mdha")
 class MultiDConvHeadAttention(MultiHeadAttention):
+    bidirectional = True  # mha's forward: the causal flag drops the mask; the convolution stays causal
     Options = MDHAOptions
     short_option_names = {"kernel": "k"}
     no_decay = ("conv_weight",)  # a per-channel filter that starts at the identity, not a matrix
