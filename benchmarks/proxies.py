@@ -32,10 +32,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _doc  # noqa: E402
+from _measure import measure  # noqa: E402
 from _stats import spearman, spearman_ci  # noqa: E402
 
 SECTION = "proxies"
 TABLE = ROOT / "benchmarks" / "data" / "default_space_losses.json"
+#: the second, larger space: uniform draws of search_spaces/full.yaml trained at a small budget (--measure)
+FULL_SPACE = ROOT / "search_spaces" / "full.yaml"
+FULL_TABLE = ROOT / "benchmarks" / "data" / "full_space_losses.json"
 RUNS = ROOT / "experiments" / "runs"
 
 
@@ -44,8 +48,14 @@ def datasets() -> list[tuple[str, list[dict], int | None]]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    table = json.loads(TABLE.read_text())
-    out = [(f"`{TABLE.relative_to(ROOT)}` (uniform draws)", table["archs"], table["recipe"].get("seq_len"))]
+    out = []
+    for path in (TABLE, FULL_TABLE):
+        if not path.exists():
+            print(f"skipping {path.relative_to(ROOT)}: not measured (run with --measure)", file=sys.stderr)
+            continue
+        table = json.loads(path.read_text())
+        name = f"`{path.relative_to(ROOT)}` (uniform draws)"
+        out.append((name, table["archs"], table["recipe"].get("seq_len")))
     for db in sorted(RUNS.glob("*/study.db")):
         url = f"sqlite:///{db}"
         for summary in optuna.get_all_study_summaries(url):
@@ -69,7 +79,16 @@ def kept_of_best(scores: list[float], losses: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--measure", action="store_true",
+                        help=f"train uniform draws of {FULL_SPACE.name}, write {FULL_TABLE.name} (slow)")
+    parser.add_argument("--n-archs", type=int, default=40, help="with --measure: architectures (default 40)")
+    parser.add_argument("--budget-flops", type=float, default=3e11,
+                        help="with --measure: training FLOPs per architecture (default 3e11)")
+    parser.add_argument("--threads", type=int, default=2, help="with --measure: torch threads (default 2)")
     args = parser.parse_args()
+    if args.measure:
+        measure(FULL_SPACE, FULL_TABLE, args.n_archs, args.budget_flops, args.threads, seed=2025)
+        return 0
     from evaluators.proxies import PROXIES
     from nas.compute import compute
     from nas.models import ArchConfig
