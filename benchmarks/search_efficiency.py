@@ -307,3 +307,7 @@ def main() -> int:
     if not args.no_write:
         _doc.write_section(SECTION, body)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
