@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Sample efficiency: the trials ``evolution`` and ``nsga2`` need to reach random search's best-of-N.
+"""Sample efficiency: the trials our samplers and their peers need to reach random search's best-of-N.
 
-Training every candidate is too slow on two CPU cores for three samplers x
-three seeds x a hundred trials, so the searches here score candidates with a
+Training every candidate is too slow on two CPU cores for five samplers x
+twenty seeds x a hundred trials, so the searches here score candidates with a
 cheap, deterministic stand-in objective built from real losses:
 
 1. ``--measure`` (run once; its output is checked in as
@@ -18,19 +18,23 @@ cheap, deterministic stand-in objective built from real losses:
    landscape is not exactly additive.  It is a surrogate, not a language-model
    loss: it ranks samplers on a landscape shaped like the real one.
 
-Each search mirrors the driver (``nas.search.driver``) without Ray: Optuna
-ask-and-tell on a single objective (the loss), the product's samplers from
+Each search mirrors the driver (``nas.search.driver``) without Ray, on a single
+objective (the loss): the space's seed architectures first, candidates over
+the space's caps ended FAIL (the default space has none) and duplicates given
+their twin's value (each still counts as a trial).  The samplers: ours from
 ``nas.search.samplers.make_sampler`` with their default population for a
-search of N trials, the space's seed architectures enqueued first, candidates
-over the space's caps ended FAIL and duplicates given their twin's value (each
-still counts as a trial).  The target is random search's typical best loss
-after N trials: the median over 25 random searches with seeds 1000-1024
-(every sampler draws its first generation from ``RandomSampler(seed)``, so
-with one seed for all, evolution and NSGA-II would start from random's own
-first trials).  For seeds 0, 1, 2 the table gives the trials each sampler
-needs to reach the target, searching up to 4N.  Run::
+search of N trials (``nsga2`` is the CLI's default), random search, and the
+peers of ``benchmarks/_peers.py``: Optuna's TPE (multivariate, grouped) and
+Syne Tune's regularized evolution (optional: skipped, with a printed line,
+when ``syne-tune`` is not installed).  The target is random search's typical
+best loss after N trials: the median over 25 random searches with seeds
+1000-1024 (every sampler draws its first trials from a seeded random sampler,
+so with one seed for all, the others would start from random's own first
+trials).  For seeds 0..K-1 the table gives the median trials each sampler
+needs to reach the target, searching up to 4N, and says whether the default
+needs fewer than every peer.  Run::
 
-    .venv/bin/python benchmarks/search_efficiency.py [--trials 20,50] [--seeds 0,1,2] [--no-write]
+    .venv/bin/python benchmarks/search_efficiency.py [--trials 20,50] [--seeds 20] [--samplers ..]
     .venv/bin/python benchmarks/search_efficiency.py --measure   # rebuild the table of real losses
 
 It prints the table and replaces the ``search_efficiency`` section of docs/BENCHMARKS.md.
