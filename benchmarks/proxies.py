@@ -9,13 +9,19 @@ real training, with a 95% bootstrap interval, over:
 
 - the 64 architectures drawn uniformly from ``search_spaces/default.yaml`` and
   trained for 6e11 FLOPs each (``benchmarks/data/default_space_losses.json``);
+- a second, larger space: 40 architectures drawn uniformly from
+  ``search_spaces/full.yaml`` (every block, d_model 128-256, 2-8 layers) and
+  trained at a small budget, 3e11 FLOPs each
+  (``benchmarks/data/full_space_losses.json``, written by ``--measure``:
+  about 15 CPU minutes at 2 threads);
 - the COMPLETE, non-duplicate trials of the committed studies
   ``experiments/runs/*/study.db`` (full-budget losses; chosen by a search,
   not drawn uniformly).
 
-No training: it reads measured data only.  Run::
+Without ``--measure`` it trains nothing: it reads measured data only.  Run::
 
     .venv/bin/python benchmarks/proxies.py [--no-write]
+    .venv/bin/python benchmarks/proxies.py --measure   # re-train the full space's draws (slow)
 
 It prints the table and replaces the ``proxies`` section of docs/BENCHMARKS.md.
 """

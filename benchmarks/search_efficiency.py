@@ -64,12 +64,12 @@ SECTION = "search_efficiency"
 SPACE = ROOT / "search_spaces" / "default.yaml"
 TABLE = ROOT / "benchmarks" / "data" / "default_space_losses.json"
 #: ours (nas.search.samplers.make_sampler), then the peers a user could pick instead (benchmarks/_peers.py)
-SAMPLERS = ("random", "evolution", "nsga2", "tpe", "syne_rea")
+SAMPLERS = ("random", "evolution", "nsga2", "optuna_tpe", "syne_rea")
 OURS = ("evolution", "nsga2")
 #: the CLI's --sampler default, for a single-objective (--objective loss) and a two-objective study alike
 DEFAULT = "nsga2"
 LABELS = {"random": "random", "evolution": "evolution (ours)", "nsga2": "nsga2 (ours, the default)",
-          "tpe": "Optuna TPE (multivariate, group)", "syne_rea": "Syne Tune REA"}
+          "optuna_tpe": "Optuna TPE (multivariate, group)", "syne_rea": "Syne Tune REA"}
 RIDGE = 1.0
 #: seeds of the random searches whose median best-of-N is the target (disjoint from --seeds)
 REFERENCE_SEEDS = range(1000, 1025)
@@ -169,7 +169,7 @@ def search(sampler: str, seed: int, n: int, limit: int, objective: StandIn,
             trial, arch = rea.ask()
             rea.tell(trial, run.score(arch))
         return run.curve
-    chosen = _peers.tpe(seed) if sampler == "tpe" else make_sampler(sampler, None, seed, n)
+    chosen = _peers.tpe(seed) if sampler == "optuna_tpe" else make_sampler(sampler, None, seed, n)
     study = optuna.create_study(directions=["minimize"], sampler=chosen)
     enqueue_seed_archs(study, space)
     while not run.done():
