@@ -124,8 +124,10 @@ class Run:
     (what the table reads: the trials to reach the target, and the best of the first ``n``).
     """
 
-    def __init__(self, space: Any, objective: StandIn, n: int, limit: int, target: float | None) -> None:
+    def __init__(self, space: Any, objective: StandIn, n: int, limit: int, target: float | None,
+                 points: list[tuple[float, float] | None] | None = None) -> None:
         self.space, self.objective = space, objective
+        self.points = points  # when given: each trial's (loss, FLOPs per token), None when over the caps
         self.n, self.limit, self.target = n, limit, target
         self.cap = space.constraints.get("max_params", math.inf)
         self.known: dict[str, float] = {}
@@ -139,30 +141,38 @@ class Run:
         """The stand-in loss of ``arch``, or None when it is over the space's caps (ended FAIL)."""
         from nas.compute import compute
 
-        value = None
-        if compute(arch).params <= self.cap:
+        value, c = None, compute(arch)
+        if c.params <= self.cap:
             value = self.known.get(arch.arch_id)
             if value is None:
                 value = self.known[arch.arch_id] = self.objective(arch)
             self.best = min(self.best, value)
         self.curve.append(self.best)
+        if self.points is not None:
+            self.points.append(None if value is None else (value, float(c.fwd_flops_per_token)))
         return value
 
 
-def search(sampler: str, seed: int, n: int, limit: int, objective: StandIn,
-           target: float | None = None) -> list[float]:
-    """Best-so-far loss after each trial of one search (mirrors the driver's loop); see :class:`Run`."""
+def search(sampler: str, seed: int, n: int, limit: int, objective: StandIn, target: float | None = None,
+           n_objectives: int = 1, points: list[tuple[float, float] | None] | None = None) -> list[float]:
+    """Best-so-far loss after each trial of one search (mirrors the driver's loop); see :class:`Run`.
+
+    With ``n_objectives`` 2 the study minimises the loss and the FLOPs per token, as the
+    default search does; ``points`` (when given) receives each trial's pair.
+    """
     import optuna
     from optuna.trial import TrialState
 
+    from nas.compute import compute
     from nas.search.samplers import default_population, make_sampler
     from nas.search.space import load_space
     from nas.search.study import enqueue_seed_archs
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(SPACE)
-    run = Run(space, objective, n, limit, target)
+    run = Run(space, objective, n, limit, target, points)
     if sampler == "syne_rea":
+        assert n_objectives == 1, "Syne Tune's REA is single-objective"
         pop = default_population(n)  # the population and tournament our `evolution` uses for N trials
         seeds = [p for p in map(space.seed_params, space.seed_archs) if p is not None]
         rea = _peers.SyneTuneREA(space, seed, pop, max(1, min(5, pop // 2)), seeds)
@@ -171,15 +181,16 @@ def search(sampler: str, seed: int, n: int, limit: int, objective: StandIn,
             rea.tell(trial, run.score(arch))
         return run.curve
     chosen = _peers.tpe(seed) if sampler == "optuna_tpe" else make_sampler(sampler, None, seed, n)
-    study = optuna.create_study(directions=["minimize"], sampler=chosen)
+    study = optuna.create_study(directions=["minimize"] * n_objectives, sampler=chosen)
     enqueue_seed_archs(study, space)
     while not run.done():
         trial = study.ask()
-        value = run.score(space.suggest(trial))
+        arch = space.suggest(trial)
+        value = run.score(arch)
         if value is None:
             study.tell(trial, state=TrialState.FAIL)
         else:
-            study.tell(trial, value)
+            study.tell(trial, [value, float(compute(arch).fwd_flops_per_token)][:n_objectives])
     return run.curve
 
 

@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", choices=("loss+flops", "loss"), default="loss+flops",
                    help="loss+flops: Pareto front of validation loss and FLOPs/token (default); "
                    "loss: validation loss at the fixed budget")
-    p.add_argument("--sampler", choices=("nsga2", "evolution", "tpe", "random"), default="nsga2")
+    p.add_argument("--sampler", choices=("auto", "nsga2", "evolution", "tpe", "random"), default="auto",
+                   help="auto (default): the sampler measured to reach a good loss in the fewest trials for "
+                   "the objective (docs/BENCHMARKS.md); a study being continued keeps the one it ran with")
     p.add_argument("--population", type=int, default=None,
                    help="population size for nsga2/evolution (default: trials/3, between 4 and 50)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")

@@ -44,6 +44,7 @@ from nas.search.study import (
     count_done,
     create_new_study,
     load_existing_study,
+    record_sampler,
     recover_stale,
     requeue,
     take_lease,
@@ -83,6 +84,7 @@ class Driver:
         self.retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
         self.done = 0  # trials that count toward --trials
         self.known: dict[str, FrozenTrial] = {}  # arch_id -> a COMPLETE trial that measured it
+        self.sampler = settings.sampler  # the sampler the study runs with, ``auto`` resolved (set by run)
 
     def run(self) -> optuna.Study:
         """Search until the study holds ``settings.trials`` finished trials; returns the study.
@@ -116,6 +118,7 @@ class Driver:
                     if seeds:
                         report.line(f"seeded the first generation with: {', '.join(seeds)}")
                 self.study = study
+                self.sampler = record_sampler(study, s)  # what ran, ``auto`` resolved
                 self._search(study, pool, report)
             finally:
                 pool.shutdown()
@@ -132,7 +135,8 @@ class Driver:
         where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
         report.line(
             f"study {s.study!r}: {self.done} finished, running {s.trials - self.done} more {where}; "
-            f"budget {s.budget} per trial, objective {s.objective}, sampler {s.sampler}"
+            f"budget {s.budget} per trial, objective {s.objective}, "
+            f"sampler {self.sampler}{' (auto)' if s.sampler == 'auto' else ''}"
         )
         try:
             while True:

@@ -50,7 +50,8 @@ class SearchSettings:
     budget: Budget
     recipe: TrainRecipe
     objective: str = "loss+flops"
-    sampler: str = "nsga2"
+    #: ``auto``: the measured best for the objective (``nas.search.samplers.AUTO``; ``nas.search.study.sampler_name``)
+    sampler: str = "auto"
     population: int | None = None
     seed: int = 0
     hurdles: Hurdles = dataclasses.field(default_factory=Hurdles)

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from nas.data import describe_record, same_data
 from nas.errors import UserError
 from nas.search.lease import DriverLease, Holder, refuse_if_held
-from nas.search.samplers import make_sampler
+from nas.search.samplers import make_sampler, resolve_sampler
 from nas.search.settings import OBJECTIVES, SearchSettings
 from nas.search.space import SearchSpace
 from nas.search.storage import (  # noqa: F401 - re-exported: the read-only commands open studies through here
@@ -29,6 +29,9 @@ from nas.search.storage import (  # noqa: F401 - re-exported: the read-only comm
 
 REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
 SETTINGS = "settings"  # study user attr: SearchSettings.fingerprint() of the run that created it
+SAMPLER = "sampler"  # study user attr: the sampler (``auto`` resolved) the latest run of the study used
+#: what ``--sampler auto`` continues a study with that has no SAMPLER record: the default before the record
+UNRECORDED_SAMPLER = "nsga2"
 
 
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
@@ -81,7 +84,8 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
     if not study_exists(storage, settings.study):
         return None
     refuse_if_held(storage, settings.study)  # before any other check: another driver runs it now
-    study = optuna.load_study(study_name=settings.study, storage=storage, sampler=_sampler(settings))
+    # RandomSampler: a placeholder until the study's own record says which sampler continues it (below)
+    study = optuna.load_study(study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler())
     if SETTINGS not in study.user_attrs:
         if _never_ran(study):  # its creation was interrupted: create_new_study replaces it
             return None
@@ -95,6 +99,7 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
             f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
         )
     check_settings(study, settings.fingerprint())
+    study.sampler = _sampler(settings, sampler_name(settings, study))
     fast_sqlite_commits(storage)  # only now: a study refused above is left exactly as it was
     return study
 
@@ -123,7 +128,7 @@ def create_new_study(
             study_name=settings.study,
             storage=storage,
             directions=list(OBJECTIVES[settings.objective]),
-            sampler=_sampler(settings),
+            sampler=_sampler(settings, sampler_name(settings)),
         )
     except optuna.exceptions.DuplicatedStudyError:  # another driver created it a moment ago
         refuse_if_held(storage, settings.study)
@@ -133,6 +138,7 @@ def create_new_study(
     try:
         set_metric_names(study)
         seeds = enqueue_seed_archs(study, settings.space)
+        study.set_user_attr(SAMPLER, sampler_name(settings))
         study.set_user_attr(SETTINGS, settings.fingerprint())
     except BaseException:
         lease.release()
@@ -168,8 +174,32 @@ def _never_ran(study: optuna.Study) -> bool:
     return all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
-def _sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
-    return make_sampler(settings.sampler, settings.population, settings.seed, settings.trials)
+def sampler_name(settings: SearchSettings, study: optuna.Study | None = None) -> str:
+    """The sampler a run of ``settings`` uses on ``study`` (None: a study it is about to create).
+
+    A sampler named explicitly is used as named (a study may change samplers between
+    runs, as it always could).  ``auto`` resolves, for a new study, to the measured best
+    for its number of objectives (``nas.search.samplers.AUTO``); an existing study
+    continues with the sampler it recorded, or, without a record (made before there was
+    one), with :data:`UNRECORDED_SAMPLER`, the default it then ran with.
+    """
+    if settings.sampler != "auto":
+        return settings.sampler
+    if study is None:
+        return resolve_sampler("auto", len(OBJECTIVES[settings.objective]))
+    return str(study.user_attrs.get(SAMPLER, UNRECORDED_SAMPLER))
+
+
+def record_sampler(study: optuna.Study, settings: SearchSettings) -> str:
+    """Record in ``study`` the sampler this run uses (the driver, under its lease); returns its name."""
+    name = sampler_name(settings, study)
+    if study.user_attrs.get(SAMPLER) != name:
+        study.set_user_attr(SAMPLER, name)
+    return name
+
+
+def _sampler(settings: SearchSettings, name: str) -> optuna.samplers.BaseSampler:
+    return make_sampler(name, settings.population, settings.seed, settings.trials)
 
 
 def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:

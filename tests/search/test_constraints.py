@@ -30,6 +30,16 @@ def test_share_of_over_cap_proposals_falls(sampler):
     assert last <= first // 3
 
 
+def test_tpe_learns_the_cap_from_the_constraint_values():
+    # TPE needs few trials to learn where the over-cap half lies, so its first fifth is not random;
+    # against the same TPE told FAIL for an over-cap candidate (which it ignores), after its five
+    # random start-up trials it proposes at most half as many over the cap.
+    learned = over_cap_flags("tpe", seed=0, trials=100)
+    ignored = over_cap_flags("tpe, over-cap FAIL", seed=0, trials=100)
+    assert sum(ignored[5:]) >= 15
+    assert sum(learned[5:]) <= sum(ignored[5:]) // 2
+
+
 def test_constraint_values_are_relative_excess():
     caps = {"max_params": 1000.0, "max_flops_per_token": 50.0}
     assert constraint_values(caps, 1500, 25.0) == {"max_params": 0.5, "max_flops_per_token": -0.5}
