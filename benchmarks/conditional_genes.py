@@ -91,7 +91,7 @@ def main() -> int:
     objective = StandIn(json.loads(TABLE.read_text()))
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []
-    for kind, label in (("optuna", "Optuna's NSGAIISampler"), ("union", "UnionNSGAIISampler (the default)")):
+    for kind, label in (("optuna", "Optuna's NSGAIISampler"), ("union", "UnionNSGAIISampler (ours, `--sampler nsga2`)")):
         rnd, tot, best = Counter[str](), Counter[str](), []
         for seed in seeds:
             r, t, b = run(kind, seed, args.trials, objective)
@@ -120,9 +120,11 @@ def main() -> int:
         "`layers.N.ffn.activation`; *conditional*: `layers.N.attention.mdha.kernel`.\n\n"
         f"{md}\n\n"
         "Optuna's NSGA-II crosses over the intersection search space only, so a conditional gene is "
-        "redrawn at random in every child: selection never acts on the kernel. The default sampler "
-        "crosses over the union of the parents' genes and redraws a gene only when it mutates it "
-        "(one gene in n) or when neither parent has it.\n"
+        "redrawn at random in every child: selection never acts on the kernel. Ours crosses over the "
+        "union of the parents' genes and redraws a gene only when it mutates it (one gene in n) or when "
+        "neither parent has it. The default, `--sampler auto`, runs TPE with grouping on two objectives "
+        "(the pareto_efficiency section): it has no children, and models a conditional gene jointly "
+        "with the genes it occurs with; `tests/search/test_nsga.py` checks that it learns the kernel.\n"
     )
     if not args.no_write:
         _doc.write_section(SECTION, body)

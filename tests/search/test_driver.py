@@ -97,7 +97,8 @@ def test_hurdles_prune_weak_candidates(tmp_path, text_corpus):
         assert len(t.values) == 1 and "0.5" in t.user_attrs["intermediate"]
 
 
-def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus):
+@pytest.mark.parametrize("sampler", ["random", "auto"])
+def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus, sampler):
     space = tmp_path / "fixed.yaml"
     space.write_text(
         "globals: {d_model: 16, n_heads: 2, n_layers: [1, 2], max_len: 16}\n"
@@ -105,7 +106,7 @@ def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus):
         "constraints: {max_params: 7000}\n"
         "recipe: {batch_size: 4, eval_batches: 1}\nbudget: {steps: 4}\nseed_archs: []\n"
     )
-    args = search_args(tmp_path, text_corpus, "--trials", "6", "--sampler", "random", "--no-tensorboard",
+    args = search_args(tmp_path, text_corpus, "--trials", "6", "--sampler", sampler, "--no-tensorboard",
                        "--workers", "1")
     args[args.index("--space") + 1] = str(space)
     assert main(args) == 0
