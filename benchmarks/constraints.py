@@ -118,8 +118,8 @@ def main() -> int:
         "The FLOPs objective alone pulls NSGA-II toward small models, so even the FAIL handling proposes "
         "fewer over-cap candidates late in a search; the constraint values make it learn the cap sooner. "
         "TPE's first five trials are random, so its first fifth is already mostly learned; without the "
-        "constraint values it proposes about three times as many over-cap candidates in trials 6-100 "
-        "(`tests/search/test_constraints.py`).\n"
+        "constraint values it proposes about three times as many over-cap candidates after its first "
+        "twenty trials (`tests/search/test_constraints.py` checks it on one seed).\n"
     )
     if not args.no_write:
         _doc.write_section(SECTION, body)

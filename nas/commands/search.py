@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto (default): the sampler measured to reach a good loss in the fewest trials for "
                    "the objective (docs/BENCHMARKS.md); a study being continued keeps the one it ran with")
     p.add_argument("--population", type=int, default=None,
-                   help="population size for nsga2/evolution (default: trials/3, between 4 and 50)")
+                   help="population size for nsga2/evolution (default: trials/3, between 4 and 50); "
+                   "tpe starts with min(5, population) random trials")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")
     p.add_argument("--hurdles", default=None, help="budget fractions where weak candidates stop, e.g. 0.25,0.5")
     p.add_argument("--hurdle-percentile", type=float, default=50.0,
