@@ -6,7 +6,9 @@ only if that early loss ranks candidates as the final loss does.  This reads
 the trials that already exist, no training: the COMPLETE, non-duplicate trials
 of the committed studies ``experiments/runs/*/study.db`` (their
 ``intermediate`` user attribute holds the validation loss at each hurdle
-fraction, their value the loss at the full budget).  For each fraction it
+fraction, their value the loss at the full budget), and the reference searches
+of ``benchmarks/hurdles.py`` (``benchmarks/data/hurdle_searches.json``: every
+candidate trained to the full budget, its loss recorded at six fractions).  For each fraction it
 gives Spearman's rho with the final loss and a 95% bootstrap interval, and how
 often a median hurdle at that fraction would have stopped one of the best
 quarter of the candidates.  Run::
@@ -19,6 +21,7 @@ It prints the table and replaces the ``hurdle_ranks`` section of docs/BENCHMARKS
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from _stats import spearman, spearman_ci  # noqa: E402
 
 SECTION = "hurdle_ranks"
 RUNS = ROOT / "experiments" / "runs"
+SEARCHES = ROOT / "benchmarks" / "data" / "hurdle_searches.json"
 
 
 def curves() -> list[tuple[str, list[tuple[dict[str, float], float]]]]:
@@ -49,6 +53,11 @@ def curves() -> list[tuple[str, list[tuple[dict[str, float], float]]]]:
                     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
                     if t.user_attrs.get("intermediate") and "duplicate_of" not in t.user_attrs]
             out.append((f"`{db.relative_to(ROOT)}`", rows))
+    stored = json.loads(SEARCHES.read_text()) if SEARCHES.exists() else {}
+    for key in sorted(k for k in stored if k.startswith("reference/")):
+        rows = [(t["intermediate"], t["loss"]) for t in stored[key]["trials"]
+                if t["intermediate"] and t["loss"] is not None]
+        out.append((f"`hurdles.py` reference, seed {key.split('/')[1]}", rows))
     return out
 
 

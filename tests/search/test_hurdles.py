@@ -38,3 +38,20 @@ def test_bad_fractions_are_refused(text):
 def test_fractions_parse():
     assert parse_fractions("0.25, 0.5") == (0.25, 0.5)
     assert optuna  # the trials above are real Optuna FrozenTrials
+
+
+def test_a_window_compares_with_the_newest_trials_only():
+    # the search improves: early trials were poor at the hurdle, the newest are good
+    losses = [9.0, 8.0, 7.0, 3.0, 2.0, 1.0]
+    trials = []
+    for number, loss in enumerate(losses):
+        t = finished(loss)
+        t.number = number
+        trials.append(t)
+    trials.reverse()  # the order the storage hands them over does not matter
+    everything = Hurdles((0.5,), percentile=50).thresholds(trials)["0.5"]
+    newest = Hurdles((0.5,), percentile=50, window=3).thresholds(trials)["0.5"]
+    assert everything == pytest.approx(5.0) and newest == pytest.approx(2.0)
+    assert missed({"0.5": newest}, 0.5, 4.0) and not missed({"0.5": everything}, 0.5, 4.0)
+    with pytest.raises(ValueError):
+        Hurdles((0.5,), window=0)
