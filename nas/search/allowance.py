@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial
 
 from evaluators import Budget
 from nas.compute import Compute
+
+if TYPE_CHECKING:
+    from nas.search.settings import SearchSettings
 
 #: finished trials in a row that trained nothing, after which a search without --trials ends
 IDLE_LIMIT = 100
@@ -90,6 +93,12 @@ class Allowance:
         self.per_trial = per_trial  # what any trial may spend, when known before sampling it (else 0)
         self.reserved: dict[int, float] = {}  # trial number -> FLOPs it may still spend
         self.idle = 0  # finished trials in a row that trained nothing
+
+    @classmethod
+    def of(cls, settings: SearchSettings) -> Allowance:
+        """The limits ``settings`` set (a FLOPs budget per candidate: the most any trial spends)."""
+        per_trial = settings.budget.value if settings.budget.kind == "flops" else 0.0
+        return cls(settings.trials, settings.max_flops, per_trial=per_trial)
 
     def may_launch(self, done: int, running: int) -> bool:
         """True when another trial may start, with ``done`` finished and ``running`` under way."""

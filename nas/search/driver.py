@@ -84,9 +84,7 @@ class Driver:
         self.retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
         self.done = 0  # trials that count toward --trials
         self.known: dict[str, FrozenTrial] = {}  # arch_id -> a COMPLETE trial that measured it
-        per_trial = settings.budget.value if settings.budget.kind == "flops" else 0.0
-        # the FLOPs already spent are read from the study in _search
-        self.allowance = Allowance(settings.trials, settings.max_flops, per_trial=per_trial)
+        self.allowance = Allowance.of(settings)  # a continued study's spent FLOPs are read in run()
 
     def run(self) -> optuna.Study:
         """Search until ``settings.trials`` finished trials or ``settings.max_flops``; returns the study.
@@ -133,7 +131,6 @@ class Driver:
         s = self.s
         self.done = count_done(study)
         self.known = self._known_archs(study)
-        self.allowance.spent = spent_flops(study.get_trials(deepcopy=False))
         workers = getattr(pool, "size", s.workers)
         where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
         report.line(
@@ -239,8 +236,7 @@ class Driver:
         payload = trial_payload(s, study, trial, arch)
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
-        tokens_per_step = s.recipe.batch_size * (s.recipe.seq_len or arch.max_len)
-        self.allowance.reserve(trial.number, planned_flops(s.budget, c, tokens_per_step))
+        self.allowance.reserve(trial.number, planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len))
         return None
 
     def _finish_now(
