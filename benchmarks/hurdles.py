@@ -63,19 +63,12 @@ RECORD = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75)
 #: name -> (what the table says, the search flags beyond the common ones)
 SEARCHES: dict[str, tuple[str, tuple[str, ...]]] = {
     "reference": (f"no hurdles, {TRIALS} trials", ("--trials", str(TRIALS))),
-    "h1": ("hurdles 0.1,0.3 (25th percentile), --max-flops 2.2e12",
-           ("--max-flops", "2.2e12", "--hurdles", "0.1,0.3", "--hurdle-percentile", "25")),
     "h2": ("h2: hurdles 0.1,0.3 (15th percentile, from the first trial), --max-flops 2.2e12",
            ("--max-flops", "2.2e12", "--hurdles", "0.1,0.3", "--hurdle-percentile", "15",
             "--hurdle-min-trials", "1")),
-    # h2 given the reference's nominal compute: the same trajectory as h2 (same population) until h2
-    # stops, then on; it shows how much compute the hurdled search needs to reach the reference's best
-    "h2-long": ("as h2, --population 4, --max-flops 7.2e12 (the reference's nominal compute)",
-                ("--max-flops", "7.2e12", "--population", "4", "--hurdles", "0.1,0.3", "--hurdle-percentile",
-                 "15", "--hurdle-min-trials", "1")),
-    "h3": ("hurdles 0.1,0.3 (15th percentile of the newest 8, from the first trial), --max-flops 2.2e12",
-           ("--max-flops", "2.2e12", "--hurdles", "0.1,0.3", "--hurdle-percentile", "15",
-            "--hurdle-min-trials", "1", "--hurdle-window", "8")),
+    "h4": ("h4: as h2, with the reference's population (--population 8)",
+           ("--max-flops", "2.2e12", "--population", "8", "--hurdles", "0.1,0.3", "--hurdle-percentile", "15",
+            "--hurdle-min-trials", "1")),
 }
 
 

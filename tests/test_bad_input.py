@@ -154,7 +154,6 @@ def cases() -> list[Any]:
     case("max-flops-nan", search("--max-flops", "nan"), "--max-flops")
     case("max-flops-not-a-number", search("--max-flops", "lots"), "--max-flops")
     case("max-flops-under-one-budget", search("--budget-flops", "1e9", "--max-flops", "1e8"), "--max-flops")
-    case("hurdle-window-zero", search("--hurdles", "0.5", "--hurdle-window", "0"), "--hurdle-window")
     case("hurdle-min-trials-zero", search("--hurdles", "0.5", "--hurdle-min-trials", "0"), "--hurdle-min-trials")
     case("sampler-unknown", search("--sampler", "genetic"), "--sampler")
     case("objective-unknown", search("--objective", "speed"), "--objective")

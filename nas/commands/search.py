@@ -61,9 +61,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hurdle-min-trials", type=int, default=3, metavar="N",
                    help="a hurdle stops candidates once N earlier trials reached it (default 3; 1 under a "
                    "tight --max-flops: the first candidates then train less)")
-    p.add_argument("--hurdle-window", type=int, default=None, metavar="N",
-                   help="compare with the newest N trials that reached the hurdle only, so that the hurdle "
-                   "rises as the search improves (default: every earlier trial)")
     p.add_argument("--workers", type=int, default=None, help="concurrent trials (default: one per CPU, at most 2)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0)
     p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial (fractions allowed)")
@@ -150,7 +147,7 @@ def build_settings(args: argparse.Namespace) -> SearchSettings:
         population=args.population,
         seed=args.seed,
         hurdles=_hurdles(args.hurdles or (DEMO_HURDLES if args.demo else None), args.hurdle_percentile,
-                         args.hurdle_window, args.hurdle_min_trials),
+                         args.hurdle_min_trials),
         workers=_default(args.workers, 1 if args.local else max(1, min(2, os.cpu_count() or 1))),
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial,
@@ -185,19 +182,17 @@ def _trials(args: argparse.Namespace) -> int | None:
     return None if args.max_flops is not None else 20  # with --max-flops the compute ends the search
 
 
-def _hurdles(fractions: str | None, percentile: float, window: int | None, min_trials: int) -> Hurdles:
+def _hurdles(fractions: str | None, percentile: float, min_trials: int) -> Hurdles:
     from nas.search.hurdles import Hurdles, parse_fractions
 
     try:
         parsed = parse_fractions(fractions) if fractions else ()
     except ValueError as err:
         raise UserError(f"--hurdles: {err}") from None
-    if window is not None and window < 1:
-        raise UserError(f"--hurdle-window must be at least 1 trial, got {window}")
     if min_trials < 1:
         raise UserError(f"--hurdle-min-trials must be at least 1 trial, got {min_trials}")
     try:
-        return Hurdles(parsed, percentile=percentile, window=window, min_trials=min_trials)
+        return Hurdles(parsed, percentile=percentile, min_trials=min_trials)
     except ValueError:
         raise UserError(f"--hurdle-percentile must be in (0, 100], got {percentile:g}") from None
 

@@ -4,9 +4,8 @@ At fixed fractions of the budget (``--hurdles 0.25,0.5``) a candidate's
 validation loss is compared with a percentile of what earlier trials had at
 the same point; a candidate above it stops and ends PRUNED.  Optuna's pruners
 refuse multi-objective studies, so the driver does this itself: it computes
-the thresholds when it launches a trial, from the trials finished by then
-(all of them, or the newest ``window`` that reached the hurdle), and the worker
-stops as soon as it misses one.
+the thresholds when it launches a trial, from every trial finished by then,
+and the worker stops as soon as it misses one.
 
 Hurdles save compute; they find better candidates only when the compute they
 save buys more candidates, i.e. under a search compute budget (``--max-flops``,
@@ -52,29 +51,24 @@ class Hurdles:
 
     A candidate continues past a hurdle only if its loss there is at or below the
     ``percentile``-th percentile of earlier trials' losses at the same fraction
-    (50: it must do at least as well as the median).  With a ``window``, only
-    the newest ``window`` trials with a loss there count: as the search finds
-    better candidates the hurdle rises with them, like the aging population of
-    Primer's evolution, instead of staying as low as the first random trials
-    set it.  A hurdle is active once ``min_trials`` earlier trials have a loss
-    recorded there.
+    (50: it must do at least as well as the median).  A hurdle is active once
+    ``min_trials`` earlier trials have a loss recorded there.
     """
 
     fractions: tuple[float, ...] = ()
     percentile: float = 50.0
     min_trials: int = 3
-    window: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.percentile <= 100.0:
             raise ValueError(f"hurdle percentile must be in (0, 100], got {self.percentile}")
-        if self.window is not None and self.window < 1:
-            raise ValueError(f"hurdle window must be at least 1 trial, got {self.window}")
+        if self.min_trials < 1:
+            raise ValueError(f"hurdle min_trials must be at least 1, got {self.min_trials}")
 
     def thresholds(self, trials: Iterable[FrozenTrial]) -> dict[str, float]:
         """{fraction key: loss threshold} for the hurdles that are active now."""
         losses: dict[str, list[float]] = {fraction_key(f): [] for f in self.fractions}
-        for t in sorted(trials, key=lambda t: t.number):  # oldest first: the window keeps the newest
+        for t in trials:
             if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
                 continue
             seen: Mapping[str, float] = t.user_attrs.get(INTERMEDIATE) or {}
@@ -82,7 +76,7 @@ class Hurdles:
                 if key in losses and value is not None and np.isfinite(value):
                     losses[key].append(float(value))
         return {
-            key: float(np.percentile(vals[-self.window :] if self.window else vals, self.percentile))
+            key: float(np.percentile(vals, self.percentile))
             for key, vals in losses.items()
             if len(vals) >= self.min_trials
         }

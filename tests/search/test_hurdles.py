@@ -40,18 +40,10 @@ def test_fractions_parse():
     assert optuna  # the trials above are real Optuna FrozenTrials
 
 
-def test_a_window_compares_with_the_newest_trials_only():
-    # the search improves: early trials were poor at the hurdle, the newest are good
-    losses = [9.0, 8.0, 7.0, 3.0, 2.0, 1.0]
-    trials = []
-    for number, loss in enumerate(losses):
-        t = finished(loss)
-        t.number = number
-        trials.append(t)
-    trials.reverse()  # the order the storage hands them over does not matter
-    everything = Hurdles((0.5,), percentile=50).thresholds(trials)["0.5"]
-    newest = Hurdles((0.5,), percentile=50, window=3).thresholds(trials)["0.5"]
-    assert everything == pytest.approx(5.0) and newest == pytest.approx(2.0)
-    assert missed({"0.5": newest}, 0.5, 4.0) and not missed({"0.5": everything}, 0.5, 4.0)
+
+def test_a_hurdle_can_stand_from_the_first_trial():
+    # --hurdle-min-trials 1: the second candidate already meets the first one's loss at the hurdle
+    th = Hurdles((0.5,), percentile=15, min_trials=1).thresholds([finished(3.0)])
+    assert th == {"0.5": pytest.approx(3.0)} and missed(th, 0.5, 3.1)
     with pytest.raises(ValueError):
-        Hurdles((0.5,), window=0)
+        Hurdles((0.5,), min_trials=0)
