@@ -8,8 +8,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from nas.cli import main
 from evaluators import Budget
+from nas.cli import main
 from nas.search.allowance import IDLE_LIMIT, Allowance, population_basis, spent_flops, trained_flops
 from nas.search.samplers import default_population
 
