@@ -69,6 +69,9 @@ SEARCHES: dict[str, tuple[str, tuple[str, ...]]] = {
     "h4": ("h4: as h2, with the reference's population (--population 8)",
            ("--max-flops", "2.2e12", "--population", "8", "--hurdles", "0.1,0.3", "--hurdle-percentile", "15",
             "--hurdle-min-trials", "1")),
+    "h5": ("h5: as h4, aging evolution (a stopped trial stays in its population)",
+           ("--max-flops", "2.2e12", "--sampler", "evolution", "--population", "8", "--hurdles", "0.1,0.3",
+            "--hurdle-percentile", "15", "--hurdle-min-trials", "1")),
 }
 
 
