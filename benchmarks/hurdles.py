@@ -63,10 +63,10 @@ RECORD = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75)
 #: name -> (what the table says, the search flags beyond the common ones)
 SEARCHES: dict[str, tuple[str, tuple[str, ...]]] = {
     "reference": (f"no hurdles, {TRIALS} trials", ("--trials", str(TRIALS))),
-    "h2": ("h2: hurdles 0.1,0.3 (15th percentile, from the first trial), --max-flops 2.2e12",
-           ("--max-flops", "2.2e12", "--hurdles", "0.1,0.3", "--hurdle-percentile", "15",
+    "h2": ("h2: hurdles 0.1,0.3 (15th percentile, from the first trial), --max-flops 2.2e12, --population 4",
+           ("--max-flops", "2.2e12", "--population", "4", "--hurdles", "0.1,0.3", "--hurdle-percentile", "15",
             "--hurdle-min-trials", "1")),
-    "h4": ("h4: as h2, with the reference's population (--population 8)",
+    "h4": ("h4: as h2, --population 8 (the reference's)",
            ("--max-flops", "2.2e12", "--population", "8", "--hurdles", "0.1,0.3", "--hurdle-percentile", "15",
             "--hurdle-min-trials", "1")),
     "h5": ("h5: as h4, aging evolution (a stopped trial stays in its population)",

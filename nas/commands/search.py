@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "loss: validation loss at the fixed budget")
     p.add_argument("--sampler", choices=("nsga2", "evolution", "tpe", "random"), default="nsga2")
     p.add_argument("--population", type=int, default=None,
-                   help="population size for nsga2/evolution (default: a third of --trials, or under --max-flops "
-                   "of the full-budget trainings it buys; between 4 and 50)")
+                   help="population size for nsga2/evolution (default: a third of --trials, between 4 and 50; "
+                   "20 under --max-flops without --trials)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")
     p.add_argument("--hurdles", default=None, help="budget fractions where weak candidates stop, e.g. 0.25,0.5")
     p.add_argument("--hurdle-percentile", type=float, default=50.0,

@@ -63,20 +63,6 @@ def planned_flops(budget: Budget, cost: Compute, tokens_per_step: int) -> float:
     return 0.0
 
 
-def population_basis(trials: int | None, max_flops: float | None, budget: Budget) -> int | None:
-    """The trial count a sampler's default population is sized by (None: unknown).
-
-    Under ``--max-flops`` with a FLOPs budget, the full-budget trainings the
-    compute buys: with hurdles most trials stop early, and the samplers'
-    populations hold COMPLETE trials only, so a population sized by the trials
-    could take the whole search to fill.
-    """
-    if max_flops is None or budget.kind != "flops":
-        return trials
-    full = int(max_flops // budget.value)
-    return full if trials is None else min(trials, full)
-
-
 class Allowance:
     """The search's stopping rule: at most ``trials`` finished trials and ``max_flops`` training FLOPs.
 

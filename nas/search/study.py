@@ -16,7 +16,6 @@ from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
-from nas.search.allowance import population_basis
 from nas.search.lease import DriverLease, Holder, refuse_if_held
 from nas.search.samplers import make_sampler
 from nas.search.settings import OBJECTIVES, SearchSettings
@@ -170,8 +169,7 @@ def _never_ran(study: optuna.Study) -> bool:
 
 
 def _sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
-    basis = population_basis(settings.trials, settings.max_flops, settings.budget)
-    return make_sampler(settings.sampler, settings.population, settings.seed, basis)
+    return make_sampler(settings.sampler, settings.population, settings.seed, settings.trials)
 
 
 def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:

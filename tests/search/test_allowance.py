@@ -8,9 +8,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from evaluators import Budget
 from nas.cli import main
-from nas.search.allowance import IDLE_LIMIT, Allowance, population_basis, spent_flops, trained_flops
+from nas.search.allowance import IDLE_LIMIT, Allowance, spent_flops, trained_flops
 from nas.search.samplers import default_population
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
@@ -61,14 +60,8 @@ def test_a_search_bounded_by_compute_alone_ends_in_an_exhausted_space():
     assert a.may_launch(0, 0) and not a.stalled()
 
 
-def test_under_max_flops_the_population_is_sized_by_the_full_trainings_it_buys():
-    flops = Budget("flops", 3e11)
-    assert population_basis(24, None, flops) == 24  # unchanged without --max-flops
-    assert population_basis(None, 2.2e12, flops) == 7  # seven full trainings fit
-    assert population_basis(5, 2.2e12, flops) == 5
-    assert default_population(population_basis(None, 2.2e12, flops)) == 4
-    assert population_basis(None, 2.2e12, Budget("steps", 100)) is None  # FLOPs per trial unknown
-    assert default_population(None) == 20
+def test_without_trials_the_default_population_is_twenty():
+    assert default_population(None) == 20 and default_population(24) == 8
 
 
 def _search(tmp_path, corpus, *extra):
