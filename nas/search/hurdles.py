@@ -10,9 +10,10 @@ and the worker stops as soon as it misses one.
 Hurdles save compute; they find better candidates only when the compute they
 save buys more candidates, i.e. under a search compute budget (``--max-flops``,
 :mod:`nas.search.allowance`).  ``benchmarks/hurdle_ranks.py`` measures how well
-the loss at each fraction ranks the final loss (it is poor at 0.05 of the
-budget in the default space, good from 0.1 on), ``benchmarks/hurdles.py`` what
-hurdles buy under a compute budget.
+the loss at each fraction ranks the final loss (poorly at 0.05 of the budget
+in the default space, moderately to well from 0.1 on), ``benchmarks/hurdles.py``
+what hurdles buy under a compute budget.  The ``evolution`` sampler keeps a
+stopped trial in its population, below every COMPLETE one, as Primer did.
 """
 
 from __future__ import annotations
