@@ -149,6 +149,12 @@ def cases() -> list[Any]:
     case("hurdles-not-numbers", search("--hurdles", "half"), "--hurdles")
     case("hurdle-percentile-over-100", search("--hurdles", "0.5", "--hurdle-percentile", "150"),
          "--hurdle-percentile")
+    case("max-flops-zero", search("--max-flops", "0"), "--max-flops")
+    case("max-flops-negative", search("--max-flops", "-2e12"), "--max-flops")
+    case("max-flops-nan", search("--max-flops", "nan"), "--max-flops")
+    case("max-flops-not-a-number", search("--max-flops", "lots"), "--max-flops")
+    case("max-flops-under-one-budget", search("--budget-flops", "1e9", "--max-flops", "1e8"), "--max-flops")
+    case("hurdle-min-trials-zero", search("--hurdles", "0.5", "--hurdle-min-trials", "0"), "--hurdle-min-trials")
     case("sampler-unknown", search("--sampler", "genetic"), "--sampler")
     case("objective-unknown", search("--objective", "speed"), "--objective")
     case("evaluator-unknown", search("--evaluator", "proxy:vibes"), "--evaluator")

@@ -39,7 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", default=None, help="study name (default: the space's name)")
     p.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)")
     p.add_argument("--runs-dir", default="runs", help="where studies and TensorBoard logs go (default runs/)")
-    p.add_argument("--trials", type=int, default=None, help="finished trials wanted in the study (default 20)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="finished trials wanted in the study (default 20; with --max-flops: no limit)")
+    p.add_argument("--max-flops", type=float, default=None, metavar="FLOPS",
+                   help="training FLOPs the whole search may spend (e.g. 2.4e12): no trial starts once the "
+                   "finished trials spent it; with hurdles, every candidate stopped early buys more "
+                   "candidates (default: no limit)")
     add_budget_args(p)
     p.add_argument("--objective", choices=("loss+flops", "loss"), default="loss+flops",
                    help="loss+flops: Pareto front of validation loss and FLOPs/token (default); "
@@ -48,13 +53,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto (default): the sampler measured to reach a good loss in the fewest trials for "
                    "the objective (docs/BENCHMARKS.md); a study being continued keeps the one it ran with")
     p.add_argument("--population", type=int, default=None,
-                   help="population size for nsga2/evolution (default: trials/3, between 4 and 50); "
-                   "tpe starts with min(5, population) random trials")
+                   help="population size for nsga2/evolution (default: a third of --trials, between 4 and 50; "
+                   "20 under --max-flops without --trials); tpe starts with min(5, population) random trials")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")
     p.add_argument("--hurdles", default=None, help="budget fractions where weak candidates stop, e.g. 0.25,0.5")
     p.add_argument("--hurdle-percentile", type=float, default=50.0,
                    help="a candidate continues if its loss is at or below this percentile of earlier "
                    "trials' losses at the hurdle (default 50: the median)")
+    p.add_argument("--hurdle-min-trials", type=int, default=3, metavar="N",
+                   help="a hurdle stops candidates once N earlier trials reached it (default 3; 1 under a "
+                   "tight --max-flops: the first candidates then train less)")
     p.add_argument("--workers", type=int, default=None, help="concurrent trials (default: one per CPU, at most 2)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0)
     p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial (fractions allowed)")
@@ -134,14 +142,16 @@ def build_settings(args: argparse.Namespace) -> SearchSettings:
         study=study,
         storage=args.storage or default_storage(runs, study),
         space=space,
-        trials=_default(args.trials, DEMO_TRIALS if args.demo else 20),
+        trials=_trials(args),
+        max_flops=args.max_flops,
         budget=budget,
         recipe=recipe,
         objective=args.objective,
         sampler=args.sampler,
         population=args.population,
         seed=args.seed,
-        hurdles=_hurdles(args.hurdles or (DEMO_HURDLES if args.demo else None), args.hurdle_percentile),
+        hurdles=_hurdles(args.hurdles or (DEMO_HURDLES if args.demo else None), args.hurdle_percentile,
+                         args.hurdle_min_trials),
         workers=_default(args.workers, 1 if args.local else max(1, min(2, os.cpu_count() or 1))),
         cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial,
@@ -168,15 +178,25 @@ def _default(given: T | None, default: T) -> T:
     return default if given is None else given
 
 
-def _hurdles(fractions: str | None, percentile: float) -> Hurdles:
+def _trials(args: argparse.Namespace) -> int | None:
+    if args.trials is not None:
+        return args.trials
+    if args.demo:
+        return DEMO_TRIALS
+    return None if args.max_flops is not None else 20  # with --max-flops the compute ends the search
+
+
+def _hurdles(fractions: str | None, percentile: float, min_trials: int) -> Hurdles:
     from nas.search.hurdles import Hurdles, parse_fractions
 
     try:
         parsed = parse_fractions(fractions) if fractions else ()
     except ValueError as err:
         raise UserError(f"--hurdles: {err}") from None
+    if min_trials < 1:
+        raise UserError(f"--hurdle-min-trials must be at least 1 trial, got {min_trials}")
     try:
-        return Hurdles(parsed, percentile=percentile)
+        return Hurdles(parsed, percentile=percentile, min_trials=min_trials)
     except ValueError:
         raise UserError(f"--hurdle-percentile must be in (0, 100], got {percentile:g}") from None
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 
 class Reporter:
     """One line per finished trial and a closing summary; quiet enough for logs, clear for people."""
 
-    def __init__(self, total: int, out: TextIO | None = None) -> None:
-        self.total = total
+    def __init__(self, total: int | None, out: TextIO | None = None,
+                 compute: Callable[[], str] | None = None) -> None:  # fmt: skip
+        self.total = total  # None: no --trials, the search ends when --max-flops is spent
+        self.compute = compute  # "2.1e+12 of 2.4e+12 FLOPs" under --max-flops, else ""
         self.out = out or sys.stdout
         self.started = time.monotonic()
         self.durations: list[float] = []
@@ -29,18 +32,21 @@ class Reporter:
         self.durations.append(seconds)
         if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best):
             self.best = loss
-        left = max(0, self.total - done)
+        left = 0 if self.total is None else max(0, self.total - done)
         eta = ""
         if left and self.durations:
             per = sum(self.durations) / len(self.durations)
             eta = f", ~{fmt_time(per * left / max(1, workers))} left"
         over = f" {self.counts['INFEASIBLE']} over cap" if self.counts.get("INFEASIBLE") else ""
         best = f"best {self.best:.4f}" if self.best is not None else "best -"
+        spent = self.compute() if self.compute is not None else ""
+        spent = f"{spent}, " if spent else ""
+        count = f"{done:>3}" if self.total is None else f"{done:>3}/{self.total}"
         self.line(
-            f"[{done:>3}/{self.total}] trial {number:<4} {state:<8} {text}  | {best}, "
+            f"[{count}] trial {number:<4} {state:<8} {text}  | {best}, "
             f"{self.counts['COMPLETE']} done {self.counts['PRUNED']} pruned {self.counts['FAIL']} failed"
             f"{over}, "
-            f"{running} running, {fmt_time(time.monotonic() - self.started)} elapsed{eta}"
+            f"{running} running, {spent}{fmt_time(time.monotonic() - self.started)} elapsed{eta}"
         )
 
 

@@ -34,6 +34,7 @@ from nas.errors import ConfigError, UserError
 from nas.execution.payload import TrialPayload
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
 from nas.execution.worker import OUT_OF_MEMORY
+from nas.search.allowance import Allowance, planned_flops, spent_flops
 from nas.search.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
 from nas.search.console import Reporter
 from nas.search.hurdles import INTERMEDIATE
@@ -66,7 +67,7 @@ class _Running:
 
 
 class Driver:
-    """Runs one search to ``settings.trials`` finished trials on a worker pool."""
+    """Runs one search to ``settings.trials`` finished trials or ``settings.max_flops`` on a worker pool."""
 
     def __init__(
         self,
@@ -85,16 +86,17 @@ class Driver:
         self.done = 0  # trials that count toward --trials
         self.known: dict[str, FrozenTrial] = {}  # arch_id -> a COMPLETE trial that measured it
         self.sampler = settings.sampler  # the sampler the study runs with, ``auto`` resolved (set by run)
+        self.allowance = Allowance.of(settings)  # a continued study's spent FLOPs are read in run()
 
     def run(self) -> optuna.Study:
-        """Search until the study holds ``settings.trials`` finished trials; returns the study.
+        """Search until ``settings.trials`` finished trials or ``settings.max_flops``; returns the study.
 
         The study's lease (:mod:`nas.search.lease`) is held from before the first write
         to the study until the end, and released on every way out.
         """
         s = self.s
         s.check_environment()
-        report = Reporter(s.trials, self.out)
+        report = Reporter(s.trials, self.out, self.allowance.progress)
         study = load_existing_study(s)  # refused here when another driver runs it
         try:
             if study is not None:
@@ -105,9 +107,10 @@ class Driver:
                 if requeued:
                     report.line(f"re-queued trial(s) {requeued} left running by a stopped driver")
                 done = count_done(study)
-                if done >= s.trials:
+                self.allowance.spent = spent_flops(study.get_trials(deepcopy=False))
+                if not self.allowance.may_launch(done, 0):
                     report.line(f"study {s.study!r} already has {done} finished trials "
-                                f"(--trials {s.trials}); nothing to do")
+                                f"({self.allowance.limits()}); nothing to do")
                     return study
             pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
             try:
@@ -134,15 +137,18 @@ class Driver:
         workers = getattr(pool, "size", s.workers)
         where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
         report.line(
-            f"study {s.study!r}: {self.done} finished, running {s.trials - self.done} more {where}; "
-            f"budget {s.budget} per trial, objective {s.objective}, "
+            f"study {s.study!r}: {self.done} finished, running up to {self.allowance.describe(self.done)} "
+            f"{where}; budget {s.budget} per trial, objective {s.objective}, "
             f"sampler {self.sampler}{' (auto)' if s.sampler == 'auto' else ''}"
         )
         try:
             while True:
                 self._confirm_lease()
                 self._fill(study, pool, report)
-                if not self.running and self.done >= s.trials:
+                if not self.running and not self.allowance.may_launch(self.done, 0):
+                    if self.allowance.stalled():
+                        report.line(f"stopped: the last {self.allowance.idle} candidates were measured "
+                                    "already or over the caps; the space looks exhausted")
                     break
                 try:
                     finished = pool.wait(timeout=1.0)
@@ -184,10 +190,11 @@ class Driver:
                 pool.submit(number, r.payload.to_dict(), exclusive=True)
             else:
                 pool.submit(number, r.payload.to_dict())
-        while not self.retry and pool.has_idle() and self.done + len(self.running) < self.s.trials:
+        while not self.retry and pool.has_idle() and self.allowance.may_launch(self.done, len(self.running)):
             launched = self._launch(study, pool)
             if launched is not None:  # finished at once (refused, duplicate, invalid)
                 self.done += 1
+                self.allowance.settle_untrained()
                 number, state, text = launched
                 report.finished(self.done, len(self.running), number, state, text, 0.0, self.s.workers)
 
@@ -232,6 +239,7 @@ class Driver:
         payload = trial_payload(s, study, trial, arch)
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
+        self.allowance.reserve(trial.number, planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len))
         return None
 
     def _finish_now(
@@ -274,6 +282,8 @@ class Driver:
         else:
             state, text, loss = self._tell(study, r, fin.result)
         del self.running[fin.tag]
+        # one read of the trial's attributes, only when the compute is counted
+        self.allowance.settle(fin.tag, r.trial.user_attrs if self.s.max_flops is not None else {})
         self.done += 1
         report.finished(self.done, len(self.running), fin.tag, state, text,
                         time.monotonic() - r.started, self.s.workers, loss)

@@ -11,6 +11,12 @@ parameters: a gene the parent never had (say layer 5 after ``n_layers`` grew)
 is drawn at random; a gene that is not asked for is simply dropped.
 Multi-objective studies pick the tournament winner among the sample's
 non-dominated trials.
+
+A trial a hurdle stopped (PRUNED) stays in the population, as in Primer, and
+loses every tournament to a COMPLETE one; of two stopped trials the one that
+went further wins, then the lower loss at its last hurdle.  Without it a
+search whose hurdles stop most candidates would wait many trials for a
+population, and evolve from the few that passed.
 """
 
 from __future__ import annotations
@@ -68,8 +74,8 @@ class AgingEvolutionSampler(BaseSampler):
         return {}
 
     def population(self, study: Study) -> list[FrozenTrial]:
-        """The newest ``population_size`` COMPLETE trials, oldest first."""
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        """The newest ``population_size`` finished trials (COMPLETE or stopped by a hurdle), oldest first."""
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         done.sort(key=lambda t: t.datetime_complete or t.datetime_start)
         return done[-self.population_size :]
 
@@ -80,6 +86,10 @@ class AgingEvolutionSampler(BaseSampler):
         # beats one over them (told with an infinite loss), and of two over them the lesser excess wins.
         least = min(_violation(t) for t in contenders)
         contenders = [t for t in contenders if _violation(t) == least]
+        complete = [t for t in contenders if t.state == TrialState.COMPLETE]
+        if not complete:  # every contender was stopped by a hurdle
+            return min(contenders, key=_hurdle_rank)
+        contenders = complete
         directions = study.directions
         if len(directions) == 1:
             sign = 1.0 if directions[0] == StudyDirection.MINIMIZE else -1.0
@@ -159,6 +169,15 @@ class AgingEvolutionSampler(BaseSampler):
         values: Sequence[float] | None,
     ) -> None:
         self._random.after_trial(study, trial, state, values)
+
+
+def _hurdle_rank(t: FrozenTrial) -> tuple[float, float]:
+    """A stopped trial's rank (smaller is better): the furthest hurdle it reached, then its loss there."""
+    seen = t.user_attrs.get("intermediate") or {}  # nas.search.hurdles.INTERMEDIATE
+    if not seen:
+        return (0.0, math.inf)
+    last = max(seen, key=float)
+    return (-float(last), float(seen[last]))
 
 
 def _violation(t: FrozenTrial) -> float:

@@ -6,6 +6,14 @@ the same point; a candidate above it stops and ends PRUNED.  Optuna's pruners
 refuse multi-objective studies, so the driver does this itself: it computes
 the thresholds when it launches a trial, from every trial finished by then,
 and the worker stops as soon as it misses one.
+
+Hurdles save compute; they find better candidates only when the compute they
+save buys more candidates, i.e. under a search compute budget (``--max-flops``,
+:mod:`nas.search.allowance`).  ``benchmarks/hurdle_ranks.py`` measures how well
+the loss at each fraction ranks the final loss (poorly at 0.05 of the budget
+in the default space, moderately to well from 0.1 on), ``benchmarks/hurdles.py``
+what hurdles buy under a compute budget.  The ``evolution`` sampler keeps a
+stopped trial in its population, below every COMPLETE one, as Primer did.
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ class Hurdles:
     def __post_init__(self) -> None:
         if not 0.0 < self.percentile <= 100.0:
             raise ValueError(f"hurdle percentile must be in (0, 100], got {self.percentile}")
+        if self.min_trials < 1:
+            raise ValueError(f"hurdle min_trials must be at least 1, got {self.min_trials}")
 
     def thresholds(self, trials: Iterable[FrozenTrial]) -> dict[str, float]:
         """{fraction key: loss threshold} for the hurdles that are active now."""

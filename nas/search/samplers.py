@@ -29,12 +29,17 @@ def resolve_sampler(name: str, n_objectives: int) -> str:
     return AUTO[n_objectives] if name == "auto" else name
 
 
-def default_population(trials: int) -> int:
-    """A population a search of ``trials`` can evolve: a third of the trials, between 4 and 50."""
-    return max(4, min(50, trials // 3))
+def default_population(trials: int | None) -> int:
+    """A population a search of ``trials`` can evolve: a third of the trials, between 4 and 50.
+
+    A search bounded by compute alone (``trials`` None) has no trial count to take a third of: 20.
+    """
+    return 20 if trials is None else max(4, min(50, trials // 3))
 
 
-def make_sampler(name: str, population: int | None, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, population: int | None, seed: int, trials: int | None
+) -> optuna.samplers.BaseSampler:
     """The Optuna sampler ``name`` (resolved: not ``auto``) for a search of ``trials`` trials.
 
     ``population`` sizes the evolutionary samplers (None: :func:`default_population`)

@@ -46,7 +46,8 @@ class SearchSettings:
     study: str
     storage: str
     space: SearchSpace
-    trials: int
+    #: finished trials wanted; None: as many as ``max_flops`` buys
+    trials: int | None
     budget: Budget
     recipe: TrainRecipe
     objective: str = "loss+flops"
@@ -54,6 +55,8 @@ class SearchSettings:
     sampler: str = "auto"
     population: int | None = None
     seed: int = 0
+    #: training FLOPs the whole search may spend (nas.search.allowance); None: no such limit
+    max_flops: float | None = None
     hurdles: Hurdles = dataclasses.field(default_factory=Hurdles)
     workers: int = 1
     cpus_per_trial: float = 1.0
@@ -83,7 +86,15 @@ class SearchSettings:
                 f"--storage {self.storage!r} keeps the study in memory: every trial would be lost when the "
                 "search ends; use a file (sqlite:///path/study.db) or a database server (postgresql://...)"
             )
-        _check_int("trials", self.trials, low=1)
+        if self.trials is None and self.max_flops is None:
+            raise UserError("give --trials, --max-flops or both: a search needs something that ends it")
+        if self.trials is not None:
+            _check_int("trials", self.trials, low=1)
+        if self.max_flops is not None:
+            _check_number("max_flops", self.max_flops, positive=True)
+            if self.budget.kind == "flops" and self.max_flops < self.budget.value:
+                raise UserError(f"--max-flops {self.max_flops:g} is less than one candidate's budget "
+                                f"({self.budget}): no trial could start")
         _check_int("seed", self.seed, low=0, high=MAX_SEED)
         _check_int("workers", self.workers, low=1)
         _check_int("retries", self.retries, low=0)

@@ -99,3 +99,27 @@ def test_mutation_changes_the_value_and_stays_in_range(value, dist):
         new = sampler.mutate(value, dist)
         assert new != value
         assert dist._contains(dist.to_internal_repr(new))
+
+
+def test_trials_stopped_by_hurdles_stay_in_the_population_below_the_complete_ones():
+    sampler = AgingEvolutionSampler(population_size=4, tournament_size=4, seed=0)
+    study = optuna.create_study(sampler=sampler)
+    dist = {"x": CategoricalDistribution(["a", "b", "c", "d"])}
+
+    def stopped(x, reached):  # pruned at its last hurdle with these losses
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={"x": x},
+                                                  distributions=dist, user_attrs={"intermediate": reached}))
+
+    stopped("a", {"0.1": 3.0})
+    stopped("b", {"0.1": 2.0, "0.3": 2.9})  # went further: better than "a" despite the higher last loss
+    stopped("c", {"0.1": 1.0})
+    population = sampler.population(study)
+    assert len(population) == 3  # stopped trials count: no need to wait for COMPLETE ones
+    assert sampler.select_parent(study, population).params["x"] == "b"
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=9.0,
+                                              params={"x": "d"}, distributions=dist))
+    population = sampler.population(study)
+    assert len(population) == 4
+    assert sampler.select_parent(study, population).params["x"] == "d"  # any COMPLETE beats the stopped
+    study.ask({"x": dist["x"]})
+    assert study.trials[-1].user_attrs["parent"] == 3  # evolved at once, from the COMPLETE trial

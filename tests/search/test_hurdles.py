@@ -38,3 +38,12 @@ def test_bad_fractions_are_refused(text):
 def test_fractions_parse():
     assert parse_fractions("0.25, 0.5") == (0.25, 0.5)
     assert optuna  # the trials above are real Optuna FrozenTrials
+
+
+
+def test_a_hurdle_can_stand_from_the_first_trial():
+    # --hurdle-min-trials 1: the second candidate already meets the first one's loss at the hurdle
+    th = Hurdles((0.5,), percentile=15, min_trials=1).thresholds([finished(3.0)])
+    assert th == {"0.5": pytest.approx(3.0)} and missed(th, 0.5, 3.1)
+    with pytest.raises(ValueError):
+        Hurdles((0.5,), min_trials=0)

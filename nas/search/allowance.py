@@ -1,0 +1,140 @@
+"""When a search stops launching trials: ``--trials`` finished trials, ``--max-flops`` of training, or both.
+
+A fixed number of trials makes hurdles save compute but never find more: the
+hurdled search explores the same number of candidates.  Primer's hurdles pay
+under a fixed search compute, where every candidate stopped early buys part of
+another one; ``--max-flops`` is that budget.  The FLOPs spent are the
+``train_flops`` the finished trials recorded (a stopped trial counts up to its
+hurdle; a duplicate architecture and a candidate over the caps train nothing),
+read back from the study, so a continued search counts what it already spent.
+
+With a FLOPs budget per candidate (``--budget-flops``) the limit is never
+passed: a trial starts only if its whole budget fits beside what was spent and
+what the running trials may still spend.  With a steps or tokens budget a
+candidate's FLOPs depend on its architecture, known only once it is sampled:
+a trial starts while the spent and reserved FLOPs are below the limit, so the
+last one may pass it by up to its own budget (with a seconds budget, whose
+FLOPs are known only afterwards, by one trial per worker).
+
+A duplicate or an over-cap candidate costs nothing, so a search bounded by
+compute alone could go on forever in a space it has exhausted: it also ends
+after ``IDLE_LIMIT`` finished trials in a row that trained nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from optuna.trial import FrozenTrial
+
+from evaluators import Budget
+from nas.compute import Compute
+
+if TYPE_CHECKING:
+    from nas.search.settings import SearchSettings
+
+#: finished trials in a row that trained nothing, after which a search without --trials ends
+IDLE_LIMIT = 100
+
+
+def trained_flops(user_attrs: Mapping[str, Any]) -> float:
+    """The training FLOPs a finished trial spent (0 for a duplicate, which reused its twin's result)."""
+    if "duplicate_of" in user_attrs:
+        return 0.0
+    value = user_attrs.get("train_flops")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+
+def spent_flops(trials: Iterable[FrozenTrial]) -> float:
+    """The training FLOPs the trials of a study spent, as the search counts them."""
+    return sum(trained_flops(t.user_attrs) for t in trials)
+
+
+def planned_flops(budget: Budget, cost: Compute, tokens_per_step: int) -> float:
+    """What a candidate of ``cost`` may spend under ``budget`` (0 for a seconds budget: unknown)."""
+    if budget.kind == "flops":
+        return float(budget.value)
+    if budget.kind == "tokens":
+        return float(budget.value) * cost.train_flops_per_token
+    if budget.kind == "steps":
+        return float(budget.value) * tokens_per_step * cost.train_flops_per_token
+    return 0.0
+
+
+class Allowance:
+    """The search's stopping rule: at most ``trials`` finished trials and ``max_flops`` training FLOPs.
+
+    Either may be None (no such limit), not both.  The driver reserves a
+    launched trial's planned FLOPs and settles them with what it spent.
+    """
+
+    def __init__(
+        self, trials: int | None, max_flops: float | None, spent: float = 0.0, per_trial: float = 0.0
+    ) -> None:
+        if trials is None and max_flops is None:
+            raise ValueError("a search needs --trials, --max-flops or both")
+        self.trials, self.max_flops, self.spent = trials, max_flops, spent
+        self.per_trial = per_trial  # what any trial may spend, when known before sampling it (else 0)
+        self.reserved: dict[int, float] = {}  # trial number -> FLOPs it may still spend
+        self.idle = 0  # finished trials in a row that trained nothing
+
+    @classmethod
+    def of(cls, settings: SearchSettings) -> Allowance:
+        """The limits ``settings`` set (a FLOPs budget per candidate: the most any trial spends)."""
+        per_trial = settings.budget.value if settings.budget.kind == "flops" else 0.0
+        return cls(settings.trials, settings.max_flops, per_trial=per_trial)
+
+    def may_launch(self, done: int, running: int) -> bool:
+        """True when another trial may start, with ``done`` finished and ``running`` under way."""
+        if self.trials is not None and done + running >= self.trials:
+            return False
+        if self.trials is None and self.idle >= IDLE_LIMIT:
+            return False
+        if self.max_flops is None:
+            return True
+        committed = self.spent + sum(self.reserved.values())
+        if self.per_trial > 0:  # the next trial's whole budget must fit
+            return committed + self.per_trial <= self.max_flops * (1 + 1e-9)
+        return committed < self.max_flops
+
+    def reserve(self, number: int, flops: float) -> None:
+        self.reserved[number] = flops
+
+    def settle(self, number: int, user_attrs: Mapping[str, Any]) -> None:
+        """Trial ``number`` finished: what it recorded replaces its reservation."""
+        self.reserved.pop(number, None)
+        flops = trained_flops(user_attrs)
+        self.spent += flops
+        self.idle = 0 if flops > 0 else self.idle + 1
+
+    def settle_untrained(self) -> None:
+        """A trial finished without a worker (a duplicate, over the caps, invalid): it spent nothing."""
+        self.idle += 1
+
+    def stalled(self) -> bool:
+        """True when a search without --trials ended on ``IDLE_LIMIT`` trials that trained nothing."""
+        return self.trials is None and self.idle >= IDLE_LIMIT
+
+    def describe(self, done: int) -> str:
+        """What is left, for the driver's first line: ``20 more trials``, ``1.2e12 FLOPs more``."""
+        parts = []
+        if self.trials is not None:
+            parts.append(f"{max(0, self.trials - done)} more trial(s)")
+        if self.max_flops is not None:
+            parts.append(f"{max(0.0, self.max_flops - self.spent):.3g} more training FLOPs (--max-flops)")
+        return " or ".join(parts)
+
+    def limits(self) -> str:
+        """The limits as flags, with the FLOPs spent: ``--trials 24, --max-flops 2.4e+12 (2.5e+12 spent)``."""
+        parts = [] if self.trials is None else [f"--trials {self.trials}"]
+        if self.max_flops is not None:
+            parts.append(f"--max-flops {self.max_flops:.3g} ({self.spent:.3g} spent)")
+        return ", ".join(parts)
+
+    def progress(self) -> str:
+        """``2.1e+12 of 2.4e+12 FLOPs`` for the progress line; empty without --max-flops."""
+        if self.max_flops is None:
+            return ""
+        return f"{self.spent:.3g} of {self.max_flops:.3g} FLOPs"

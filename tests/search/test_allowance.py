@@ -1,0 +1,119 @@
+"""--max-flops: a search bounded by the training compute it spends (real tiny training, no Ray)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from nas.cli import main
+from nas.search.allowance import IDLE_LIMIT, Allowance, spent_flops, trained_flops
+from nas.search.samplers import default_population
+
+TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
+
+
+def test_a_launch_needs_room_for_the_running_trials_budgets():
+    a = Allowance(trials=None, max_flops=10.0)
+    assert a.may_launch(0, 0)
+    a.reserve(0, 6.0)
+    assert a.may_launch(0, 1)  # 6 of 10 reserved
+    a.reserve(1, 6.0)
+    assert not a.may_launch(0, 2)  # 12 > 10: wait for one to finish
+    a.settle(0, {"train_flops": 1.5})  # stopped early at a hurdle: only what it spent counts
+    assert a.spent == 1.5 and a.may_launch(1, 1)
+    a.settle(1, {"train_flops": 9.0})
+    assert not a.may_launch(2, 0)
+
+
+def test_with_a_flops_budget_the_limit_is_never_passed():
+    a = Allowance(trials=None, max_flops=10.0, per_trial=4.0)
+    a.settle(0, {"train_flops": 4.0})
+    a.settle(1, {"train_flops": 1.0})  # stopped at a hurdle
+    assert a.may_launch(2, 0)  # 5 spent: another whole budget of 4 fits
+    a.reserve(2, 4.0)
+    assert not a.may_launch(2, 1)  # 9 committed: a fourth would pass 10
+    a.settle(2, {"train_flops": 4.0})
+    assert not a.may_launch(3, 0) and a.spent == 9.0
+
+
+def test_trials_and_flops_limit_together_and_duplicates_cost_nothing():
+    a = Allowance(trials=2, max_flops=100.0)
+    a.settle(0, {"train_flops": 1.0})
+    assert a.may_launch(1, 0) and not a.may_launch(2, 0)
+    assert trained_flops({"train_flops": 5.0, "duplicate_of": 3}) == 0.0
+    assert trained_flops({"infeasible": "over cap"}) == 0.0
+    with pytest.raises(ValueError):
+        Allowance(trials=None, max_flops=None)
+
+
+def test_a_search_bounded_by_compute_alone_ends_in_an_exhausted_space():
+    a = Allowance(trials=None, max_flops=1e30)
+    for _ in range(IDLE_LIMIT - 1):
+        a.settle_untrained()
+    assert a.may_launch(0, 0)
+    a.settle_untrained()
+    assert not a.may_launch(0, 0) and a.stalled()
+    a.settle(7, {"train_flops": 1.0})  # a trial that trained resets the count
+    assert a.may_launch(0, 0) and not a.stalled()
+
+
+def test_without_trials_the_default_population_is_twenty():
+    assert default_population(None) == 20 and default_population(24) == 8
+
+
+def _search(tmp_path, corpus, *extra):
+    args = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
+            "--runs-dir", str(tmp_path / "runs"), "--data", str(corpus), "--local", "--no-tensorboard",
+            "--sampler", "random", "--steps", "6", *extra]
+    return main(args)
+
+
+def _trained(study):
+    """(trial, FLOPs it trained) in trial order, for the trials that trained."""
+    out = [(t, trained_flops(t.user_attrs)) for t in sorted(study.trials, key=lambda t: t.number)]
+    return [(t, f) for t, f in out if f > 0]
+
+
+def _check_stopped_on_compute(study, limit):
+    trained = _trained(study)
+    flops = [f for _, f in trained]
+    # the last trial started while the spent compute was under the limit, and took it over
+    assert sum(flops[:-1]) < limit <= sum(flops)
+    assert spent_flops(study.trials) == pytest.approx(sum(flops))
+
+
+def test_max_flops_ends_the_search_and_a_continued_counts_what_was_spent(tmp_path, text_corpus, capsys):
+    # what one trial of the tiny space costs (6 steps): the limit is set in trials' worth
+    assert _search(tmp_path, text_corpus, "--trials", "1") == 0
+    one = trained_flops(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials[0].user_attrs)
+    (tmp_path / "s.db").unlink()
+
+    limit = 3.5 * one
+    assert _search(tmp_path, text_corpus, "--max-flops", f"{limit}", "--hurdles", "0.5",
+                   "--hurdle-percentile", "30") == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    _check_stopped_on_compute(study, limit)
+    first = len(study.trials)
+    assert "of " in capsys.readouterr().out  # the progress line shows the compute spent
+
+    # the same limit again: nothing to do, nothing added
+    assert _search(tmp_path, text_corpus, "--max-flops", f"{limit}", "--hurdles", "0.5",
+                   "--hurdle-percentile", "30") == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials) == first
+
+    # a larger limit continues from what the first run spent
+    assert _search(tmp_path, text_corpus, "--max-flops", f"{2 * limit}", "--hurdles", "0.5",
+                   "--hurdle-percentile", "30") == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    assert len(study.trials) > first
+    _check_stopped_on_compute(study, 2 * limit)
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+
+
+def test_trials_still_bound_a_search_with_max_flops(tmp_path, text_corpus):
+    assert _search(tmp_path, text_corpus, "--trials", "3", "--max-flops", "1e30") == 0
+    assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials) == 3
