@@ -8,6 +8,7 @@ different nodes.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,11 @@ def text_corpus(tmp_path_factory):
         text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(300))
         (root / f"doc{i}.txt").write_text(text)
     return root
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """One short line of text, repeated: enough for proxy-evaluated searches (test files may override it)."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join("the king and queen went to see what every lord would say" for _ in range(300)))
+    return path

@@ -14,13 +14,6 @@ from nas.search.study import SAMPLER, UNRECORDED_SAMPLER
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 
 
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "corpus.txt"
-    path.write_text("\n".join("the king and queen went to see what every lord would say" for _ in range(300)))
-    return path
-
-
 def search(tmp_path: Path, corpus: Path, *extra: str) -> int:
     return main(["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
                  "--data", str(corpus), "--local", "--evaluator", "proxy:params", "--no-tensorboard", *extra])
