@@ -7,8 +7,8 @@ This script checks their two claims once on what a user runs: searches of
 ``search_spaces/default.yaml`` with its parameter cap lowered to the space's
 median (165k, so about half of the space is over it), two objectives (loss
 and FLOPs per token), real training on the default corpus for ``--budget-flops``
-per candidate, one worker with two threads (deterministic), the same seeds for
-every sampler.  Per search it reports
+per candidate, one trial at a time in one process on one thread (deterministic;
+on a loaded machine two threads ran far slower), the same seeds for every sampler.  Per search it reports
 
 * the best validation loss after the search's trials, and how many trials the
   search needed to reach random search's best loss at the same seed;
@@ -68,7 +68,7 @@ def run_search(
 
     study = f"{sampler}-{seed}"
     cmd = [sys.executable, str(ROOT / "run_search.py"), "search", "--space", str(space),
-           "--trials", str(trials), "--workers", "1", "--cpus-per-trial", "2", "--seed", str(seed),
+           "--trials", str(trials), "--local", "--cpus-per-trial", "1", "--seed", str(seed),
            "--budget-flops", f"{budget:g}", "--no-tensorboard", "--runs-dir", str(runs),
            "--study", study, "--device", "cpu", "--sampler", sampler]  # fmt: skip
     t0 = time.perf_counter()
@@ -152,12 +152,12 @@ def main() -> int:
     body = [
         f"## Samplers on real training (`benchmarks/{Path(__file__).name}`)",
         "",
-        _doc.provenance(threads=2),
+        _doc.provenance(threads=1),
         "",
         f"`search_spaces/default.yaml` with `constraints.max_params` lowered to {CAP:,} (about half of the "
         f"space is over it), two objectives (validation loss and FLOPs per token), {args.trials} trials per "
-        f"search, each candidate trained for {args.budget_flops:g} FLOPs on the default corpus, one worker with "
-        "two threads, seeds "
+        f"search, each candidate trained for {args.budget_flops:g} FLOPs on the default corpus, one trial at a "
+        "time on one thread (`--local`), seeds "
         + ",".join(map(str, seeds))
         + ". *auto* is the default sampler (what it resolved "
         "to is in brackets). *trials to random's best*: the first trial at or below the best loss random "
