@@ -284,7 +284,8 @@ def baseline_section() -> str:
     return (
         "## Fixed architectures at equal compute\n\n"
         f"Every row trained for {BUDGET:g} FLOPs (forward + backward, analytic) on the default corpus, "
-        f"batch 16 x 128 bytes, lr 3e-3 with warm-up and cosine decay, {THREADS} CPU threads, seeds "
+        f"batch 16 x 128 bytes, lr 3e-3 with warm-up and cosine decay, {THREADS} CPU thread(s) per run, "
+        "seeds "
         f"{', '.join(map(str, SEEDS))}. A cheaper architecture takes more steps for the same "
         "FLOPs. Validation loss is nats per byte on the held-out plays; bits/byte = loss / ln 2. "
         "The Δ column subtracts vanilla's loss at the same seed (same initialisation stream and batch "
@@ -432,60 +433,49 @@ def annotate_found(space: str) -> None:
     path.write_text("\n".join(head) + "\n" + body)
 
 
-def old_runs(path: Path, budget: float) -> dict[tuple[str, int], float]:
-    """(arch id, seed) -> val loss of the ``train`` runs recorded in ``path`` at ``budget`` FLOPs."""
-    if not path.exists():
-        return {}
+def old_runs(path: Path, budget: float, threads: int) -> dict[tuple[str, int], float]:
+    """(arch id, seed) -> val loss of the ``train`` runs on ``threads`` threads recorded in ``path``."""
     out = {}
-    for line in path.read_text().splitlines():
+    for line in path.read_text().splitlines() if path.exists() else []:
         r = json.loads(line) if line.strip() else None
-        if r and r["budget"] == {"flops": budget} and r.get("threads") == THREADS:
+        if r and r["budget"] == {"flops": budget} and r.get("threads") == threads:
             out[(r["arch_id"], r["seed"])] = r["val_loss"]
     return out
 
 
+def paired_text(mine: dict[int, float], ref: dict[int, float]) -> str:
+    """``mine - ref`` seed by seed: mean [min, max]; lower in k/n (``-`` when no seed is in both)."""
+    d = [mine[s] - ref[s] for s in sorted(mine) if s in ref]
+    if not d:
+        return "-"
+    return (
+        f"{statistics.mean(d):+.4f} [{min(d):+.4f}, {max(d):+.4f}]; lower in {sum(x < 0 for x in d)}/{len(d)}"
+    )
+
+
 def rerun_table(scale: int) -> str:
-    """Per architecture: the first version's ``train`` runs against confirm's, seed by seed."""
+    """Every row of the first version (``train``, 2 threads, AMD EPYC) beside confirm's runs of it."""
     budget = BUDGET * scale
-    old, new = old_runs(OLD_RESULTS, budget), confirmed(scale)
-    van_old = {s: v for (a, s), v in old.items() if a == arch_id("vanilla.yaml")}
+    old, new = old_runs(OLD_RESULTS, budget, threads=2), confirmed(scale)
+    van = arch_id("vanilla.yaml")
+    van_old = {s: v for (a, s), v in old.items() if a == van}
     rows = []
     for label, file, _ in BASELINES:
-        if arch_id(file) not in new:
+        before = {s: v for (a, s), v in old.items() if a == arch_id(file)}
+        if not before:
             continue
-        row, runs = new[arch_id(file)]
-        pairs = [
-            (r["seed"], old[(row["arch_id"], r["seed"])], r["val_loss"])
-            for r in runs
-            if (row["arch_id"], r["seed"]) in old
-        ]
-        if not pairs:
-            continue
-        diff = [n - o for _, o, n in pairs]
-        old_delta = [o - van_old[s] for s, o, _ in pairs if s in van_old]
-        rows.append(
-            [
-                f"{label} (`{file}`)",
-                ", ".join(str(s) for s, _, _ in pairs),
-                mean_sd([o for _, o, _ in pairs]),
-                mean_sd([n for _, _, n in pairs]),
-                f"{statistics.mean(diff):+.4f} [{min(diff):+.4f}, {max(diff):+.4f}]",
-                f"{statistics.mean(old_delta):+.4f}" if old_delta and file != "vanilla.yaml" else "-",
-                f"{row['delta_vs_baseline']['vanilla']['mean']:+.4f}"
-                if "vanilla" in row["delta_vs_baseline"]
-                else "-",
-            ]
-        )
-    header = [
-        f"at {budget:g} FLOPs",
-        "seeds",
-        "before: `train` (mean ± sd)",
-        "now: `confirm` (mean ± sd)",
-        "now - before, same seed: mean [min, max]",
-        "Δ vs vanilla before",
-        "Δ vs vanilla now",
-    ]
-    return _doc.markdown_table(header, rows, "llrrrrr")
+        now = {r["seed"]: r["val_loss"] for r in new.get(arch_id(file), (None, []))[1]}
+        delta = new[arch_id(file)][0]["delta_vs_baseline"].get("vanilla") if now else None
+        rows.append([
+            f"{label} (`{file}`)", ", ".join(map(str, sorted(before))), mean_sd(list(before.values())),
+            "-" if file == "vanilla.yaml" else paired_text(before, van_old),
+            ", ".join(map(str, sorted(now))) or "not yet", mean_sd(list(now.values())), delta_text(delta),
+            paired_text(now, before).split(";")[0],
+        ])  # fmt: skip
+    header = [f"{budget:g} FLOPs", "seeds", "before: `train` (mean ± sd)", "Δ vs vanilla before",
+              "seeds", "now: `confirm` (mean ± sd)", "Δ vs vanilla now",
+              "now - before, same seed: mean [min, max]"]  # fmt: skip
+    return _doc.markdown_table(header, rows, "llrrlrrr")
 
 
 def same_machine_check() -> str:
@@ -496,7 +486,7 @@ def same_machine_check() -> str:
         for sp in SPACES
     ]
     common = sorted(set(both[0]) & set(both[1]))
-    twins = old_runs(SAME_MACHINE, BUDGET)
+    twins = old_runs(SAME_MACHINE, BUDGET, THREADS)
     pairs = [
         (twins[(a, r["seed"])], r["val_loss"])
         for a, (_, runs) in confirmed(1).items()
