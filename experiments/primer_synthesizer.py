@@ -416,7 +416,7 @@ def annotate_found(space: str) -> None:
     head = [
         f"# The lowest-loss trial of the `{space}` search in docs/RESULTS.md (search_spaces/{space}.yaml,",
         f"# {TRIALS} trials of {BUDGET:g} training FLOPs each); `metrics` below is that trial's run.",
-        f"# Confirmed for the same FLOPs on {THREADS} threads, seeds {', '.join(map(str, row['seeds']))}: "
+        f"# Confirmed for the same FLOPs on {THREADS} thread(s), seeds {', '.join(map(str, row['seeds']))}: "
         f"val loss {mean_sd([r['val_loss'] for r in runs])}, "
         f"bits/byte {mean_sd([r['val_bpb'] for r in runs])}",
     ]
@@ -453,6 +453,11 @@ def paired_text(mine: dict[int, float], ref: dict[int, float]) -> str:
     )
 
 
+def small(x: float) -> str:
+    """``x`` to 4 decimals, or its order of magnitude where 4 decimals would say 0."""
+    return f"{x:+.4f}" if abs(x) >= 5e-5 else f"{x:+.0e}"
+
+
 def rerun_table(scale: int) -> str:
     """Every row of the first version (``train``, 2 threads, AMD EPYC) beside confirm's runs of it."""
     budget = BUDGET * scale
@@ -470,11 +475,11 @@ def rerun_table(scale: int) -> str:
             f"{label} (`{file}`)", ", ".join(map(str, sorted(before))), mean_sd(list(before.values())),
             "-" if file == "vanilla.yaml" else paired_text(before, van_old),
             ", ".join(map(str, sorted(now))) or "not yet", mean_sd(list(now.values())), delta_text(delta),
-            paired_text(now, before).split(";")[0],
+            ", ".join(small(now[k] - before[k]) for k in sorted(now) if k in before) or "-",
         ])  # fmt: skip
     header = [f"{budget:g} FLOPs", "seeds", "before: `train` (mean ± sd)", "Δ vs vanilla before",
               "seeds", "now: `confirm` (mean ± sd)", "Δ vs vanilla now",
-              "now - before, same seed: mean [min, max]"]  # fmt: skip
+              "now - before, seed by seed"]  # fmt: skip
     return _doc.markdown_table(header, rows, "llrrlrrr")
 
 
@@ -493,18 +498,23 @@ def same_machine_check() -> str:
         for r in runs
         if (a, r["seed"]) in twins
     ]
+
+    def same(diffs: list[float]) -> str:
+        worst = max(diffs)
+        return "identical" if worst == 0 else f"within {worst:.2g} nats"
+
     out = []
     if common:
-        worst = max(abs(both[0][k] - both[1][k]) for k in common)
+        diffs = [abs(both[0][k] - both[1][k]) for k in common]
         out.append(
-            f"Vanilla is trained by both confirmations: its {len(common)} runs in both studies (same "
-            f"scale and seed) differ by at most {worst:.2g} nats."
+            f"Vanilla is trained by both confirmations: where both have a run of the same scale and seed "
+            f"({len(common)} pair(s)), the losses are {same(diffs)}."
         )
     if pairs:
-        worst = max(abs(n - o) for o, n in pairs)
         out.append(
             f"{len(pairs)} confirm run(s) have a `train --threads {THREADS}` twin of the same file and "
-            f"seed made on the same machine (`{rel(SAME_MACHINE)}`): they differ by at most {worst:.2g}."
+            f"seed made on the same machine (`{rel(SAME_MACHINE)}`): the losses are "
+            f"{same([abs(n - o) for o, n in pairs])}."
         )
     return " ".join(out)
 
