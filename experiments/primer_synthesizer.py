@@ -240,9 +240,13 @@ def delta_text(d: dict[str, Any] | None) -> str:
 def results_table(files: tuple[str, ...], scale: int) -> str:
     """One row per architecture: confirm's runs at ``scale``, paired with vanilla's of the same study."""
     stats = confirmed(scale)
-    out = []
+    out, missing = [], []
     for label, file, what in BASELINES:
-        if file not in files or arch_id(file) not in stats:
+        have = stats[arch_id(file)][0]["seeds"] if arch_id(file) in stats else []
+        lacking = [s for s in (SEEDS if scale == 1 else LONGER_SEEDS) if s not in have]
+        if file in files and lacking:
+            missing.append(f"{label} (seed{'s' if len(lacking) > 1 else ''} {', '.join(map(str, lacking))})")
+        if file not in files or not have:
             continue
         row, runs = stats[arch_id(file)]
         first = runs[0]
@@ -272,7 +276,8 @@ def results_table(files: tuple[str, ...], scale: int) -> str:
         "steps",
         "tokens/s (CPU)",
     ]
-    return _doc.markdown_table(header, out, "llrrrrrrrr")
+    note = f"\n\n**Not measured yet** (`--stage confirm` adds them): {'; '.join(missing)}." if missing else ""
+    return _doc.markdown_table(header, out, "llrrrrrrrr") + note
 
 
 def commands(scale: int) -> str:
