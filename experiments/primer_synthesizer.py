@@ -525,10 +525,8 @@ def same_machine_check() -> str:
 
 
 def rerun_section() -> str:
-    return (
-        "## The first version's runs against the confirm runs\n\n"
-        f"{same_machine_check()}\n\n" + rerun_table(1) + "\n\n" + rerun_table(LONGER_SCALE)
-    )
+    """The reproducibility checks, then every first-version row beside confirm's runs of it."""
+    return f"{same_machine_check()}\n\n" + rerun_table(1) + "\n\n" + rerun_table(LONGER_SCALE)
 
 
 def stage_report() -> None:
