@@ -43,12 +43,16 @@ def curves() -> list[tuple[str, list[tuple[dict[str, float], float]]]]:
     """(study, [(loss by fraction key, final loss)]) for each committed study."""
     import optuna
 
+    from nas.confirm import CONFIRM_OF
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = []
     for db in sorted(RUNS.glob("*/study.db")):
         url = f"sqlite:///{db}"
         for summary in optuna.get_all_study_summaries(url):
             study = optuna.load_study(study_name=summary.study_name, storage=url)
+            if CONFIRM_OF in study.user_attrs:  # a confirmation (`confirm`) re-trains, it does not search
+                continue
             rows = [(dict(t.user_attrs["intermediate"]), float(t.values[0]))
                     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
                     if t.user_attrs.get("intermediate") and "duplicate_of" not in t.user_attrs]

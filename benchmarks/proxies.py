@@ -53,6 +53,8 @@ def datasets() -> list[tuple[str, list[dict], int | None]]:
     """(name, [{"arch": dict, "val_loss": float}], seq_len) for each set of measured architectures."""
     import optuna
 
+    from nas.confirm import CONFIRM_OF
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = []
     for path in (TABLE, FULL_TABLE):
@@ -66,6 +68,8 @@ def datasets() -> list[tuple[str, list[dict], int | None]]:
         url = f"sqlite:///{db}"
         for summary in optuna.get_all_study_summaries(url):
             study = optuna.load_study(study_name=summary.study_name, storage=url)
+            if CONFIRM_OF in study.user_attrs:  # a confirmation (`confirm`) re-trains, it does not search
+                continue
             rows = [{"arch": t.user_attrs["arch"], "val_loss": t.values[0]}
                     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
                     if "arch" in t.user_attrs and "duplicate_of" not in t.user_attrs]

@@ -1,23 +1,24 @@
 #!/usr/bin/env python
 """The experiment behind docs/RESULTS.md: Primer-EZ and the Synthesizers against vanilla at equal compute.
 
-Five stages, each resumable (run the script again and it goes on where it
-stopped; finished work is never redone):
+Four stages, each a few ``run_search.py`` commands and each resumable (run the
+script again and it goes on where it stopped; finished work is never redone):
 
 1. ``search``: the shipped ``search_spaces/primer.yaml`` and
-   ``search_spaces/synthesizer.yaml`` searches through the CLI, every
-   candidate trained for the same FLOPs (NSGA-II on validation loss and
-   FLOPs/token, hurdles at a quarter and half of the budget).  Studies live in
+   ``search_spaces/synthesizer.yaml`` searches, every candidate trained for the
+   same FLOPs (NSGA-II on validation loss and FLOPs/token, hurdles at a
+   quarter and half of the budget).  Studies live in
    ``experiments/runs/<space>/study.db``.
 2. ``export``: each search's lowest-loss trial to
    ``examples/archs/found_<space>.yaml``.
-3. ``baselines``: fixed architectures (``examples/archs/*.yaml`` and the two
-   exported winners) retrained with ``run_search.py train`` for the same FLOPs,
-   one run per seed; each run's JSON metrics are appended to
-   ``experiments/results/baselines.jsonl``.
-4. ``longer``: a few of them again at four times the FLOPs, seeds 0 and 1.
-5. ``report``: the tables and plots of docs/RESULTS.md (its generated
-   sections; the prose around them is written by hand).
+3. ``confirm``: per search, ``run_search.py confirm`` retrains its winner
+   (``--top 1``) and fixed architectures (``--baseline examples/archs/*.yaml``)
+   for the search's FLOPs on seeds 0, 1, 2, then a few of them at four times
+   the FLOPs on seeds 0 and 1.  The runs live beside the search, as the study
+   ``<space>-confirm`` in the same ``study.db``.
+4. ``report``: the tables and plots of docs/RESULTS.md (its generated
+   sections; the prose around them is written by hand), read from the studies
+   only: it trains nothing.
 
 Run::
 
@@ -28,12 +29,12 @@ Run::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import statistics
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -47,17 +48,26 @@ import _doc  # noqa: E402
 DOC = ROOT / "docs" / "RESULTS.md"
 IMG = ROOT / "docs" / "img"
 RUNS = ROOT / "experiments" / "runs"
-RESULTS = ROOT / "experiments" / "results" / "baselines.jsonl"
+#: the fixed runs of this page's first version (``run_search.py train``, on another CPU): kept only to
+#: say how the confirm runs that replaced them differ (the ``rerun`` section)
+OLD_RESULTS = ROOT / "experiments" / "results" / "baselines.jsonl"
+#: ``train --json`` runs (plus their ``file``) made on the machine that made the confirm runs: the same
+#: file, seed and threads must give the same loss as confirm's run
+SAME_MACHINE = ROOT / "experiments" / "results" / "train_twins.jsonl"
 ARCHS = ROOT / "examples" / "archs"
 
-BUDGET = 5e12  # training FLOPs per candidate and per baseline run
+BUDGET = 5e12  # training FLOPs per candidate and per confirm run at scale 1
 TRIALS = 24
 HURDLES = "0.25,0.5"
 SEEDS = (0, 1, 2)
-THREADS = 2  # every baseline run trains on 2 threads: same seed + threads = same loss
+#: every confirm run trains on 1 thread (same seed + threads = same loss), the two searches' confirmations
+#: side by side: on a 2-core machine shared with other work two 1-thread runs lose far less time waiting
+#: for a descheduled thread than one 2-thread run
+THREADS = 1
 SPACES = ("primer", "synthesizer")
 #: a check at four times the budget, two seeds: does the ranking hold with more training?
-LONGER_BUDGET = 2e13
+LONGER_SCALE = 4
+LONGER_BUDGET = BUDGET * LONGER_SCALE
 LONGER_SEEDS = (0, 1)
 
 #: label, file under examples/archs, what it stands for
@@ -76,9 +86,19 @@ BASELINES: tuple[tuple[str, str, str], ...] = (
     ("found: synthesizer space", "found_synthesizer.yaml", "the synthesizer search's lowest-loss trial"),
     ("multi_branch", "multi_branch.yaml", "Weighted Transformer"),
 )
-_LONGER_FILES = ("vanilla.yaml", "mdha.yaml", "primer_ez.yaml", "found_primer.yaml", "synth_random.yaml",
-                 "synth_factorized_dense.yaml", "found_synthesizer.yaml")  # fmt: skip
-LONGER = tuple(b for b in BASELINES if b[1] in _LONGER_FILES)
+#: per search: the files confirmed beside its winner at 1x, and those checked again at 4x (vanilla is in
+#: both searches' confirmations, so every Δ pairs runs of one confirm study)
+CONFIRM: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "primer": (
+        ("vanilla.yaml", "mdha.yaml", "squared_relu.yaml", "primer_ez.yaml"),
+        ("vanilla.yaml", "mdha.yaml", "primer_ez.yaml"),
+    ),
+    "synthesizer": (
+        ("vanilla.yaml", "synth_dense.yaml", "synth_random.yaml", "synth_fixed_random.yaml",
+         "synth_factorized_random.yaml", "synth_factorized_dense.yaml", "mixture.yaml", "multi_branch.yaml"),
+        ("vanilla.yaml", "synth_random.yaml", "synth_factorized_dense.yaml"),
+    ),
+}  # fmt: skip
 
 
 def rel(path: Path) -> str:
@@ -96,53 +116,27 @@ def shown(cmd: list[str]) -> str:
 
 
 def search_cmd(space: str) -> list[str]:
-    return cli(
-        "search",
-        "--space",
-        f"search_spaces/{space}.yaml",
-        "--study",
-        space,
-        "--runs-dir",
-        rel(RUNS),
-        "--trials",
-        str(TRIALS),
-        "--budget-flops",
-        f"{BUDGET:g}",
-        "--hurdles",
-        HURDLES,
-        "--seed",
-        "0",
-        "--no-tensorboard",
-    )
+    return cli(*f"search --space search_spaces/{space}.yaml --study {space} --runs-dir {rel(RUNS)} "
+               f"--trials {TRIALS} --budget-flops {BUDGET:g} --hurdles {HURDLES} --seed 0 "
+               "--no-tensorboard".split())  # fmt: skip
 
 
 def export_cmd(space: str) -> list[str]:
-    return cli(
-        "export",
-        "--study",
-        space,
-        "--runs-dir",
-        rel(RUNS),
-        "--best",
-        "--out",
-        f"examples/archs/found_{space}.yaml",
-        "--force",
-    )
+    return cli(*f"export --study {space} --runs-dir {rel(RUNS)} --best "
+               f"--out examples/archs/found_{space}.yaml --force".split())  # fmt: skip
 
 
-def train_cmd(file: str, seed: int, budget: float = BUDGET) -> list[str]:
-    return cli(
-        "train",
-        "--arch",
-        f"examples/archs/{file}",
-        "--budget-flops",
-        f"{budget:g}",
-        "--seed",
-        str(seed),
-        "--threads",
-        str(THREADS),
-        "--json",
-    )
+def confirm_cmd(space: str, scale: int = 1) -> list[str]:
+    """The search's winner (``--top 1``) and its fixed architectures at ``scale`` times its budget.
+
+    ``--local``: one run at a time in the command's own process, on ``THREADS`` torch threads.
+    """
+    base, longer = CONFIRM[space]
+    files, seeds = (base, SEEDS) if scale == 1 else (longer, LONGER_SEEDS)
+    baselines = "".join(f" --baseline examples/archs/{f}" for f in files)
+    return cli(*f"confirm --study {space} --runs-dir {rel(RUNS)} --top 1 --seeds {len(seeds)} "
+               f"--scales {scale:g}{baselines} --local --cpus-per-trial {THREADS} "
+               "--no-tensorboard --json".split())  # fmt: skip
 
 
 def run(cmd: list[str]) -> str:
@@ -166,41 +160,17 @@ def stage_export() -> None:
         run(export_cmd(space))
 
 
-def load_results() -> list[dict[str, Any]]:
-    if not RESULTS.exists():
-        return []
-    return [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
-
-
-def train_all(archs: tuple[tuple[str, str, str], ...], seeds: tuple[int, ...], budget: float) -> None:
-    """Train each architecture at each seed for ``budget`` FLOPs, skipping the runs already recorded."""
-    import nas
-
-    done = {(r["file"], r["seed"], r["arch_id"]) for r in load_results() if r["budget"] == {"flops": budget}}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    for seed in seeds:  # seed-major: every architecture has a first seed before any has a third
-        for label, file, _ in archs:
-            arch_id = nas.load_arch(ARCHS / file).arch_id
-            if (file, seed, arch_id) in done:
-                continue
-            t0 = time.perf_counter()
-            metrics = json.loads(run(train_cmd(file, seed, budget)).strip().splitlines()[-1])
-            record = {"label": label, "file": file, **metrics}
-            with RESULTS.open("a") as f:
-                f.write(json.dumps(record, sort_keys=True) + "\n")
-            print(
-                f"{label} seed {seed}: val_loss {metrics['val_loss']:.4f} ({time.perf_counter() - t0:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
-def stage_baselines() -> None:
-    train_all(BASELINES, SEEDS, BUDGET)
-
-
-def stage_longer() -> None:
-    train_all(LONGER, LONGER_SEEDS, LONGER_BUDGET)
+def stage_confirm() -> None:
+    for scale in (1, LONGER_SCALE):  # every search's 1x runs before any 4x run
+        procs = []
+        for space in SPACES:  # the two searches' confirmations at once: each study has its own file
+            cmd = confirm_cmd(space, scale)  # adds only the runs its study does not hold yet
+            print("$", shown(cmd), file=sys.stderr, flush=True)
+            procs.append((cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)))
+        codes = [proc.wait() for _, proc in procs]  # both end before either failure is reported
+        for (cmd, _), code in zip(procs, codes, strict=True):
+            if code != 0:
+                raise SystemExit(f"{shown(cmd)}: exit status {code}")
 
 
 # --------------------------------------------------------------------------- report
@@ -212,40 +182,86 @@ def mean_sd(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
 
 
-def results_table(archs: tuple[tuple[str, str, str], ...], budget: float) -> str:
-    """One row per architecture: its runs at ``budget`` (current arch only), paired with vanilla's."""
-    by = runs_by_file(budget)
-    vanilla = by.get("vanilla.yaml", {})
-    out = []
-    for label, file, what in archs:
-        runs = by.get(file)
-        if not runs:
+@functools.cache
+def arch_id(file: str) -> str:
+    import nas
+
+    return nas.load_arch(ARCHS / file).arch_id
+
+
+@functools.cache
+def confirm_runs(space: str) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The entries of the search's confirm study and its finished runs (confirm's own rows), or nothing."""
+    import optuna
+
+    from nas.confirm import ARCHS as ENTRIES
+    from nas.confirm import Entry, confirm_study_name
+    from nas.confirm.summary import collect_runs
+    from nas.search.study import open_storage, study_exists
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    db, name = RUNS / space / "study.db", confirm_study_name(space)
+    storage = open_storage(f"sqlite:///{db}", read_only=True) if db.exists() else None
+    if storage is None or not study_exists(storage, name):
+        return [], []
+    study = optuna.load_study(study_name=name, storage=storage)
+    entries = [Entry.from_dict(d) for d in study.user_attrs.get(ENTRIES) or []]
+    return entries, [r for r in collect_runs(study, entries) if r["val_loss"] is not None]
+
+
+@functools.cache
+def confirmed(scale: int) -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """arch id -> (confirm's summary row at ``scale``, its runs), from the first search holding it.
+
+    The statistics are confirm's own (:func:`nas.confirm.summary.summarize`), with vanilla as the one
+    baseline, over the seeds this experiment asks for at ``scale``.
+    """
+    from nas.confirm.summary import summarize
+
+    seeds = SEEDS if scale == 1 else LONGER_SEEDS
+    out: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    for space in SPACES:
+        entries, every = confirm_runs(space)
+        vanilla = [e for e in entries if e.arch_id == arch_id("vanilla.yaml")]
+        runs = [r for r in every if r["scale"] == scale]
+        for row in summarize(runs, entries, vanilla, [scale], seeds):
+            mine = [r for r in runs if r["arch_id"] == row["arch_id"] and r["seed"] in row["seeds"]]
+            if row["n"] and row["arch_id"] not in out:
+                out[row["arch_id"]] = (row, sorted(mine, key=lambda r: r["seed"]))
+    return out
+
+
+def delta_text(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "-"
+    return f"{d['mean']:+.4f} [{d['min']:+.4f}, {d['max']:+.4f}]; lower in {d['lower_on']}/{d['n']}"
+
+
+def results_table(files: tuple[str, ...], scale: int) -> str:
+    """One row per architecture: confirm's runs at ``scale``, paired with vanilla's of the same study."""
+    stats = confirmed(scale)
+    out, missing = [], []
+    for label, file, what in BASELINES:
+        have = stats[arch_id(file)][0]["seeds"] if arch_id(file) in stats else []
+        lacking = [s for s in (SEEDS if scale == 1 else LONGER_SEEDS) if s not in have]
+        if file in files and lacking:
+            missing.append(f"{label} (seed{'s' if len(lacking) > 1 else ''} {', '.join(map(str, lacking))})")
+        if file not in files or not have:
             continue
-        seeds = sorted(runs)
-        loss = [runs[s]["val_loss"] for s in seeds]
-        bpb = [runs[s]["val_bpb"] for s in seeds]
-        paired = [runs[s]["val_loss"] - vanilla[s]["val_loss"] for s in seeds if s in vanilla]
-        if file == "vanilla.yaml" or not paired:
-            delta = "-"
-        else:
-            better = sum(d < 0 for d in paired)
-            delta = (
-                f"{statistics.mean(paired):+.4f} [{min(paired):+.4f}, {max(paired):+.4f}]; "
-                f"lower in {better}/{len(paired)}"
-            )
-        first = runs[seeds[0]]
+        row, runs = stats[arch_id(file)]
+        first = runs[0]
         out.append(
             [
                 f"{label} (`{file}`)",
                 what,
-                ", ".join(map(str, seeds)),
-                mean_sd(loss),
-                mean_sd(bpb),
-                delta,
+                ", ".join(map(str, row["seeds"])),
+                mean_sd([r["val_loss"] for r in runs]),
+                mean_sd([r["val_bpb"] for r in runs]),
+                delta_text(row["delta_vs_baseline"].get("vanilla")),
                 f"{first['flops_per_token'] / 1e6:.2f}M",
                 f"{first['params'] / 1e6:.3f}M",
-                f"{statistics.mean(r['steps'] for r in runs.values()):.0f}",
-                f"{statistics.mean(r['tokens_per_s'] for r in runs.values()) / 1e3:.1f}k",
+                f"{statistics.mean(r['steps'] for r in runs):.0f}",
+                f"{statistics.mean(r['tokens_per_s'] for r in runs) / 1e3:.1f}k",
             ]
         )
     header = [
@@ -260,34 +276,41 @@ def results_table(archs: tuple[tuple[str, str, str], ...], budget: float) -> str
         "steps",
         "tokens/s (CPU)",
     ]
-    return _doc.markdown_table(header, out, "llrrrrrrrr")
+    note = f"\n\n**Not measured yet** (`--stage confirm` adds them): {'; '.join(missing)}." if missing else ""
+    return _doc.markdown_table(header, out, "llrrrrrrrr") + note
+
+
+def commands(scale: int) -> str:
+    return "\n".join(f"    {shown(confirm_cmd(space, scale))}" for space in SPACES)
 
 
 def baseline_section() -> str:
-    cmds = "\n".join(f"    {shown(train_cmd('vanilla.yaml', s))}" for s in SEEDS)
+    files = tuple(f for _, f, _ in BASELINES)
     return (
         "## Fixed architectures at equal compute\n\n"
         f"Every row trained for {BUDGET:g} FLOPs (forward + backward, analytic) on the default corpus, "
-        f"batch 16 x 128 bytes, lr 3e-3 with warm-up and cosine decay, {THREADS} CPU threads, seeds "
+        f"batch 16 x 128 bytes, lr 3e-3 with warm-up and cosine decay, {THREADS} CPU thread(s) per run, "
+        "seeds "
         f"{', '.join(map(str, SEEDS))}. A cheaper architecture takes more steps for the same "
         "FLOPs. Validation loss is nats per byte on the held-out plays; bits/byte = loss / ln 2. "
         "The Δ column subtracts vanilla's loss at the same seed (same initialisation stream and batch "
-        "order), so it is less noisy than comparing means. The vanilla rows are rerun by\n\n"
-        f"{cmds}\n\n"
-        "and every other row by the same command with its file (`--stage baselines` runs them all; each "
-        "run is appended to `experiments/results/baselines.jsonl`, which `--stage report` turns into "
-        "this table).\n\n" + results_table(BASELINES, BUDGET)
+        "order), so it is less noisy than comparing means. Each search's winner (`--top 1`) and its fixed "
+        "architectures are retrained by\n\n"
+        f"{commands(1)}\n\n"
+        "(`--stage confirm` runs them, and the 4x check below; the runs are the studies `primer-confirm` and "
+        "`synthesizer-confirm` beside the searches, which `--stage report` turns into this table; vanilla "
+        "is in both, and each Δ pairs runs of one study).\n\n" + results_table(files, 1)
     )
 
 
 def longer_section() -> str:
-    cmd = shown(train_cmd("vanilla.yaml", LONGER_SEEDS[0], LONGER_BUDGET))
+    files = tuple(f for space in SPACES for f in (*CONFIRM[space][1], f"found_{space}.yaml"))
     return (
         f"## The same at four times the compute ({LONGER_BUDGET:g} FLOPs, seeds "
         f"{', '.join(map(str, LONGER_SEEDS))})\n\n"
         "Small models trained briefly favour built-in locality; does the order hold when every model "
-        f"trains four times longer? Same recipe, {LONGER_BUDGET:g} FLOPs (`--stage longer`), e.g.\n\n"
-        f"    {cmd}\n\n" + results_table(LONGER, LONGER_BUDGET)
+        f"trains four times longer? Same recipe, {LONGER_BUDGET:g} FLOPs:\n\n"
+        f"{commands(LONGER_SCALE)}\n\n" + results_table(files, LONGER_SCALE)
     )
 
 
@@ -384,51 +407,126 @@ def search_section(space: str) -> str:
     )
 
 
-def runs_by_file(budget: float = BUDGET) -> dict[str, dict[int, dict[str, Any]]]:
-    """file -> seed -> metrics, for runs at ``budget`` of the file's current architecture."""
-    import nas
-
-    by: dict[str, dict[int, dict[str, Any]]] = {}
-    current: dict[str, str] = {}  # file -> arch_id now, read once per file
-    for r in load_results():
-        if r["file"] not in current:
-            current[r["file"]] = nas.load_arch(ARCHS / r["file"]).arch_id
-        if r["budget"] == {"flops": budget} and r["arch_id"] == current[r["file"]]:
-            by.setdefault(r["file"], {})[r["seed"]] = r
-    return by
-
-
 def annotate_found(space: str) -> None:
-    """Head ``examples/archs/found_<space>.yaml`` with where it came from and its retrained losses."""
+    """Head ``examples/archs/found_<space>.yaml`` with where it came from and its confirmed losses."""
     path = ARCHS / f"found_{space}.yaml"
-    base, longer_runs = runs_by_file(), runs_by_file(LONGER_BUDGET)
-    runs = base.get(path.name)
-    if not path.exists() or not runs:
+    if not path.exists():
         return
-    seeds = sorted(runs)
+    base, longer = confirmed(1), confirmed(LONGER_SCALE)
+    mine, van = base.get(arch_id(path.name)), base.get(arch_id("vanilla.yaml"))
+    if mine is None:
+        return
+    row, runs = mine
     body = "".join(line for line in path.read_text().splitlines(keepends=True) if not line.startswith("#"))
-    loss = [runs[s]["val_loss"] for s in seeds]
-    bpb = [runs[s]["val_bpb"] for s in seeds]
-    van = base.get("vanilla.yaml", {})
     head = [
         f"# The lowest-loss trial of the `{space}` search in docs/RESULTS.md (search_spaces/{space}.yaml,",
         f"# {TRIALS} trials of {BUDGET:g} training FLOPs each); `metrics` below is that trial's run.",
-        f"# Retrained for the same FLOPs on {THREADS} threads, seeds {', '.join(map(str, seeds))}: "
-        f"val loss {mean_sd(loss)}, bits/byte {mean_sd(bpb)}",
+        f"# Confirmed for the same FLOPs on {THREADS} thread(s), seeds {', '.join(map(str, row['seeds']))}: "
+        f"val loss {mean_sd([r['val_loss'] for r in runs])}, "
+        f"bits/byte {mean_sd([r['val_bpb'] for r in runs])}",
     ]
     if van:
+        head.append(f"# (vanilla.yaml at the same seeds: {mean_sd([r['val_loss'] for r in van[1]])}).")
+    four, van4 = longer.get(arch_id(path.name)), longer.get(arch_id("vanilla.yaml"))
+    if four and van4:
         head.append(
-            f"# (vanilla.yaml at the same seeds: {mean_sd([van[s]['val_loss'] for s in sorted(van)])})."
+            f"# At {LONGER_BUDGET:g} FLOPs, seeds {', '.join(map(str, four[0]['seeds']))}: "
+            f"{mean_sd([r['val_loss'] for r in four[1]])} "
+            f"(vanilla.yaml: {mean_sd([r['val_loss'] for r in van4[1]])})."
         )
-    longer, van4 = longer_runs.get(path.name), longer_runs.get("vanilla.yaml")
-    if longer and van4:
-        head.append(
-            f"# At {LONGER_BUDGET:g} FLOPs, seeds {', '.join(map(str, sorted(longer)))}: "
-            f"{mean_sd([r['val_loss'] for r in longer.values()])} (vanilla.yaml: "
-            f"{mean_sd([r['val_loss'] for r in van4.values()])})."
-        )
-    head.append(f"#   {shown(train_cmd(path.name, seeds[0]))}")
+    head.append(f"#   {shown(confirm_cmd(space))}")
     path.write_text("\n".join(head) + "\n" + body)
+
+
+def old_runs(path: Path, budget: float, threads: int) -> dict[tuple[str, int], float]:
+    """(arch id, seed) -> val loss of the ``train`` runs on ``threads`` threads recorded in ``path``."""
+    out = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        r = json.loads(line) if line.strip() else None
+        if r and r["budget"] == {"flops": budget} and r.get("threads") == threads:
+            out[(r["arch_id"], r["seed"])] = r["val_loss"]
+    return out
+
+
+def paired_text(mine: dict[int, float], ref: dict[int, float]) -> str:
+    """``mine - ref`` seed by seed: mean [min, max]; lower in k/n (``-`` when no seed is in both)."""
+    d = [mine[s] - ref[s] for s in sorted(mine) if s in ref]
+    if not d:
+        return "-"
+    return (
+        f"{statistics.mean(d):+.4f} [{min(d):+.4f}, {max(d):+.4f}]; lower in {sum(x < 0 for x in d)}/{len(d)}"
+    )
+
+
+def small(x: float) -> str:
+    """``x`` to 4 decimals, or its order of magnitude where 4 decimals would say 0."""
+    return f"{x:+.4f}" if abs(x) >= 5e-5 else f"{x:+.0e}"
+
+
+def rerun_table(scale: int) -> str:
+    """Every row of the first version (``train``, 2 threads, AMD EPYC) beside confirm's runs of it."""
+    budget = BUDGET * scale
+    old, new = old_runs(OLD_RESULTS, budget, threads=2), confirmed(scale)
+    van = arch_id("vanilla.yaml")
+    van_old = {s: v for (a, s), v in old.items() if a == van}
+    rows = []
+    for label, file, _ in BASELINES:
+        before = {s: v for (a, s), v in old.items() if a == arch_id(file)}
+        if not before:
+            continue
+        now = {r["seed"]: r["val_loss"] for r in new.get(arch_id(file), (None, []))[1]}
+        delta = new[arch_id(file)][0]["delta_vs_baseline"].get("vanilla") if now else None
+        rows.append([
+            f"{label} (`{file}`)", ", ".join(map(str, sorted(before))), mean_sd(list(before.values())),
+            "-" if file == "vanilla.yaml" else paired_text(before, van_old),
+            ", ".join(map(str, sorted(now))) or "not yet", mean_sd(list(now.values())), delta_text(delta),
+            ", ".join(small(now[k] - before[k]) for k in sorted(now) if k in before) or "-",
+        ])  # fmt: skip
+    header = [f"{budget:g} FLOPs", "seeds", "before: `train` (mean ± sd)", "Δ vs vanilla before",
+              "seeds", "now: `confirm` (mean ± sd)", "Δ vs vanilla now",
+              "now - before, seed by seed"]  # fmt: skip
+    return _doc.markdown_table(header, rows, "llrrlrrr")
+
+
+def same_machine_check() -> str:
+    """Does confirm reproduce itself (vanilla in both studies) and `train` (twins from the same machine)?"""
+    van = arch_id("vanilla.yaml")
+    both = [
+        {(r["scale"], r["seed"]): r["val_loss"] for r in confirm_runs(sp)[1] if r["arch_id"] == van}
+        for sp in SPACES
+    ]
+    common = sorted(set(both[0]) & set(both[1]))
+    twins = old_runs(SAME_MACHINE, BUDGET, THREADS)
+    pairs = [
+        (twins[(a, r["seed"])], r["val_loss"])
+        for a, (_, runs) in confirmed(1).items()
+        for r in runs
+        if (a, r["seed"]) in twins
+    ]
+
+    def same(diffs: list[float]) -> str:
+        worst = max(diffs)
+        return "identical" if worst == 0 else f"within {worst:.2g} nats"
+
+    out = []
+    if common:
+        diffs = [abs(both[0][k] - both[1][k]) for k in common]
+        out.append(
+            f"Vanilla is trained by both confirmations: where both have a run of the same scale and seed "
+            f"({len(common)} pair(s)), the losses are {same(diffs)}."
+        )
+    if pairs:
+        out.append(
+            f"{len(pairs)} confirm run(s) have a `train --threads {THREADS}` twin of the same file and "
+            f"seed made on the same machine (`{rel(SAME_MACHINE)}`): the losses are "
+            f"{same([abs(n - o) for o, n in pairs])}."
+        )
+    return " ".join(out)
+
+
+def rerun_section() -> str:
+    """The reproducibility checks, then every first-version row beside confirm's runs of it."""
+    return f"{same_machine_check()}\n\n" + rerun_table(1) + "\n\n" + rerun_table(LONGER_SCALE)
 
 
 def stage_report() -> None:
@@ -436,6 +534,7 @@ def stage_report() -> None:
         annotate_found(space)
     _doc.write_section("baselines", baseline_section(), DOC)
     _doc.write_section("longer", longer_section(), DOC)
+    _doc.write_section("rerun", rerun_section(), DOC)
     for space in SPACES:
         _doc.write_section(f"search-{space}", search_section(space), DOC)
 
@@ -443,8 +542,7 @@ def stage_report() -> None:
 STAGES = {
     "search": stage_search,
     "export": stage_export,
-    "baselines": stage_baselines,
-    "longer": stage_longer,
+    "confirm": stage_confirm,
     "report": stage_report,
 }
 

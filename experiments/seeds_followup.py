@@ -35,6 +35,7 @@ import primer_synthesizer as ps  # noqa: E402  (its recipe, command line and hel
 from _doc import markdown_table, write_section  # noqa: E402
 
 RESULTS = ps.ROOT / "experiments" / "results" / "seeds_followup.jsonl"
+THREADS = 2  # what every recorded run used (primer_synthesizer's confirm runs use 1 since)
 E, X = "examples/archs", "experiments/archs"
 
 #: label, file, what, the file it is paired with (None: vanilla only)
@@ -87,7 +88,7 @@ def stage_run() -> None:
             if seed in load().get(file, {}):
                 continue
             cmd = ps.cli("train", "--arch", file, "--budget-flops", f"{ps.BUDGET:g}", "--seed", str(seed),
-                         "--threads", str(ps.THREADS), "--json")  # fmt: skip
+                         "--threads", str(THREADS), "--json")  # fmt: skip
             metrics = json.loads(ps.run(cmd).strip().splitlines()[-1])
             with RESULTS.open("a") as f:
                 f.write(json.dumps({**metrics, "file": file}, sort_keys=True) + "\n")

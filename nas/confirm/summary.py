@@ -18,7 +18,18 @@ from nas.confirm.plan import Entry
 from nas.confirm.runner import existing_runs
 from nas.confirm.stats import crossing, fit_power_law, kendall, paired, spearman, spread
 
-RUN_KEYS = ("train_flops", "steps", "tokens", "flops_per_token", "params", "threads", "seconds")
+#: what each run row carries besides its loss (bits/byte and throughput: what docs/RESULTS.md tabulates)
+RUN_KEYS = (
+    "val_bpb",
+    "train_flops",
+    "steps",
+    "tokens",
+    "tokens_per_s",
+    "flops_per_token",
+    "params",
+    "threads",
+    "seconds",
+)
 
 
 def collect_runs(study: optuna.Study, entries: Sequence[Entry]) -> list[dict[str, Any]]:

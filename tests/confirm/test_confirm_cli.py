@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -114,6 +115,8 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"runs", "summary", "rank_correlation"}
     assert len(out["runs"]) == n_arch * 4 and len(out["summary"]) == n_arch * 2
+    for r in out["runs"]:  # each run row says its bits/byte and throughput too
+        assert r["val_bpb"] == pytest.approx(r["val_loss"] / math.log(2)) and r["tokens_per_s"] > 0
     row = next(
         r for r in out["summary"] if r["role"] == "finalist" and r["scale"] == 1 and r["delta_vs_baseline"]
     )
