@@ -16,7 +16,6 @@ random.  Run::
 
 from __future__ import annotations
 
-import argparse
 import io
 import sys
 import tempfile
@@ -29,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _doc  # noqa: E402
-from real_samplers import capped_space  # noqa: E402
+from real_samplers import capped_space, parse_args  # noqa: E402
 
 SECTION = "real_genes"
 SAMPLERS = ("auto", "nsga2")
@@ -80,12 +79,7 @@ def run(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--trials", type=int, default=24)
-    ap.add_argument("--budget-flops", type=float, default=3e11)
-    ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
+    args = parse_args(__doc__)
     from nas.search.samplers import default_population
 
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -130,13 +130,18 @@ def _n(x: float) -> str:
     return "never" if math.isinf(x) else f"{x:g}"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(doc: str) -> argparse.Namespace:
+    """The searches' flags (shared with real_genes.py, which reruns the same searches)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--budget-flops", type=float, default=3e11)
     ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args(__doc__)
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[tuple[str, int], dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
