@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.errors import UserError
 from nas.models import ACTIVATIONS, ATTENTION
 from nas.search.candidate import is_infeasible
+from nas.search.layers import layer_choices, slot_name, top_trials
 
 FILES = ("pareto.png", "blocks_by_layer.png", "history.png")
 
@@ -109,21 +110,6 @@ def plot_pareto(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
     return _save(fig, Path(path))
 
 
-def _layer_choices(t: FrozenTrial) -> list[tuple[tuple[int, int], str, str]]:
-    """((stack, index), block, activation) per layer; stack 0 is a seq2seq encoder, 1 the LM or decoder."""
-    arch = t.user_attrs.get("arch") or {}
-    out = []
-    for stack, key in ((0, "encoder_layers"), (1, "layers")):
-        for i, layer in enumerate(arch.get(key) or []):
-            out.append(((stack, i), layer["attention"]["type"], layer["ffn"]["activation"]))
-    return out
-
-
-def _slot_name(slot: tuple[int, int], seq2seq: bool) -> str:
-    stack, i = slot
-    return f"{('enc', 'dec')[stack]} {i}" if seq2seq else str(i)
-
-
 def _stacked(
     ax: Any, counts: list[Counter[str]], labels: list[str], palette: Sequence[str], title: str
 ) -> None:
@@ -149,15 +135,15 @@ def _stacked(
 def plot_blocks(study: optuna.Study, path: str | os.PathLike[str], top: int = 10) -> Path:
     """How often each attention block and FFN activation appears at each layer among the top trials
     (a seq2seq study: the encoder's layers, then the decoder's)."""
-    ranked = sorted((t for t in _trials(study, TrialState.COMPLETE) if _layer_choices(t)), key=_loss)[:top]
-    slots = sorted({slot for t in ranked for slot, _, _ in _layer_choices(t)})
+    ranked = top_trials(study, top)
+    slots = sorted({slot for t in ranked for slot, _, _ in layer_choices(t)})
     att: dict[tuple[int, int], Counter[str]] = {slot: Counter() for slot in slots}
     act: dict[tuple[int, int], Counter[str]] = {slot: Counter() for slot in slots}
     for t in ranked:
-        for slot, a, f in _layer_choices(t):
+        for slot, a, f in layer_choices(t):
             att[slot][a] += 1
             act[slot][f] += 1
-    labels = [_slot_name(slot, any(stack == 0 for stack, _ in slots)) for slot in slots]
+    labels = [slot_name(slot, any(stack == 0 for stack, _ in slots)) for slot in slots]
     fig = Figure(figsize=(8 + 0.3 * max(0, len(slots) - 8), 6.5), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1)
     title = f"attention block by layer among the top {len(ranked)} trials by loss"

@@ -153,15 +153,15 @@ def test_greedy_samples_decode_the_sources_as_training_lays_them_out(
 def test_the_blocks_plot_has_a_bar_per_encoder_and_decoder_layer() -> None:
     from types import SimpleNamespace
 
-    from nas.plots import _layer_choices, _slot_name
+    from nas.search.layers import layer_choices, slot_name
 
     enc = {"attention": {"type": "synth_random"}, "ffn": {"activation": "gelu"}}
     dec = {"attention": {"type": "mha"}, "ffn": {"activation": "relu"}}
     arch = {**ARCH, "encoder_layers": [enc], "layers": [dec, dec]}
-    choices = _layer_choices(SimpleNamespace(user_attrs={"arch": arch}))
-    assert [(_slot_name(slot, True), a, f) for slot, a, f in choices] == [
+    choices = layer_choices(SimpleNamespace(user_attrs={"arch": arch}))
+    assert [(slot_name(slot, True), a, f) for slot, a, f in choices] == [
         ("enc 0", "synth_random", "gelu"), ("dec 0", "mha", "relu"), ("dec 1", "mha", "relu"),
     ]  # fmt: skip
     lm = {"layers": arch["layers"]}
-    lm_choices = _layer_choices(SimpleNamespace(user_attrs={"arch": lm}))
-    assert [_slot_name(slot, False) for slot, _, _ in lm_choices] == ["0", "1"]
+    lm_choices = layer_choices(SimpleNamespace(user_attrs={"arch": lm}))
+    assert [slot_name(slot, False) for slot, _, _ in lm_choices] == ["0", "1"]

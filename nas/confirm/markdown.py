@@ -45,8 +45,32 @@ def summary_tables(report: dict[str, Any], baselines: Sequence[str]) -> list[str
             ]
             cells += [_delta(r["delta_vs_baseline"].get(b)) for b in baselines]
             lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += ["", *cost_table([r for r in report["summary"] if r["scale"] == scale])]
     return lines
+
+
+def _si(v: float | None, unit: str = "") -> str:
+    """``1.90M``, ``4.6k``: three significant figures with a k/M/G suffix (``-`` when unknown)."""
+    if v is None:
+        return "-"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{suffix}{unit}"
+    return f"{v:.3g}{unit}"
+
+
+def cost_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Bits per byte and what each architecture costs: size, FLOPs per token, steps and speed (means)."""
+    lines = [
+        "| architecture | bits/byte mean ± sd | params | FLOPs/token (fwd) | steps | tokens/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        bpb = "-" if r["bpb_mean"] is None else f"{_f(r['bpb_mean'])} ± {_f(r['bpb_std'])}"
+        steps = "-" if r["steps"] is None else f"{r['steps']:.0f}"
+        cells = [r["name"], bpb, _si(r["params"]), _si(r["flops_per_token"]), steps, _si(r["tokens_per_s"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def curse_table(report: dict[str, Any]) -> list[str]:

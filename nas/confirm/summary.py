@@ -72,6 +72,31 @@ def _losses(
     return lr, {r["seed"]: r["val_loss"] for r in at if r["val_loss"] is not None}, at
 
 
+def _cost(done: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the finished runs ``done`` of one row cost and measured besides the loss, as means over seeds.
+
+    ``bpb_mean``/``bpb_std``: bits per byte (None without bytes per token); ``params`` and
+    ``flops_per_token`` are the architecture's (the same in every run); ``steps``, ``tokens_per_s`` and
+    ``train_flops`` are means, since a run's steps follow from the budget and its throughput from the machine.
+    """
+
+    def mean(key: str) -> float | None:
+        xs = [float(r[key]) for r in done if r.get(key) is not None]
+        return sum(xs) / len(xs) if xs else None
+
+    bpb = [float(r["val_bpb"]) for r in done if r.get("val_bpb") is not None]
+    s = spread(bpb) if bpb else None
+    return {
+        "train_flops": mean("train_flops") or None,
+        "bpb_mean": s.mean if s else None,
+        "bpb_std": s.std if s else None,
+        "params": next((r["params"] for r in done if r.get("params") is not None), None),
+        "flops_per_token": next((r["flops_per_token"] for r in done if r.get("flops_per_token")), None),
+        "steps": mean("steps"),
+        "tokens_per_s": mean("tokens_per_s"),
+    }
+
+
 def summarize(
     runs: Sequence[dict[str, Any]],
     wanted: Sequence[Entry],
@@ -103,10 +128,9 @@ def summarize(
             if losses:
                 s = spread([losses[k] for k in sorted(losses)])
                 row.update(n=s.n, mean=s.mean, std=s.std, min=s.min, max=s.max)
-                flops = [r["train_flops"] for r in at if r["val_loss"] is not None and r.get("train_flops")]
-                row["train_flops"] = sum(flops) / len(flops) if flops else None
             else:
-                row.update(n=0, mean=None, std=None, min=None, max=None, train_flops=None)
+                row.update(n=0, mean=None, std=None, min=None, max=None)
+            row.update(_cost([r for r in at if r["val_loss"] is not None]))
             # the winner's curse: the single-seed search score against the mean of the same budget
             row["search_gap"] = (
                 row["mean"] - e.search_loss

@@ -126,6 +126,11 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     }
     theirs = {r["seed"]: r["val_loss"] for r in out["runs"] if r["name"] == base and r["scale"] == 1}
     assert row["delta_vs_baseline"][base]["deltas"] == pytest.approx([mine[s] - theirs[s] for s in (0, 1)])
+    # the row's cost columns are its runs' (bits/byte over seeds, the architecture's size, mean speed)
+    at = [r for r in out["runs"] if r["arch_id"] == row["arch_id"] and r["scale"] == 1]
+    assert row["bpb_mean"] == pytest.approx(sum(r["val_bpb"] for r in at) / 2)
+    assert row["params"] == at[0]["params"] > 0 and row["flops_per_token"] == at[0]["flops_per_token"] > 0
+    assert row["steps"] == pytest.approx(sum(r["steps"] for r in at) / 2)
 
     # the same command again runs nothing; export --confirmed writes the winner with its summary
     n = len(conf.trials)

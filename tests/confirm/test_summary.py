@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from nas.confirm.markdown import cost_table
 from nas.confirm.plan import Entry
 from nas.confirm.summary import power_laws, rank_correlation, summarize, verdicts
 from nas.models import ArchConfig, AttentionSpec, FFNSpec, LayerConfig
@@ -67,6 +70,24 @@ def test_summary_rows_by_hand():
     assert a4["lower_on"] == {"vanilla": "1/3"}  # -0.02 +0.01 +0.02
     v1 = next(r for r in rows if r["arch_id"] == V.arch_id and r["scale"] == 1)
     assert v1["delta_vs_baseline"] == {}
+
+
+def test_cost_columns_are_means_over_the_finished_seeds():
+    runs = [r for r in _runs() if r["scale"] == 1]
+    for r in runs:  # seed s: bpb = loss / ln 2, 100 + s steps at 1000 * (s + 1) tokens/s
+        r.update(val_bpb=r["val_loss"] / math.log(2), steps=100 + r["seed"])
+        r.update(tokens_per_s=1e3 * (r["seed"] + 1), params=5000, flops_per_token=2e4)
+    # A's seed 2 failed: not counted
+    runs = [r for r in runs if not (r["arch_id"] == A.arch_id and r["seed"] == 2)]
+    runs.append(dict(runs[0], seed=2, state="FAIL", val_loss=None, steps=7, val_bpb=None))
+    a1 = next(r for r in summarize(runs, [A, V], [V], [1], [0, 1, 2]) if r["arch_id"] == A.arch_id)
+    assert a1["n"] == 2 and a1["failed"] == 1
+    assert a1["bpb_mean"] == pytest.approx((1.95 + 2.00) / 2 / math.log(2))
+    assert a1["bpb_std"] == pytest.approx(0.05 / math.sqrt(2) / math.log(2))
+    assert (a1["steps"], a1["tokens_per_s"]) == (100.5, 1500.0)
+    assert (a1["params"], a1["flops_per_token"]) == (5000, 2e4)
+    text = "\n".join(cost_table([a1]))
+    assert "| trial 3 | 2.8493 ± 0.0510 | 5k | 20k | 100 | 1.5k |" in text
 
 
 def test_verdicts_group_scales_in_plain_words():

@@ -67,3 +67,25 @@ def test_study_without_completed_trials(cli, runs) -> None:
     assert rc == 0 and "(no completed trial yet)" in out
     rc, out, _ = cli("best", "--study", "young", "--runs-dir", runs, "--json")
     assert rc == 0 and json.loads(out) == []
+
+
+def test_by_layer_counts_the_top_trials_against_every_sampled_one(cli, multi: optuna.Study, runs) -> None:
+    rc, out, err = cli("best", "--study", "multi", "--runs-dir", runs, "--by-layer", "--top", "3", "--json")
+    assert rc == 0, err
+    table = json.loads(out)
+    # top 3 by loss: #3 mixed (2.20), #1 and #5 primer (2.30); sampled: the 9 trials with an architecture
+    # (the failed over-cap trial #8 has none): vanilla x2, primer x2, synth x2 (one pruned), mixed x2
+    # (one failed), small
+    assert (table["top"], table["sampled"]) == (3, 9)
+    rows = {(r["gene"], r["layer"]): r for r in table["rows"]}
+    assert rows[("attention", "0")]["top"] == {"mdha": 2, "mixture(mha+synth_random)": 1}
+    assert rows[("attention", "0")]["sampled"] == {
+        "mha": 3, "mdha": 2, "synth_dense": 2, "mixture(mha+synth_random)": 2,
+    }  # fmt: skip
+    assert rows[("activation", "1")]["top"] == {"squared_relu": 3}
+    assert rows[("attention", "2")] == {
+        "gene": "attention", "layer": "2", "top": {"multi_branch": 1}, "sampled": {"multi_branch": 2},
+    }  # fmt: skip
+    rc, text, _ = cli("best", "--study", "multi", "--runs-dir", runs, "--by-layer", "--top", "3")
+    assert text.splitlines()[0].split() == ["gene", "layer", "top", "3", "by", "loss", "all", "9", "sampled"]
+    assert "mdha 2, mixture(mha+synth_random) 1" in text.splitlines()[1]

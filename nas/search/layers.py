@@ -1,0 +1,102 @@
+"""Which blocks the best trials chose, layer by layer, against how often the sampler drew each at all.
+
+``best --by-layer`` prints it; ``plot``'s ``blocks_by_layer.png`` draws the top trials' half.
+The base rate matters: a block every one of the top trials uses at a layer says little if the
+sampler drew it for most trials there, and much if it drew it for a few.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from nas.search.candidate import is_infeasible
+
+GENES = ("attention", "activation")
+
+
+def layer_choices(t: FrozenTrial, detail: bool = False) -> list[tuple[tuple[int, int], str, str]]:
+    """((stack, index), block, activation) per layer; stack 0 is a seq2seq encoder, 1 the LM or decoder.
+
+    ``detail``: a mixture is named by its components (``mixture(mha+synth_random)``), since two
+    mixtures of different blocks are different choices.
+    """
+    arch = t.user_attrs.get("arch") or {}
+    out = []
+    for stack, key in ((0, "encoder_layers"), (1, "layers")):
+        for i, layer in enumerate(arch.get(key) or []):
+            att = layer["attention"]
+            name = att["type"]
+            if detail and att.get("components"):
+                name += "(" + "+".join(c["type"] for c in att["components"]) + ")"
+            out.append(((stack, i), name, layer["ffn"]["activation"]))
+    return out
+
+
+def slot_name(slot: tuple[int, int], seq2seq: bool) -> str:
+    """``"2"`` for an LM's layer 2; ``"enc 2"`` / ``"dec 2"`` in a seq2seq study."""
+    stack, i = slot
+    return f"{('enc', 'dec')[stack]} {i}" if seq2seq else str(i)
+
+
+def top_trials(study: optuna.Study, top: int) -> list[FrozenTrial]:
+    """The ``top`` COMPLETE trials with a result (not over the caps), lowest validation loss first."""
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.values and not is_infeasible(t) and layer_choices(t)
+    ]
+    return sorted(done, key=lambda t: t.values[0])[:top]
+
+
+def _count(trials: Sequence[FrozenTrial]) -> dict[tuple[tuple[int, int], str], Counter[str]]:
+    counts: dict[tuple[tuple[int, int], str], Counter[str]] = {}
+    for t in trials:
+        for slot, block, activation in layer_choices(t, detail=True):
+            for gene, name in zip(GENES, (block, activation), strict=True):
+                counts.setdefault((slot, gene), Counter())[name] += 1
+    return counts
+
+
+def by_layer(study: optuna.Study, top: int = 10) -> dict[str, Any]:
+    """Counts per gene and layer among the ``top`` trials and among every sampled trial.
+
+    Sampled: every trial that has an architecture (complete, pruned or failed, over the caps included):
+    what the sampler proposed, the base rate to read the top counts against.
+    """
+    best = top_trials(study, top)
+    sampled = [t for t in study.get_trials(deepcopy=False) if layer_choices(t)]
+    top_c, all_c = _count(best), _count(sampled)
+    seq2seq = any(slot[0] == 0 for slot, _ in all_c)
+    rows = [
+        {
+            "gene": gene,
+            "layer": slot_name(slot, seq2seq),
+            "top": dict(top_c.get((slot, gene), Counter()).most_common()),
+            "sampled": dict(all_c[(slot, gene)].most_common()),
+        }
+        for gene in GENES
+        for slot in sorted({s for s, _ in all_c})
+        if (slot, gene) in all_c
+    ]
+    return {"top": len(best), "sampled": len(sampled), "rows": rows}
+
+
+def format_by_layer(table: dict[str, Any]) -> str:
+    """The counts as an aligned text table, one line per gene and layer."""
+    if not table["rows"]:
+        return "no trial has an architecture yet"
+    head = ["gene", "layer", f"top {table['top']} by loss", f"all {table['sampled']} sampled"]
+
+    def cell(counts: dict[str, int]) -> str:
+        return ", ".join(f"{name} {n}" for name, n in counts.items()) or "-"
+
+    body = [[r["gene"], r["layer"], cell(r["top"]), cell(r["sampled"])] for r in table["rows"]]
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(3)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + "  " + row[3]
+             for row in [head, *body]]  # fmt: skip
+    return "\n".join(line.rstrip() for line in lines)
