@@ -50,13 +50,14 @@ def summary_tables(report: dict[str, Any], baselines: Sequence[str]) -> list[str
 
 
 def _si(v: float | None, unit: str = "") -> str:
-    """``1.90M``, ``4.6k``: three significant figures with a k/M/G suffix (``-`` when unknown)."""
+    """``1.90M``, ``846k``: three significant figures with a k/M/G suffix (``-`` when unknown)."""
     if v is None:
         return "-"
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return f"{v / div:.3g}{suffix}{unit}"
-    return f"{v:.3g}{unit}"
+    # 0.9995: what rounds up to 1.00 of a unit is shown in it (999.9 -> 1.00k, not 1.00e+03)
+    div, suffix = next(
+        ((d, s) for d, s in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if abs(v) >= d * 0.9995), (1, "")
+    )
+    return f"{v / div:#.3g}".rstrip(".") + suffix + unit  # '#' keeps 1.90's zero; rstrip drops 846.'s dot
 
 
 def cost_table(rows: Sequence[dict[str, Any]]) -> list[str]:

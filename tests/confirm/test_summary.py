@@ -87,7 +87,7 @@ def test_cost_columns_are_means_over_the_finished_seeds():
     assert (a1["steps"], a1["tokens_per_s"]) == (100.5, 1500.0)
     assert (a1["params"], a1["flops_per_token"]) == (5000, 2e4)
     text = "\n".join(cost_table([a1]))
-    assert "| trial 3 | 2.8493 ± 0.0510 | 5k | 20k | 100 | 1.5k |" in text
+    assert "| trial 3 | 2.8493 ± 0.0510 | 5.00k | 20.0k | 100 | 1.50k |" in text
 
 
 def test_verdicts_group_scales_in_plain_words():
