@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import primer_synthesizer as ps  # noqa: E402  (its recipe, command line and helpers)
+import primer_synthesizer as ps  # noqa: E402  (its recipe and command line)
 from _doc import markdown_table, write_section  # noqa: E402
 
 RESULTS = ps.ROOT / "experiments" / "results" / "seeds_followup.jsonl"
@@ -94,6 +94,10 @@ def stage_run() -> None:
                 f.write(json.dumps({**metrics, "file": file}, sort_keys=True) + "\n")
 
 
+def mean_sd(xs: list[float]) -> str:
+    return f"{xs[0]:.4f}" if len(xs) < 2 else f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
+
+
 def paired(runs: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]) -> str:
     deltas = [runs[s]["val_loss"] - ref[s]["val_loss"] for s in sorted(runs) if s in ref]
     if not deltas:
@@ -112,7 +116,7 @@ def table(rows: tuple[tuple[str, str, str, str | None], ...], vanilla: str | Non
             continue
         seeds = sorted(runs)
         cells = [f"{label} (`{file}`)", what, ", ".join(map(str, seeds)),
-                 ps.mean_sd([runs[s]["val_loss"] for s in seeds])]  # fmt: skip
+                 mean_sd([runs[s]["val_loss"] for s in seeds])]  # fmt: skip
         if vanilla is not None:
             cells.append("-" if file == vanilla else paired(runs, by.get(vanilla, {})))
         cells += [
