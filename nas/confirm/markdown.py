@@ -206,9 +206,9 @@ def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[P
     _save(fig, path)
     out.append(path)
     if baselines:
-        fig = Figure(figsize=(7, 4.5))
-        ax = fig.add_subplot()
         rows = [r for r in report["summary"] if baselines[0] in r["delta_vs_baseline"]]
+        fig = Figure(figsize=(max(7.0, 1.0 + 0.8 * len(rows)), 4.5))  # room for every label
+        ax = fig.add_subplot()
         labels = []
         for i, r in enumerate(rows):
             d = r["delta_vs_baseline"][baselines[0]]
@@ -217,7 +217,8 @@ def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[P
             )
             labels.append(f"{r['name']}\n{r['scale']:g}x")
         ax.axhline(0, color="grey", linewidth=1)
-        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        # names such as synth_factorized_random are wider than a slot: slanted, they do not overlap
+        ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(f"loss minus {baselines[0]}'s, same seed (mean, min-max)")
         path = stem.with_name(stem.name + "_deltas.png")
         _save(fig, path)
