@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import optuna
 from optuna.exceptions import ExperimentalWarning
 
@@ -35,6 +36,19 @@ def default_population(trials: int | None) -> int:
     A search bounded by compute alone (``trials`` None) has no trial count to take a third of: 20.
     """
     return 20 if trials is None else max(4, min(50, trials // 3))
+
+
+def run_seed(seed: int, n_trials: int) -> int:
+    """The sampler's seed for a run that finds ``n_trials`` trials in its study: ``seed`` for a new one.
+
+    Each run builds its sampler afresh; seeded alike every time, a continued search
+    would draw again what the previous continuation drew (random search and a first
+    generation: all duplicates).  Mixing in the study's size keeps a run reproducible
+    from the study it starts on, and a new study's draws as they always were.
+    """
+    if n_trials == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, n_trials]).generate_state(1)[0])  # < 2**32, as RandomState needs
 
 
 def make_sampler(

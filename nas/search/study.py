@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from nas.data import describe_record, same_data
 from nas.errors import UserError
 from nas.search.lease import DriverLease, Holder, refuse_if_held
-from nas.search.samplers import make_sampler, resolve_sampler
+from nas.search.samplers import make_sampler, resolve_sampler, run_seed
 from nas.search.settings import OBJECTIVES, SearchSettings
 from nas.search.space import SearchSpace
 from nas.search.storage import (  # noqa: F401 - re-exported: the read-only commands open studies through here
@@ -99,7 +99,7 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
             f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
         )
     check_settings(study, settings.fingerprint())
-    study.sampler = _sampler(settings, sampler_name(settings, study))
+    study.sampler = _sampler(settings, sampler_name(settings, study), len(study.get_trials(deepcopy=False)))
     fast_sqlite_commits(storage)  # only now: a study refused above is left exactly as it was
     return study
 
@@ -198,8 +198,9 @@ def record_sampler(study: optuna.Study, settings: SearchSettings) -> str:
     return name
 
 
-def _sampler(settings: SearchSettings, name: str) -> optuna.samplers.BaseSampler:
-    return make_sampler(name, settings.population, settings.seed, settings.trials)
+def _sampler(settings: SearchSettings, name: str, n_trials: int = 0) -> optuna.samplers.BaseSampler:
+    """The sampler ``name`` for a run starting on a study of ``n_trials`` trials (0: a new study)."""
+    return make_sampler(name, settings.population, run_seed(settings.seed, n_trials), settings.trials)
 
 
 def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:
