@@ -160,7 +160,7 @@ def greedy_decode(model: Seq2SeqTransformer, src: Tensor, bos_id: int, eos_id: i
     memory, keep = model.encode(src)
     out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-    for _ in range(max_new - 1):
+    for _ in range(max_new):  # the prefix fed back is at most max_new <= max_len tokens (BOS included)
         nxt = model.decode(memory, keep, out)[:, -1].argmax(-1)
         out = torch.cat([out, nxt[:, None]], dim=1)
         done |= nxt == eos_id

@@ -177,8 +177,10 @@ def test_greedy_decoding_is_the_models_own_argmax_and_stops_at_eos() -> None:
     model = build_model(seq2seq(["mha"], ["mha"])).eval()
     src = torch.randint(0, 256, (3, 10))
     outputs = greedy_decode(model, src, BOS, EOS, max_new=8)
+    # up to max_new tokens, as training teaches: a decoder of max_len positions predicts max_len tokens
+    assert max(len(out) for out in outputs) == 8
     for row, out in zip(src, outputs, strict=True):
-        assert EOS not in out and len(out) <= 7
+        assert EOS not in out and len(out) <= 8
         prefix = torch.tensor([[BOS, *out]])
         steps = model(row[None], prefix).argmax(-1)[0].tolist()
         assert steps[: len(out)] == out
