@@ -181,13 +181,17 @@ def sampler_name(settings: SearchSettings, study: optuna.Study | None = None) ->
     runs, as it always could).  ``auto`` resolves, for a new study, to the measured best
     for its number of objectives (``nas.search.samplers.AUTO``); an existing study
     continues with the sampler it recorded, or, without a record (made before there was
-    one), with :data:`UNRECORDED_SAMPLER`, the default it then ran with.
+    one), with aging evolution if its trials show it ran (an evolved trial records its
+    ``parent``), else :data:`UNRECORDED_SAMPLER`, the default it then ran with.
     """
     if settings.sampler != "auto":
         return settings.sampler
     if study is None:
         return resolve_sampler("auto", len(OBJECTIVES[settings.objective]))
-    return str(study.user_attrs.get(SAMPLER, UNRECORDED_SAMPLER))
+    if SAMPLER in study.user_attrs:
+        return str(study.user_attrs[SAMPLER])
+    evolved = any(t.user_attrs.get("parent") is not None for t in study.get_trials(deepcopy=False))
+    return "evolution" if evolved else UNRECORDED_SAMPLER
 
 
 def record_sampler(study: optuna.Study, settings: SearchSettings) -> str:

@@ -66,6 +66,25 @@ def test_a_study_from_before_the_record_continues_with_the_old_default(tmp_path,
     assert recorded(tmp_path) == UNRECORDED_SAMPLER == "nsga2"
 
 
+def test_an_unrecorded_study_that_evolved_continues_with_evolution(tmp_path, corpus, capsys, monkeypatch):
+    real = optuna.Study.set_user_attr
+
+    def without_sampler(self: optuna.Study, key: str, value: object) -> None:
+        if key != SAMPLER:
+            real(self, key, value)
+
+    monkeypatch.setattr(optuna.Study, "set_user_attr", without_sampler)
+    # population 4: trials 4 and 5 are children (they record their parent)
+    assert search(tmp_path, corpus, "--trials", "6", "--sampler", "evolution", "--population", "4") == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    assert SAMPLER not in study.user_attrs and any("parent" in t.user_attrs for t in study.trials)
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert search(tmp_path, corpus, "--trials", "7", "--population", "4") == 0
+    assert "sampler evolution (auto)" in capsys.readouterr().out
+    assert recorded(tmp_path) == "evolution"
+
+
 def test_the_cli_refuses_an_unknown_sampler_in_one_line(tmp_path, corpus, capsys):
     with pytest.raises(SystemExit) as info:
         search(tmp_path, corpus, "--trials", "2", "--sampler", "cmaes")
