@@ -59,10 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hurdles", default=None, help="budget fractions where weak candidates stop, e.g. 0.25,0.5")
     p.add_argument("--hurdle-percentile", type=float, default=50.0,
                    help="a candidate continues if its loss is at or below this percentile of earlier "
-                   "trials' losses at the hurdle (default 50: the median)")
+                   "architectures' losses at the hurdle (default 50: the median)")
     p.add_argument("--hurdle-min-trials", type=int, default=3, metavar="N",
-                   help="a hurdle stops candidates once N earlier trials reached it (default 3; 1 under a "
-                   "tight --max-flops: the first candidates then train less)")
+                   help="a hurdle stops candidates once N earlier architectures reached it (default 3; "
+                   "1 under a tight --max-flops: the first candidates then train less)")
     p.add_argument("--workers", type=int, default=None, help="concurrent trials (default: one per CPU, at most 2)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0)
     p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial (fractions allowed)")

@@ -2,9 +2,10 @@
 
 Only the driver writes the study.  It asks a trial, turns it into an
 ArchConfig through the search space, refuses candidates over the caps, reuses
-the result of an identical architecture already measured, sends the plain
-payload to a worker, and tells the outcome: COMPLETE with the objective
-values, PRUNED when a hurdle stopped it, FAIL with a reason otherwise.  A
+the result of an identical architecture already measured or stopped
+(:mod:`nas.search.twins`), sends the plain payload to a worker, and tells the
+outcome: COMPLETE with the objective values, PRUNED when a hurdle stopped it,
+FAIL with a reason otherwise.  A
 worker that dies costs its trial a retry, not the search; what is guaranteed
 after worker, node and driver failures is in docs/reliability.md.
 
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 import optuna
-from optuna.trial import FrozenTrial, Trial, TrialState
+from optuna.trial import Trial, TrialState
 
 from evaluators import METRICS, RUN_FIELDS
 from nas.compute import compute
@@ -37,9 +38,8 @@ from nas.execution.worker import OUT_OF_MEMORY
 from nas.search.allowance import Allowance, planned_flops, spent_flops
 from nas.search.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
 from nas.search.console import Reporter
-from nas.search.hurdles import INTERMEDIATE
 from nas.search.lease import DriverLease, LeaseLost
-from nas.search.outcome import fail, finish_now, reuse, tell_result
+from nas.search.outcome import fail, finish_now, tell_result
 from nas.search.settings import SearchSettings
 from nas.search.study import (
     count_done,
@@ -50,6 +50,7 @@ from nas.search.study import (
     requeue,
     take_lease,
 )
+from nas.search.twins import Twins
 
 #: metrics copied onto each trial's user attributes
 METRIC_KEYS = (*METRICS, *RUN_FIELDS)
@@ -84,7 +85,7 @@ class Driver:
         self.running: dict[int, _Running] = {}  # trial number -> the trial a worker has
         self.retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
         self.done = 0  # trials that count toward --trials
-        self.known: dict[str, FrozenTrial] = {}  # arch_id -> a COMPLETE trial that measured it
+        self.twins = Twins(METRIC_KEYS)  # the architectures measured so far (read from the study in _search)
         self.sampler = settings.sampler  # the sampler the study runs with, ``auto`` resolved (set by run)
         self.allowance = Allowance.of(settings)  # a continued study's spent FLOPs are read in run()
 
@@ -133,7 +134,7 @@ class Driver:
     def _search(self, study: optuna.Study, pool: Pool, report: Reporter) -> None:
         s = self.s
         self.done = count_done(study)
-        self.known = self._known_archs(study)
+        self.twins = Twins.of(study.get_trials(deepcopy=False), METRIC_KEYS)
         workers = getattr(pool, "size", s.workers)
         where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
         report.line(
@@ -233,9 +234,9 @@ class Driver:
         if over:  # never trained; told so that the sampler learns (nas.search.candidate)
             why = "over cap: " + "; ".join(over)
             return tell_infeasible(study, trial, why, c.fwd_flops_per_token, s.objective)
-        twin = self.known.get(arch.arch_id)
-        if twin is not None:
-            return self._reuse(study, trial, twin)
+        reused = self.twins.reuse(study, trial, arch.arch_id, s.hurdles)  # measured (or stopped) before
+        if reused is not None:
+            return reused
         payload = trial_payload(s, study, trial, arch)
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
@@ -246,16 +247,6 @@ class Driver:
         self, study: optuna.Study, trial: Trial, state: TrialState, reason: str
     ) -> tuple[str, str]:
         return finish_now(study, trial, state, reason)
-
-    def _reuse(self, study: optuna.Study, trial: Trial, twin: FrozenTrial) -> tuple[str, str]:
-        return reuse(study, trial, twin, (*METRIC_KEYS, INTERMEDIATE))
-
-    def _known_archs(self, study: optuna.Study) -> dict[str, FrozenTrial]:
-        known: dict[str, FrozenTrial] = {}
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if "arch_id" in t.user_attrs:
-                known.setdefault(t.user_attrs["arch_id"], t)
-        return known
 
     # -- results --------------------------------------------------------------------------
     def _collect(self, study: optuna.Study, fin: Finished, report: Reporter) -> None:
@@ -302,7 +293,9 @@ class Driver:
     ) -> tuple[str, str, float | None]:
         state, text, loss, frozen = tell_result(study, r.trial, result, self.s.objective, METRIC_KEYS)
         if frozen is not None:
-            self.known.setdefault(r.arch_id, frozen)
+            self.twins.add_complete(r.arch_id, frozen)
+        elif state == "PRUNED":
+            self.twins.add_stopped(r.arch_id, r.trial.number, r.trial.user_attrs)
         return state, text, loss
 
 

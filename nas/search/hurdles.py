@@ -53,7 +53,7 @@ class Hurdles:
     A candidate continues past a hurdle only if its loss there is at or below the
     ``percentile``-th percentile of earlier trials' losses at the same fraction
     (50: it must do at least as well as the median).  A hurdle is active once
-    ``min_trials`` earlier trials have a loss recorded there.
+    ``min_trials`` earlier trials of distinct architectures have a loss recorded there.
     """
 
     fractions: tuple[float, ...] = ()
@@ -67,20 +67,48 @@ class Hurdles:
             raise ValueError(f"hurdle min_trials must be at least 1, got {self.min_trials}")
 
     def thresholds(self, trials: Iterable[FrozenTrial]) -> dict[str, float]:
-        """{fraction key: loss threshold} for the hurdles that are active now."""
+        """{fraction key: loss threshold} for the hurdles that are active now.
+
+        Each architecture counts once at each hurdle, with the first loss recorded for it
+        there: a duplicate carries its twin's losses and ``arch_id``, and one architecture
+        proposed again and again must not pull the percentile toward its own loss.
+        """
         losses: dict[str, list[float]] = {fraction_key(f): [] for f in self.fractions}
+        counted: set[tuple[str, str]] = set()  # (arch_id, fraction key)
         for t in trials:
             if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
                 continue
+            arch_id = t.user_attrs.get("arch_id")
             seen: Mapping[str, float] = t.user_attrs.get(INTERMEDIATE) or {}
             for key, value in seen.items():
-                if key in losses and value is not None and np.isfinite(value):
-                    losses[key].append(float(value))
+                if key not in losses or value is None or not np.isfinite(value):
+                    continue
+                if arch_id is not None:
+                    if (arch_id, key) in counted:
+                        continue
+                    counted.add((arch_id, key))
+                losses[key].append(float(value))
         return {
             key: float(np.percentile(vals, self.percentile))
             for key, vals in losses.items()
             if len(vals) >= self.min_trials
         }
+
+    def stops_at(self, recorded: Mapping[str, float], thresholds: Mapping[str, float]) -> float | None:
+        """Where a candidate with the losses ``recorded`` at the hurdles would stop under ``thresholds``.
+
+        The worker stops a candidate at the first hurdle it misses; a candidate trained
+        again with the same seed and data reaches the same losses, so its recorded ones
+        say where it would stop now.  None when it would pass every hurdle it has a loss
+        for: only training it further tells what comes after.
+        """
+        for f in self.fractions:
+            loss = recorded.get(fraction_key(f))
+            if loss is None:
+                return None
+            if missed(thresholds, f, loss):
+                return f
+        return None
 
 
 def hurdle_summary(intermediate: Mapping[str, float], fractions: Sequence[float]) -> str:

@@ -47,3 +47,27 @@ def test_a_hurdle_can_stand_from_the_first_trial():
     assert th == {"0.5": pytest.approx(3.0)} and missed(th, 0.5, 3.1)
     with pytest.raises(ValueError):
         Hurdles((0.5,), min_trials=0)
+
+
+def test_each_architecture_counts_once_in_a_threshold():
+    # Trial 3 re-proposed trial 1's architecture (a duplicate carries its twin's losses and arch_id):
+    # counted twice, 4.0 would be the median and the architecture would pass its own hurdle.
+    trials = [
+        create_trial(state=TrialState.COMPLETE, value=1.0,
+                     user_attrs={"arch_id": arch, "intermediate": {"0.5": loss}, **extra})
+        for arch, loss, extra in [
+            ("a", 1.0, {}), ("b", 4.0, {}), ("c", 2.0, {}), ("b", 4.0, {"duplicate_of": 1}),
+        ]
+    ]  # fmt: skip
+    assert Hurdles((0.5,), percentile=50, min_trials=1).thresholds(trials) == {"0.5": pytest.approx(2.0)}
+    assert Hurdles((0.5,), min_trials=4).thresholds(trials) == {}  # three architectures, not four trials
+
+
+def test_stops_at_names_the_first_hurdle_the_recorded_losses_miss():
+    h = Hurdles((0.25, 0.5))
+    recorded = {"0.25": 3.0, "0.5": 2.5}
+    assert h.stops_at(recorded, {"0.25": 3.5, "0.5": 2.0}) == 0.5
+    assert h.stops_at(recorded, {"0.25": 2.9, "0.5": 2.0}) == 0.25  # a threshold moved: it stops sooner
+    assert h.stops_at(recorded, {"0.25": 3.5, "0.5": 2.5}) is None  # passes both: only training tells
+    assert h.stops_at({"0.25": 3.0}, {"0.25": 3.5, "0.5": 0.1}) is None  # no loss at 0.5 to judge
+    assert h.stops_at({}, {"0.25": 0.1}) is None
