@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         ).to_dict()
     except Diverged as err:
         spent = Spent.of(err)
-        cost = "" if spent is None else f" (after {spent.steps} steps, {spent.train_flops:.4g} training FLOPs)"
+        cost = "" if spent is None else f" (after {spent.steps} steps: {spent.train_flops:.4g} FLOPs)"
         print(f"error: {args.arch}: training diverged: {err}{cost}", file=sys.stderr)
         return 1
     if args.save:
