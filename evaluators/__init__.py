@@ -12,7 +12,16 @@ through :mod:`evaluators.registry` (``lm``, ``proxy:NAME``, ``sleep:SECONDS``):
   parameter count and FLOPs, no training.
 """
 
-from evaluators.base import BUDGET_KINDS, Budget, Diverged, Evaluator, Progress, ProgressCallback, TrainRecipe
+from evaluators.base import (
+    BUDGET_KINDS,
+    Budget,
+    Diverged,
+    Evaluator,
+    Progress,
+    ProgressCallback,
+    Spent,
+    TrainRecipe,
+)
 from evaluators.budget import lr_at, plan_steps
 from evaluators.device import release_memory, resolve_device
 from evaluators.lm import LMEvaluator, train_lm
@@ -36,6 +45,7 @@ __all__ = [
     "ProxyEvaluator",
     "Result",
     "SleepEvaluator",
+    "Spent",
     "TrainRecipe",
     "TrainStep",
     "build",

@@ -146,8 +146,43 @@ class Progress:
 ProgressCallback = Callable[[Progress], bool]
 
 
+@dataclasses.dataclass(frozen=True)
+class Spent:
+    """The training a run did before an exception ended it: what a failed candidate still cost.
+
+    The training loop attaches one to any exception that escapes it (as the
+    attribute ``spent``, read back by :meth:`of`) rather than wrapping it, so
+    that the exception's type still says why the run failed (diverged, out of
+    memory, a fault in a block).  ``steps`` counts the optimizer steps that
+    finished; ``train_flops`` is ``steps`` times the training FLOPs of one step,
+    as a finished run counts them.
+    """
+
+    steps: int
+    tokens: int
+    train_flops: float
+
+    @staticmethod
+    def of(err: BaseException) -> Spent | None:
+        """What the run that raised ``err`` spent; None when it did not come from the training loop."""
+        spent = getattr(err, "spent", None)
+        return spent if isinstance(spent, Spent) else None
+
+    def attach_to(self, err: BaseException) -> None:
+        """Record this on ``err`` (an exception that already carries a record keeps it)."""
+        if Spent.of(err) is None:
+            err.spent = self  # type: ignore[attr-defined]  # exceptions take attributes
+
+    def to_dict(self) -> dict[str, float]:
+        """The metric names a finished run records them under (``steps``, ``tokens``, ``train_flops``)."""
+        return dataclasses.asdict(self)
+
+
 class Diverged(RuntimeError):
-    """Training produced a non-finite loss; the candidate is broken, not the search."""
+    """Training produced a non-finite loss; the candidate is broken, not the search.
+
+    Raised from the training loop, it carries what was spent until then (``Spent.of(err)``).
+    """
 
     reason = "diverged"
 

@@ -3,7 +3,9 @@
 It syncs with the device only at report points (every ``recipe.log_every``
 steps, the ``eval_at`` fractions and the end); a non-finite loss is caught
 there (it cannot recover in between: NaN weights stay NaN) and raises
-:class:`~evaluators.base.Diverged`.  With a compiled model the first step
+:class:`~evaluators.base.Diverged`.  Any exception that ends the loop carries
+what was trained until then (:class:`~evaluators.base.Spent`): a failed
+candidate's compute counts too.  With a compiled model the first step
 compiles the graph: its time is set aside as compile time, and an exception in
 it (other than running out of memory) raises :class:`CompileFailed`.
 """
@@ -17,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from evaluators.base import Diverged, Progress, ProgressCallback, TrainRecipe
+from evaluators.base import Diverged, Progress, ProgressCallback, Spent, TrainRecipe
 from evaluators.budget import BudgetClock, ReportPoint, TrainingPlan, lr_at
 from evaluators.device import sync
 from evaluators.evaluation import Validation
@@ -59,8 +61,17 @@ class _Loop:
         self.steps_aside = 0  # the compiling first step: off the training clock and the throughput
         self.compile_seconds = prep.compile_seconds if prep.compiled else None
         self.intermediate: dict[float, float] = {}
+        self.steps = 0  # optimizer steps finished
 
     def run(self) -> Outcome:
+        try:
+            return self._train()
+        except Exception as err:  # re-raised as it is (its type says why); it only gains what was spent
+            tokens = self.steps * self.plan.tokens_per_step
+            Spent(self.steps, tokens, tokens * self.plan.cost.train_flops_per_token).attach_to(err)
+            raise
+
+    def _train(self) -> Outcome:
         stepper, B, T = self.prep.step, self.plan.batch_size, self.plan.seq_len
         batches = torch.Generator().manual_seed(self.recipe.seed)
         step = 0
@@ -72,7 +83,7 @@ class _Loop:
                 x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             )
             self.n_window += 1
-            step += 1
+            step = self.steps = step + 1
             point = self.clock.after(step)
             if point is None:
                 continue

@@ -17,6 +17,8 @@ import torch
 from optuna.trial import TrialState
 
 from nas.cli import main
+from nas.compute import compute
+from nas.models import ArchConfig
 from nas.models.attention.mdha import MultiDConvHeadAttention
 
 TINY_SPACE = Path(__file__).parent / "search" / "tiny_space.yaml"
@@ -45,6 +47,11 @@ def test_diverging_candidates_fail_and_the_sampler_never_sees_a_nan(tmp_path, co
         assert t.state == TrialState.FAIL and t.values is None
         assert t.user_attrs["fail_reason"] == "diverged"
         assert "loss" in t.user_attrs["fail_detail"]
+        # the steps it took before the loss was caught are compute spent: counted as a finished trial's
+        steps, arch = t.user_attrs["steps"], ArchConfig.from_dict(t.user_attrs["arch"])
+        per_step = 4 * 16 * compute(arch, 16).train_flops_per_token  # the tiny space: batch 4 x 16 tokens
+        assert 0 < steps <= 6 and t.user_attrs["tokens"] == steps * 4 * 16
+        assert t.user_attrs["train_flops"] == steps * per_step and t.user_attrs["seconds"] > 0
     assert no_nan(trials)
 
 

@@ -165,3 +165,13 @@ def test_end_to_end_on_the_default_corpus() -> None:
     assert "42 documents" in proc.stderr and "4 held-out documents" in proc.stderr
     assert metrics["val_loss"] < math.log(256) - 1.5  # from ~5.55 nats/byte untrained
     assert metrics["val_bpb"] == pytest.approx(metrics["val_loss"] / math.log(2))
+
+
+def test_a_diverging_run_ends_1_saying_what_it_spent(tmp_path: Path, corpus_dir: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    recipe = {"batch_size": 4, "eval_batches": 2, "log_every": 2, "lr": 1e6, "warmup_frac": 0.0}
+    arch = write_arch(tmp_path / "a.yaml", budget={"steps": 6}, data=str(corpus_dir), recipe=recipe)
+    assert main(["train", "--arch", str(arch)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    flops = 2 * 4 * 32 * nas.compute(nas.ArchConfig.from_dict(TINY_ARCH), 32).train_flops_per_token
+    assert "training diverged" in err and err.endswith(f"(after 2 steps: {flops:.4g} FLOPs)")

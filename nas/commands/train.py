@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evaluators import Budget, Diverged, TrainRecipe, train_lm
+from evaluators import Budget, Diverged, Spent, TrainRecipe, train_lm
 from evaluators.lm import stderr_log
 from evaluators.result import sample_lines
 from nas.archfile import load_arch_file
@@ -203,7 +203,9 @@ def run(args: argparse.Namespace) -> int:
             compile=args.compile,
         ).to_dict()
     except Diverged as err:
-        print(f"error: {args.arch}: training diverged: {err}", file=sys.stderr)
+        spent = Spent.of(err)
+        cost = "" if spent is None else f" (after {spent.steps} steps: {spent.train_flops:.4g} FLOPs)"
+        print(f"error: {args.arch}: training diverged: {err}{cost}", file=sys.stderr)
         return 1
     if args.save:
         stderr_log(f"saved weights to {args.save}")

@@ -4,7 +4,9 @@ The payload carries the evaluator's name and settings (architecture, recipe,
 budget, data, device, compile) as plain data, plus the hurdle thresholds the
 driver computed at launch.  Every way a candidate can fail (divergence, out of
 memory, an exception inside a block) comes back as ``status: failed`` with a
-reason, so one bad candidate never stops the search.  A trial that ran out of
+reason, so one bad candidate never stops the search.  A failed trial still
+reports the training it did before it failed (``spent``: steps, tokens,
+``train_flops``), so that its compute is counted.  A trial that ran out of
 memory gives its memory back before the next one starts on this process.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 import torch
 
 import evaluators
-from evaluators import Budget, Diverged, Progress
+from evaluators import Budget, Diverged, Progress, Spent
 from evaluators.stopping import fraction_key, missed
 from nas.models import ArchConfig
 
@@ -57,14 +59,14 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         out["metrics"] = result.to_dict()  # plain data from here on: it crosses to the driver and Optuna
         out["status"] = "pruned" if result.stopped_early else "ok"
     except Diverged as err:
-        out.update(status="failed", reason="diverged", detail=str(err))
+        out.update(_failed(err), reason="diverged", detail=str(err))
     except torch.OutOfMemoryError as err:
-        out.update(status="failed", reason=OUT_OF_MEMORY, detail=str(err).splitlines()[0])
+        out.update(_failed(err), reason=OUT_OF_MEMORY, detail=str(err).splitlines()[0])
         # The traceback's frames hold the model, the optimizer and the activations: drop their locals.
         traceback.clear_frames(err.__traceback__)
     except Exception as err:  # noqa: BLE001 - any candidate fault ends that trial, not the search
         out.update(
-            status="failed",
+            _failed(err),
             reason=f"error: {type(err).__name__}: {err}".splitlines()[0][:300],
             traceback=_traceback_tail(8000),
         )
@@ -72,6 +74,12 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         evaluators.release_memory()  # so the next trial on this process (and those sharing its GPU) has it
     out["seconds"] = time.perf_counter() - started
     return out
+
+
+def _failed(err: BaseException) -> dict[str, Any]:
+    """``status: failed``, with what the run spent before ``err`` when it came from training."""
+    spent = Spent.of(err)  # None: it failed outside the training loop (loading, building)
+    return {"status": "failed"} if spent is None else {"status": "failed", "spent": spent.to_dict()}
 
 
 def _traceback_tail(limit: int) -> str:

@@ -5,8 +5,14 @@ hurdled search explores the same number of candidates.  Primer's hurdles pay
 under a fixed search compute, where every candidate stopped early buys part of
 another one; ``--max-flops`` is that budget.  The FLOPs spent are the
 ``train_flops`` the finished trials recorded (a stopped trial counts up to its
-hurdle; a duplicate architecture and a candidate over the caps train nothing),
-read back from the study, so a continued search counts what it already spent.
+hurdle, a failed one up to its failure: a diverged loss, running out of memory,
+a fault in a block; a duplicate architecture and a candidate over the caps
+train nothing), read back from the study, so a continued search counts what it
+already spent.  What a worker process that was killed had trained is not known
+(a crash, the OOM killer, ``--trial-timeout``: nothing comes back from it, and
+reporting every step to the driver would cost a round trip a step), so it is
+not counted; nor is a first attempt that ran out of memory beside other
+trials and was run again alone (it fails at its first steps).
 
 With a FLOPs budget per candidate (``--budget-flops``) the limit is never
 passed: a trial starts only if its whole budget fits beside what was spent and

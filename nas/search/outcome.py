@@ -60,6 +60,13 @@ def tell_result(
         if result.get(key) is not None:
             trial.set_user_attr(f"worker_{key}", result[key])
     if result.get("status") == "failed":
+        # What it trained before failing (the same keys a finished trial records), so that --max-flops
+        # and every sum of train_flops count it; absent when it failed before training.
+        spent = result.get("spent")
+        if spent:
+            for key, value in (*spent.items(), ("seconds", result.get("seconds"))):
+                if value is not None:
+                    trial.set_user_attr(key, value)
         why = result.get("reason", "failed")
         return (*fail(study, trial, why, result.get("traceback"), result.get("detail")), None)
     metrics = result.get("metrics") or {}

@@ -188,19 +188,20 @@ def _row_name(row: dict[str, Any]) -> str:
 
 def _metric_lines(d: dict[str, Any]) -> list[str]:
     m = d["metrics"]
-    if "val_loss" not in m:
+    if "val_loss" not in m and "train_flops" not in m:  # a failed trial may have trained without a loss
         return []
     lines = ["", "metrics"]
-    loss = m["val_loss"]
+    loss = m.get("val_loss")
     label = "val loss at stop" if d["state"] == "PRUNED" else "val loss"
     if isinstance(loss, (int, float)) and math.isfinite(loss):
         lines.append(f"  {label:<16} {loss:.4f} nats/token  (perplexity {math.exp(min(loss, 700)):.3f}, "
                      f"{loss / math.log(2):.4f} bits/byte)")
-    else:
+    elif "val_loss" in m:
         lines.append(f"  {label:<16} {loss} (not a finite number: training diverged)")
     if "tokens" in m or "steps" in m:
+        until = "  (until it failed)" if d["state"] == "FAIL" else ""
         lines.append(f"  {'trained':<16} {_num(m.get('steps'))} steps, {_num(m.get('tokens'))} tokens, "
-                     f"{m.get('train_flops', float('nan')):.3g} FLOPs")
+                     f"{m.get('train_flops', float('nan')):.3g} FLOPs{until}")
     if "seconds" in m:
         speed = f" ({m['tokens_per_s']:,.0f} tokens/s)" if m.get("tokens_per_s") else ""
         lines.append(f"  {'time':<16} {m['seconds']:.1f} s{speed}")

@@ -21,6 +21,7 @@ from evaluators import (
     Diverged,
     Progress,
     Result,
+    Spent,
     TrainRecipe,
     lr_at,
     plan_steps,
@@ -224,8 +225,26 @@ def test_non_finite_loss_raises_diverged(corpus: Corpus, monkeypatch: pytest.Mon
         return model
 
     monkeypatch.setattr(model_prep, "build_model", poisoned)
-    with pytest.raises(Diverged, match="nan"):
+    with pytest.raises(Diverged, match="nan") as caught:
         train(corpus, Budget("steps", 4))
+    # caught at the first report point (log_every 2): the two steps it took count as spent
+    per_step = 4 * 32 * nas.compute(TINY, 32).train_flops_per_token
+    assert Spent.of(caught.value) == Spent(steps=2, tokens=2 * 4 * 32, train_flops=2 * per_step)
+
+
+def test_any_exception_in_training_carries_the_steps_it_spent(corpus: Corpus) -> None:
+    def fault_at_step_4(p: Progress) -> bool:
+        if p.step == 4:
+            raise RuntimeError("injected fault")
+        return False
+
+    with pytest.raises(RuntimeError, match="injected fault") as caught:
+        train(corpus, Budget("steps", 8), callback=fault_at_step_4)
+    per_step = 4 * 32 * nas.compute(TINY, 32).train_flops_per_token
+    assert Spent.of(caught.value) == Spent(steps=4, tokens=4 * 4 * 32, train_flops=4 * per_step)
+    with pytest.raises(ConfigError) as before:  # refused before training: nothing spent, nothing attached
+        train(corpus, Budget("steps", 8), recipe=dataclasses.replace(RECIPE, seq_len=64))
+    assert Spent.of(before.value) is None
 
 
 def test_absurd_learning_rate_diverges_or_is_caught(corpus: Corpus) -> None:

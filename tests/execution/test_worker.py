@@ -80,6 +80,30 @@ def test_an_unknown_evaluator_fails_the_trial_naming_the_valid_ones() -> None:
     assert result["status"] == "failed" and "unknown evaluator 'bleu'; valid: lm;" in result["reason"]
 
 
+def test_a_trial_that_fails_mid_training_reports_what_it_spent(corpus_dir, monkeypatch) -> None:
+    real_step = TrainStep.__call__
+    calls = []
+
+    def fault_in_step_3(self: TrainStep, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected fault")
+        return real_step(self, x, y)
+
+    monkeypatch.setattr(TrainStep, "__call__", fault_in_step_3)
+    failed = run_trial(payload(corpus_dir))
+    assert failed["status"] == "failed" and "injected fault" in failed["reason"]
+    per_step = 2 * 32 * nas.compute(ARCH, 32).train_flops_per_token  # batch 2 x 32 tokens
+    assert failed["spent"] == {"steps": 2, "tokens": 2 * 2 * 32, "train_flops": 2 * per_step}
+
+    diverged = run_trial(payload(corpus_dir, recipe={"batch_size": 2, "eval_batches": 1, "log_every": 2,
+                                                     "lr": 1e6, "warmup_frac": 0.0}))  # fmt: skip
+    assert diverged["status"] == "failed" and diverged["reason"] == "diverged"
+    # caught at the first report point (log_every 2): the two steps taken count
+    assert diverged["spent"] == {"steps": 2, "tokens": 2 * 2 * 32, "train_flops": 2 * per_step}
+    json.dumps(diverged)  # plain data: it crosses to the driver through Ray
+
+
 def test_workers_and_evaluators_import_nothing_of_the_search_optuna_or_ray() -> None:
     code = (
         "import sys, nas.execution.worker, evaluators; "

@@ -89,3 +89,16 @@ def test_diverged_trial_gives_valid_json(cli, runs) -> None:
     assert rc == 0 and "failed: diverged" in out and "not a finite number" in out
     rc, out, _ = cli("show", "--study", "nan", "--runs-dir", runs, "--trial", "0", "--json")
     assert rc == 0 and json.loads(out)["metrics"]["val_loss"] is None  # strict JSON: no NaN token
+
+
+def test_a_failed_trial_shows_the_training_it_spent(cli, runs) -> None:
+    from inspect_studies import add_trial, make_study
+    from optuna.trial import TrialState
+
+    study = make_study(runs, "spent")
+    add_trial(study, "vanilla", None, state=TrialState.FAIL, fail_reason="diverged", steps=2, tokens=128,
+              train_flops=3.5e6, seconds=0.5)  # fmt: skip
+    rc, out, _ = cli("show", "--study", "spent", "--runs-dir", runs, "--trial", "0")
+    assert rc == 0 and "failed: diverged" in out and "val loss" not in out
+    assert "trained          2 steps, 128 tokens, 3.5e+06 FLOPs  (until it failed)" in out
+    assert "time             0.5 s" in out

@@ -64,11 +64,15 @@ def test_without_trials_the_default_population_is_twenty():
     assert default_population(None) == 20 and default_population(24) == 8
 
 
-def _search(tmp_path, corpus, *extra):
-    args = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
+def _search(tmp_path, corpus, *extra, space=TINY_SPACE):
+    args = ["search", "--space", str(space), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
             "--runs-dir", str(tmp_path / "runs"), "--data", str(corpus), "--local", "--no-tensorboard",
             "--sampler", "random", "--steps", "6", *extra]
     return main(args)
+
+
+def _study(tmp_path):
+    return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
 
 
 def _trained(study):
@@ -117,3 +121,29 @@ def test_max_flops_ends_the_search_and_a_continued_counts_what_was_spent(tmp_pat
 def test_trials_still_bound_a_search_with_max_flops(tmp_path, text_corpus):
     assert _search(tmp_path, text_corpus, "--trials", "3", "--max-flops", "1e30") == 0
     assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials) == 3
+
+
+def test_diverged_trials_count_what_they_trained_and_a_continued_search_reads_it_back(tmp_path, text_corpus,
+                                                                                      capsys):
+    # every candidate diverges within its first steps: each FAIL trial spent those steps' FLOPs
+    space = tmp_path / "diverging.yaml"
+    space.write_text(TINY_SPACE.read_text().replace("  log_every: 2\n", "  log_every: 2\n  lr: 1.0e+6\n"))
+    assert _search(tmp_path, text_corpus, "--trials", "1", space=space) == 0
+    one = trained_flops(_study(tmp_path).trials[0].user_attrs)
+    assert one > 0
+    (tmp_path / "s.db").unlink()
+
+    limit = 2.5 * one  # without --trials: before, a search of such trials ran until IDLE_LIMIT of them
+    assert _search(tmp_path, text_corpus, "--max-flops", f"{limit}", space=space) == 0
+    study = _study(tmp_path)
+    assert all(t.state == TrialState.FAIL and t.user_attrs["fail_reason"] == "diverged" for t in study.trials)
+    _check_stopped_on_compute(study, limit)
+    first = len(study.trials)
+    assert first < IDLE_LIMIT
+
+    assert _search(tmp_path, text_corpus, "--max-flops", f"{limit}", space=space) == 0
+    assert "nothing to do" in capsys.readouterr().out and len(_study(tmp_path).trials) == first
+    assert _search(tmp_path, text_corpus, "--max-flops", f"{2 * limit}", space=space) == 0
+    study = _study(tmp_path)
+    assert len(study.trials) > first
+    _check_stopped_on_compute(study, 2 * limit)  # it went on from what the first run spent, not from 0
