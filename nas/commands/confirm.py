@@ -17,6 +17,7 @@ from typing import Any
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, positive_int
 from nas.errors import UserError
+from nas.validate import check_output_file
 
 DEFAULT_TOP = 3
 DEFAULT_SEEDS = 3
@@ -118,8 +119,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     scales = parse_list(args.scales, "--scales")
     lrs = parse_list(args.lrs, "--lrs") if args.lrs else []
     numbers = parse_list(args.trials, "--trials", int) if args.trials else None
-    if args.report and Path(args.report).is_dir():
-        raise UserError(f"--report {args.report}: is a directory; give a file name such as confirm.md")
+    if args.report is not None:  # a rerun continues the confirmation and rewrites its report: no --force
+        check_output_file(args.report, "--report", example="confirm.md")
     study, url = open_study(args)
     record, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
