@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.commands._study import add_study_args, open_study
-from nas.commands.common import jsonable, positive_int
+from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import UserError
 from nas.validate import check_output_file
 
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument(
         "--top", type=positive_int, default=None, help=f"finalists to confirm (default {DEFAULT_TOP})"
     )
-    which.add_argument("--trials", default=None, help="confirm these trial numbers instead, e.g. 3,17,21")
+    which.add_argument("--trials", type=non_empty, default=None, help="confirm these trial numbers instead, e.g. 3,17,21")
     p.add_argument(
         "--seeds",
         type=positive_int,
@@ -46,10 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"seeds per architecture and scale, from the study's seed up (default {DEFAULT_SEEDS})",
     )
     p.add_argument(
-        "--scales", default=DEFAULT_SCALES, help=f"multiples of the study's budget (default {DEFAULT_SCALES})"
+        "--scales", type=non_empty, default=DEFAULT_SCALES, help=f"multiples of the study's budget (default {DEFAULT_SCALES})"
     )
     p.add_argument(
         "--baseline",
+        type=non_empty,
         action="append",
         default=None,
         metavar="FILE",
@@ -58,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--lrs",
+        type=non_empty,
         default=None,
         help="learning rates to sweep at the first seed per architecture and scale; the best is "
         "used for the other seeds (default: the study's recipe lr)",

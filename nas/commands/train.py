@@ -28,6 +28,7 @@ from nas.commands.common import (
     budget_from_args,
     data_or_default,
     jsonable,
+    non_empty,
     non_negative_int,
     positive_int,
 )
@@ -57,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "parameters, FLOPs and throughput.  Flags override the file's recipe, budget and data; "
         f"without a budget anywhere it trains {DEFAULT_BUDGET['steps']} steps.",
     )
-    p.add_argument("--arch", required=True, metavar="FILE", help="architecture file (YAML)")
+    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE", help="architecture file (YAML)")
     add_budget_args(p)
     p.add_argument(
         "--data", metavar="PATH", default=None,
