@@ -84,8 +84,8 @@ def cases() -> list[Any]:
     case("space-duplicate-key", search(), ("space.yaml", "name", "twice"), {"space.yaml": space() + "name: other\n"})
     case("arch-duplicate-key", TRAIN_BAD, ("bad.yaml", "d_model", "twice"),
          {"bad.yaml": "arch: {d_model: 16, d_model: 32, n_heads: 2, max_len: 16, layers: [{attention: mha}]}\n"})
-    case("arch-integer-key", TRAIN_BAD, ("bad.yaml", "1"), arch_file("1: 2\n"))
-    case("arch-boolean-key", TRAIN_BAD, ("bad.yaml", "True"), arch_file("yes: 2\n"))
+    case("arch-integer-key", TRAIN_BAD, ("bad.yaml", "'1'", "int"), arch_file("1: 2\n"))
+    case("arch-boolean-key", TRAIN_BAD, ("bad.yaml", "'yes'", "bool"), arch_file("yes: 2\n"))
     # -- duplicates in a space, refused for blocks and seed architectures as for numbers
     case("space-duplicate-block", search(), ("space.yaml", "layers.attention", "twice"), {"space.yaml": space("layers.attention", ["mha", "mha"])})
     case("space-duplicate-seed-arch", search(), ("space.yaml", "seed_archs", "twice"), {"space.yaml": space("seed_archs", ["vanilla", "vanilla"])})
