@@ -121,3 +121,13 @@ def test_probe_case(argv: list[str], expect: tuple[str, ...], files: dict[str, A
     check_error(rc, out, err, expect)
     assert snapshot(in_case_dir) == before
     assert digest(study["db"]) == db_before
+
+
+@pytest.mark.parametrize("value", [0.5, 2.5])
+def test_a_steps_budget_is_a_whole_number_of_steps(value: float) -> None:
+    from evaluators import Budget
+    from nas.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="budget.steps: must be a positive integer"):
+        Budget("steps", value)
+    assert Budget.from_dict({"steps": "1e3"}).value == 1000  # YAML's 1e3 is a string: a whole number
