@@ -131,3 +131,17 @@ def test_a_steps_budget_is_a_whole_number_of_steps(value: float) -> None:
     with pytest.raises(ConfigError, match="budget.steps: must be a positive integer"):
         Budget("steps", value)
     assert Budget.from_dict({"steps": "1e3"}).value == 1000  # YAML's 1e3 is a string: a whole number
+
+
+def test_train_force_overwrites_an_existing_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_files(tmp_path, {**BASE_FILES, "model.pt": "old\n"})
+    assert main([*TRAIN, "--data", "corpus", "--save", "model.pt", "--force"]) == 0
+    assert (tmp_path / "model.pt").read_bytes() != b"old\n"
+
+
+def test_merge_keys_and_quoted_keys_still_read() -> None:
+    from nas.yamlsafe import load_yaml
+
+    doc = load_yaml("base: &b {mult: 2, activation: relu}\nffn: {<<: *b, mult: 4}\n'1': one\n")
+    assert doc["ffn"] == {"mult": 4, "activation": "relu"} and doc["1"] == "one"
