@@ -33,7 +33,8 @@ class Budget:
         if self.kind not in BUDGET_KINDS:
             valid = ", ".join(BUDGET_KINDS)
             raise ConfigError(f"unknown budget kind {self.kind!r}; valid: {valid}", "budget")
-        check_number(self.value, f"budget.{self.kind}", low=0, low_open=True)
+        # a step is whole: 2.5 steps would be cut to 2 without a word
+        check_number(self.value, f"budget.{self.kind}", integer=self.kind == "steps", low=0, low_open=True)
 
     @classmethod
     def from_dict(cls, raw: Any) -> Budget:
@@ -46,6 +47,8 @@ class Budget:
                 value = float(value)
             except ValueError:
                 pass
+        if kind == "steps" and isinstance(value, float) and value.is_integer():  # steps: 1e3
+            value = int(value)
         return cls(str(kind), value)
 
     def to_dict(self) -> dict[str, float]:

@@ -58,7 +58,11 @@ except ImportError:  # pragma: no cover - a PyYAML without libyaml
     _Parser = _PyParser  # type: ignore[misc, assignment]
 
 
-class YAMLTooLarge(yaml.MarkedYAMLError):
+class YAMLRefused(yaml.MarkedYAMLError):
+    """The document breaks one of this module's rules (a bound, a key)."""
+
+
+class YAMLTooLarge(YAMLRefused):
     """The document passes one of this module's bounds."""
 
 
@@ -126,6 +130,36 @@ def expanded_size(root: yaml.Node) -> tuple[int, int]:
     return size[id(root)], depth[id(root)]
 
 
+def check_keys(root: yaml.Node) -> None:
+    """Refuse a mapping key that is not a string, and a key written twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word (YAML says keys are unique), and
+    ``1:`` or ``yes:`` make keys no field has, which code sorting or joining names trips on.
+    Each node is visited once, so a shared (aliased) mapping costs nothing more.
+    """
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            names: set[str] = set()
+            for key, _ in node.value:
+                if key.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: keys written next to it override
+                    continue
+                if key.tag != "tag:yaml.org,2002:str":
+                    kind = key.tag.rsplit(":", 1)[-1]
+                    raise YAMLRefused(None, None, f"has the key {key.value!r}, which YAML reads as {kind}, not "
+                                      "a name (quote it)", key.start_mark)  # fmt: skip
+                if key.value in names:
+                    raise YAMLRefused(None, None, f"has the key {key.value!r} twice in one mapping",
+                                      key.start_mark)  # fmt: skip
+                names.add(key.value)
+        stack.extend(_children(node))
+
+
 def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
@@ -142,6 +176,7 @@ def load_yaml(text: str, source: str = "<yaml>", what: str = "file") -> Any:
         if node is None:
             return None
         expanded_size(node)
+        check_keys(node)
         data = loader.construct_document(node)
     except yaml.YAMLError as err:
         raise _user_error(err, source, what) from None
@@ -172,7 +207,7 @@ def _user_error(err: yaml.YAMLError, source: str, what: str) -> UserError:
     mark = getattr(err, "problem_mark", None)
     where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    if isinstance(err, YAMLTooLarge):
+    if isinstance(err, YAMLRefused):
         return UserError(f"{source}{where}: this {what} {problem}")
     if isinstance(err, yaml.constructor.ConstructorError) and "tag:yaml.org,2002:python/" in problem:
         tag = problem[problem.index("tag:yaml.org,2002:") + len("tag:yaml.org,2002:") :].rstrip("'")

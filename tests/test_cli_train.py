@@ -97,7 +97,7 @@ ERROR_CASES = {
         {"arch": {**TINY_ARCH, "layers": [{"attention": "lstm"}]}},
         "unknown attention block 'lstm'",
     ),
-    "zero-budget": ({"budget": {"steps": 0}}, "budget.steps: must be a positive number"),
+    "zero-budget": ({"budget": {"steps": 0}}, "budget.steps: must be a positive integer"),
     "negative-budget": ({"budget": {"flops": -1e9}}, "budget.flops: must be a positive number"),
     "two-budgets": ({"budget": {"steps": 3, "tokens": 100}}, "budget: must have exactly one"),
     "unknown-recipe-key": ({"recipe": {"lr": 0.1, "momentum": 0.9}}, "recipe.momentum: unknown key"),

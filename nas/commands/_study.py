@@ -6,6 +6,8 @@ import argparse
 
 import optuna
 
+from nas.commands.common import non_empty
+
 from nas.search.report import open_existing_study
 
 
@@ -14,11 +16,12 @@ def add_study_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", required=True, help="study name")
     parser.add_argument(
         "--storage",
+        type=non_empty,
         default=None,
         help="Optuna storage URL (default: sqlite:///RUNS_DIR/STUDY/study.db)",
     )
     parser.add_argument(
-        "--runs-dir", default="runs", help="where searches keep their studies (default: runs)"
+        "--runs-dir", type=non_empty, default="runs", help="where searches keep their studies (default: runs)"
     )
 
 

@@ -19,6 +19,13 @@ def data_or_default(data: str | None, task: str) -> str | None:
     return DEFAULT_PARALLEL
 
 
+def non_empty(text: str) -> str:
+    """A flag's text, refused when empty: an empty value would otherwise read as "not given" (the default)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a value, or leave the flag out for the default")
+    return text
+
+
 def positive_number(text: str) -> float:
     try:
         value = float(text)

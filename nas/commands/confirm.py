@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from nas.commands._study import add_study_args, open_study
-from nas.commands.common import jsonable, positive_int
+from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import UserError
+from nas.validate import check_output_file
 
 DEFAULT_TOP = 3
 DEFAULT_SEEDS = 3
@@ -37,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument(
         "--top", type=positive_int, default=None, help=f"finalists to confirm (default {DEFAULT_TOP})"
     )
-    which.add_argument("--trials", default=None, help="confirm these trial numbers instead, e.g. 3,17,21")
+    which.add_argument(
+        "--trials", type=non_empty, default=None, help="confirm these trial numbers instead, e.g. 3,17,21"
+    )
     p.add_argument(
         "--seeds",
         type=positive_int,
@@ -45,10 +48,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"seeds per architecture and scale, from the study's seed up (default {DEFAULT_SEEDS})",
     )
     p.add_argument(
-        "--scales", default=DEFAULT_SCALES, help=f"multiples of the study's budget (default {DEFAULT_SCALES})"
+        "--scales",
+        type=non_empty,
+        default=DEFAULT_SCALES,
+        help=f"multiples of the study's budget (default {DEFAULT_SCALES})",
     )
     p.add_argument(
         "--baseline",
+        type=non_empty,
         action="append",
         default=None,
         metavar="FILE",
@@ -57,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--lrs",
+        type=non_empty,
         default=None,
         help="learning rates to sweep at the first seed per architecture and scale; the best is "
         "used for the other seeds (default: the study's recipe lr)",
@@ -93,7 +101,7 @@ def _data_spec(record: Any) -> str | None:
 
 
 def _baselines(
-    files: list[str] | None, study: Any, seed_archs: Any, data: str | None
+    files: list[str] | None, study: Any, seed_archs: Any, data: str | None, task: str
 ) -> list[tuple[Any, ...]]:
     """(name, ArchConfig, the search trial that measured it or None) per baseline."""
     from nas.confirm.plan import baseline_file, default_baselines, search_twin
@@ -101,7 +109,7 @@ def _baselines(
     from nas.models import ArchConfig
 
     if files:
-        archs = [baseline_file(f, vocab_size_of(data)) for f in files]
+        archs = [baseline_file(f, vocab_size_of(data), task) for f in files]
         return [(name, arch, search_twin(study, arch)) for name, arch in archs]
     return [
         (name, ArchConfig.from_dict(t.user_attrs["arch"]), t)
@@ -112,14 +120,14 @@ def _baselines(
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
-    from nas.confirm.plan import build_entries, finalists, parse_list
+    from nas.confirm.plan import LR_RANGE, SCALE_RANGE, build_entries, finalists, parse_list
     from nas.search.study import open_storage, study_exists
 
-    scales = parse_list(args.scales, "--scales")
-    lrs = parse_list(args.lrs, "--lrs") if args.lrs else []
+    scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
+    lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
     numbers = parse_list(args.trials, "--trials", int) if args.trials else None
-    if args.report and Path(args.report).is_dir():
-        raise UserError(f"--report {args.report}: is a directory; give a file name such as confirm.md")
+    if args.report is not None:  # a rerun continues the confirmation and rewrites its report: no --force
+        check_output_file(args.report, "--report", example="confirm.md")
     study, url = open_study(args)
     record, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
@@ -132,7 +140,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             "(--trials N,M,... adds others)",
             file=sys.stderr,
         )
-    bases = _baselines(args.baseline, study, space.seed_archs, data)
+    bases = _baselines(args.baseline, study, space.seed_archs, data, space.task)
     name = confirm_study_name(args.study)
     storage = open_storage(url, read_only=True)
     known: list[Entry] = []
@@ -145,6 +153,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         ]
     every, wanted, baselines = build_entries(known, finals, bases)
     seed0 = int(record.get("seed", 0))
+    _check_size(args.seeds, seed0, len(wanted) + len(baselines), len(scales), len(lrs))
     plan = Plan(
         tuple(e.index for e in wanted),
         tuple(b.index for b in baselines),
@@ -153,6 +162,20 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(lrs),
     )
     return _settings(args, name, url, space, record, data, seed0), every, plan, url
+
+
+def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int) -> None:
+    """Refuse ``--seeds`` past the last seed, or a plan of more runs than one confirm study holds."""
+    from nas.confirm.plan import MAX_RUNS
+    from nas.validate import MAX_SEED
+
+    if seed0 + seeds - 1 > MAX_SEED:
+        raise UserError(f"--seeds {seeds}: seeds start at the study's seed {seed0} and end at most at "
+                        f"{MAX_SEED}")  # fmt: skip
+    runs = n_archs * n_scales * (seeds + max(n_lrs - 1, 0))
+    if runs > MAX_RUNS:
+        raise UserError(f"--seeds {seeds}: {runs:,} runs ({n_archs} architectures x {n_scales} scale(s) x "
+                        f"seeds and learning rates); at most {MAX_RUNS:,} in one confirmation")  # fmt: skip
 
 
 def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any]:

@@ -55,12 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.out, "--out", force=args.force, example="best.yaml")
     out = Path(args.out)
-    if out.is_dir():
-        raise UserError(f"--out {out}: is a directory; give a file name such as {out / 'best.yaml'}")
-    if out.exists() and not args.force:
-        raise UserError(f"--out {out}: file exists; pass --force to overwrite it")
-    check_output_file(out, "--out")
     study, url = open_study(args)
     if args.confirmed:
         return _export_confirmed(study, url, out)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from nas.commands.common import add_budget_args, add_device_arg, budget_from_args, data_or_default
+from nas.commands.common import add_budget_args, add_device_arg, budget_from_args, data_or_default, non_empty
 from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
 from nas.validate import MAX_SEED, check_number, check_study_name
@@ -35,10 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with the same budget on Ray workers, and record everything in an Optuna study. Running it again "
         "with the same --study continues up to --trials finished trials.",
     )
-    p.add_argument("--space", default=None, help=f"search-space YAML (default {DEFAULT_SPACE})")
+    p.add_argument("--space", type=non_empty, default=None, help=f"search-space YAML (default {DEFAULT_SPACE})")
     p.add_argument("--study", default=None, help="study name (default: the space's name)")
-    p.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)")
-    p.add_argument("--runs-dir", default="runs", help="where studies and TensorBoard logs go (default runs/)")
+    p.add_argument("--storage", type=non_empty, default=None, help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)")
+    p.add_argument("--runs-dir", type=non_empty, default="runs", help="where studies and TensorBoard logs go (default runs/)")
     p.add_argument("--trials", type=int, default=None,
                    help="finished trials wanted in the study (default 20; with --max-flops: no limit)")
     p.add_argument("--max-flops", type=float, default=None, metavar="FLOPS",
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="population size for nsga2/evolution (default: a third of --trials, between 4 and 50; "
                    "20 under --max-flops without --trials); tpe starts with min(5, population) random trials")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial's training")
-    p.add_argument("--hurdles", default=None, help="budget fractions where weak candidates stop, e.g. 0.25,0.5")
+    p.add_argument("--hurdles", type=non_empty, default=None, help="budget fractions where weak candidates stop, e.g. 0.25,0.5")
     p.add_argument("--hurdle-percentile", type=float, default=50.0,
                    help="a candidate continues if its loss is at or below this percentile of earlier "
                    "architectures' losses at the hurdle (default 50: the median)")

@@ -28,6 +28,7 @@ from nas.commands.common import (
     budget_from_args,
     data_or_default,
     jsonable,
+    non_empty,
     non_negative_int,
     positive_int,
 )
@@ -57,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "parameters, FLOPs and throughput.  Flags override the file's recipe, budget and data; "
         f"without a budget anywhere it trains {DEFAULT_BUDGET['steps']} steps.",
     )
-    p.add_argument("--arch", required=True, metavar="FILE", help="architecture file (YAML)")
+    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE", help="architecture file (YAML)")
     add_budget_args(p)
     p.add_argument(
         "--data", metavar="PATH", default=None,
@@ -75,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
+    p.add_argument("--force", action="store_true", help="overwrite --save if it exists")
     p.add_argument("--compile", action="store_true",
                    help="train through torch.compile (compile time reported apart; falls back to eager)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON line on stdout")
@@ -168,9 +170,12 @@ def recorded_threads(args: argparse.Namespace) -> int | None:
 def check_outputs(args: argparse.Namespace) -> None:
     """Refuse an output path that cannot be written now, before any data is read or any step taken."""
     if args.save is not None:
-        check_output_file(args.save, "--save")
+        check_output_file(args.save, "--save", force=args.force, example="model.pt")
     if args.logdir is not None:
         check_writable_dir(args.logdir, "--logdir")
+        if args.save is not None and Path(args.save).resolve() == Path(args.logdir).resolve():
+            raise UserError(f"--save {args.save!r} is the --logdir directory; give the weights a file name "
+                            f"such as {Path(args.logdir) / 'model.pt'}")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

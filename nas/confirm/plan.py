@@ -25,6 +25,15 @@ from nas.search.lookup import trained
 from nas.search.report import leaderboard
 from nas.search.sampling import SEED_DIR
 
+#: the ranges of a run's ``scale`` and ``lr`` parameters (wide: the values are always fixed by the
+#: queue, never sampled; ``--scales`` and ``--lrs`` are refused outside them)
+SCALE_RANGE = (1e-9, 1e9)
+LR_RANGE = (1e-12, 1e3)
+#: Every run is enqueued as a trial of the confirm study before the first one trains, at about 30 ms
+#: a run (measured: SQLite, Optuna 5, growing with the study): 10**4 runs take minutes to enqueue,
+#: and ``--seeds 1000000000`` filled memory and the study before any training.
+MAX_RUNS = 10_000
+
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
@@ -84,8 +93,11 @@ class Run:
             return None
 
 
-def parse_list(text: str, flag: str, kind: type = float) -> list[Any]:
-    """``"1,4,16"`` as numbers, each > 0 (``kind`` int: each >= 0); a UserError names ``flag``."""
+def parse_list(
+    text: str, flag: str, kind: type = float, bounds: tuple[float, float] | None = None
+) -> list[Any]:
+    """``"1,4,16"`` as numbers, each > 0 (``kind`` int: each >= 0) and within ``bounds``; a UserError
+    names ``flag``.  A value given twice counts once."""
     out = []
     for part in str(text).split(","):
         try:
@@ -98,6 +110,9 @@ def parse_list(text: str, flag: str, kind: type = float) -> list[Any]:
         if bad:
             need = "an integer >= 0" if kind is int else "a number > 0"
             raise UserError(f"{flag} {text!r}: each value must be {need}, got {part.strip()}")
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise UserError(f"{flag} {text!r}: each value must be in [{bounds[0]:g}, {bounds[1]:g}], "
+                            f"got {part.strip()}")  # fmt: skip
         if value not in out:
             out.append(value)
     return out
@@ -148,15 +163,20 @@ def default_baselines(study: optuna.Study, seed_archs: Sequence[str]) -> list[tu
     return out
 
 
-def baseline_file(path: str, vocab_size: int) -> tuple[str, ArchConfig]:
-    """An architecture file given to ``--baseline`` (its recipe and budget are not used: the study's are)."""
+def baseline_file(path: str, vocab_size: int, task: str = "lm") -> tuple[str, ArchConfig]:
+    """An architecture file given to ``--baseline`` (its recipe and budget are not used: the study's are);
+    its ``task`` must be the search's, or every one of its runs would fail."""
     p = Path(path)
     if not p.exists() and (SEED_DIR / f"{path}.yaml").is_file():
         p = SEED_DIR / f"{path}.yaml"  # --baseline vanilla: the shipped file
     try:
-        return p.stem, load_arch(p).with_vocab(vocab_size)
+        arch = load_arch(p).with_vocab(vocab_size)
     except ConfigError as err:
         raise UserError(f"--baseline {path}: {err}") from None
+    if arch.task != task:
+        raise UserError(f"--baseline {path}: a task: {arch.task} architecture; the search is task: {task}, "
+                        "so a baseline must be one too")  # fmt: skip
+    return p.stem, arch
 
 
 def build_entries(

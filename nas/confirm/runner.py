@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from evaluators import Budget
 from nas.compute import compute
-from nas.confirm.plan import Entry, Run
+from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run
 from nas.errors import UserError
 from nas.execution.pool import Pool
 from nas.search.candidate import trial_payload
@@ -34,9 +34,6 @@ from nas.search.study import REQUEUED, SETTINGS, check_settings, count_done, ope
 CONFIRM_OF = "confirm_of"  # confirm study user attr: the search study it confirms
 ARCHS = "confirm_archs"  # confirm study user attr: [Entry.to_dict()], the ``arch`` param indexes it
 PLAN = "confirm_plan"  # confirm study user attr: what the last `confirm` asked for (see ``Plan``)
-#: the parameter ranges (wide: the values are always fixed by the queue, never sampled)
-_SCALE = (1e-9, 1e9)
-_LR = (1e-12, 1e3)
 
 
 def confirm_study_name(study: str) -> str:
@@ -67,9 +64,9 @@ class ConfirmDriver(Driver):
     def _prepare(self, study: optuna.Study, trial: Trial, pool: Pool) -> tuple[str, str] | None:
         run = Run(
             trial.suggest_int("arch", 0, 10**6),
-            trial.suggest_float("scale", *_SCALE),
+            trial.suggest_float("scale", *SCALE_RANGE),
             trial.suggest_int("seed", 0, MAX_SEED),
-            trial.suggest_float("lr", *_LR),
+            trial.suggest_float("lr", *LR_RANGE),
         )
         entry = self.entries.get(run.arch)
         if entry is None:  # only a trial asked beyond the queue gets here: the targets make that impossible

@@ -99,7 +99,7 @@ class SearchSettings:
         _check_int("workers", self.workers, low=1)
         _check_int("retries", self.retries, low=0)
         if self.population is not None:
-            _check_int("population", self.population, low=1)
+            _check_int("population", self.population, low=2)  # a population of one has nothing to select from
         _check_number("cpus_per_trial", self.cpus_per_trial, positive=True, high=MAX_THREADS)  # torch threads
         _check_number("gpus_per_trial", self.gpus_per_trial, positive=False)
         _check_number("worker_timeout", self.worker_timeout, positive=True, high=MAX_SECONDS)

@@ -23,7 +23,7 @@ from nas.search.combinations import check_combinations as _check_combinations
 from nas.search.combinations import chosen_options, product
 from nas.search.params import Param, label
 from nas.search.sampling import SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
-from nas.validate import MAX_DIM, MAX_LAYERS, check_number
+from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr
 from nas.yamlsafe import read_yaml
 
 __all__ = [
@@ -68,13 +68,14 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
         _refuse_causal_only(encoder, where)
     elif "encoder" in raw:
         raise ConfigError("only a task: seq2seq space has an encoder", "encoder")
-    constraints = _parse_constraints(raw.get("constraints") or {})
-    recipe = raw.get("recipe") or {}
-    budget = raw.get("budget")
+    constraints = _parse_constraints(_section(raw, "constraints") or {})
+    recipe = _section(raw, "recipe") or {}
+    budget = _section(raw, "budget")
     _check_recipe_and_budget(recipe, budget)
     seeds = raw.get("seed_archs", list(SEED_ARCHS))
     if not isinstance(seeds, list) or any(s not in SEED_ARCHS for s in seeds):
         raise ConfigError(f"must be a list of known architectures: {', '.join(SEED_ARCHS)}", "seed_archs")
+    _refuse_duplicates(seeds, "seed_archs")
     name = raw.get("name", os.path.splitext(os.path.basename(source))[0])
     if not isinstance(name, str):
         raise ConfigError(f"must be a string, got {name!r}", "name")
@@ -192,7 +193,9 @@ def _parse_attention(raw: Any, path: str) -> tuple[Param, dict[str, BlockChoice]
     if isinstance(raw, str):
         raw = [raw]
     if isinstance(raw, list):
-        raw = {name: {} for name in raw} if all(isinstance(n, str) for n in raw) else raw
+        if all(isinstance(n, str) for n in raw):
+            _refuse_duplicates(raw, path)
+            raw = {name: {} for name in raw}
     if not isinstance(raw, Mapping) or not raw:
         raise ConfigError(
             "must list blocks, or map each block to its option choices; "
@@ -230,6 +233,22 @@ def _check_recipe_and_budget(recipe: Any, budget: Any) -> None:
     TrainRecipe.from_dict(recipe)
     if budget is not None:
         Budget.from_dict(budget)
+
+
+def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    """The mapping under ``key``, None when absent; ``recipe:`` left empty is refused, as in an architecture file."""
+    if key not in raw:
+        return None
+    if not isinstance(raw[key], Mapping):
+        raise ConfigError(f"must be a mapping, got {short_repr(raw[key])}", key)
+    return raw[key]
+
+
+def _refuse_duplicates(names: Sequence[Any], path: str) -> None:
+    """A list of names is a set: a name given twice is a typo (numbers: ``Param.parse``)."""
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"lists {twice!r} twice", path)
 
 
 def _refuse_unknown(raw: Mapping[str, Any], valid: Sequence[str], path: str) -> None:

@@ -29,15 +29,22 @@ _CREATION_RACE = ("UNIQUE constraint failed", "already exists", "database is loc
 
 
 def default_storage(runs_dir: str | os.PathLike[str], study: str) -> str:
-    """``sqlite:///RUNS_DIR/STUDY/study.db``: where a study lives unless ``--storage`` says otherwise."""
-    return f"sqlite:///{Path(runs_dir) / study / 'study.db'}"
+    """``sqlite:///RUNS_DIR/STUDY/study.db``: where a study lives unless ``--storage`` says otherwise.
+
+    SQLAlchemy decodes ``%XX`` and cuts the path at ``?``: a directory name holding either is escaped.
+    """
+    path = str(Path(runs_dir) / study / "study.db").replace("%", "%25").replace("?", "%3F")
+    return f"sqlite:///{path}"
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
+    """The file of a ``sqlite:///`` URL as SQLAlchemy reads it (None for other databases and in-memory SQLite)."""
     if not url.startswith("sqlite:///"):
         return None
-    path = url[len("sqlite:///") :]
+    try:
+        path = make_url(url).database or ""
+    except ArgumentError:
+        path = url[len("sqlite:///") :]
     return Path(path) if path and path != ":memory:" else None
 
 
@@ -136,6 +143,11 @@ def check_storage_url(url: str, read_only: bool = False) -> None:
     path = sqlite_path(url)
     if path is None:
         return
+    if "?" in url or str(path).startswith("file:"):  # SQLite opens another file, or in another mode, than checked
+        raise UserError(
+            f"--storage {url!r}: SQLite URL options (?...) and file: URIs are not supported; "
+            "valid: sqlite:///path/study.db"
+        )
     if not read_only:
         _check_sqlite_path(url)
     if not path.exists():
@@ -171,8 +183,8 @@ def open_storage(
     if read_only and path is not None:
         target = f"sqlite:///file:{urllib.parse.quote(str(path))}?mode=ro&uri=true"
     if url.startswith("sqlite:///"):
-        if create_dirs and not read_only:
-            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        if create_dirs and not read_only and path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         # A reader (dashboard, `best`) may hold the file briefly: wait instead of failing.
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}}
     else:

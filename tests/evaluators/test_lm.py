@@ -72,7 +72,7 @@ def test_flops_budget_gives_bigger_models_fewer_steps() -> None:
     assert small is not None and big is not None and big < small
 
 
-@pytest.mark.parametrize("budget", [Budget("tokens", 100), Budget("flops", 1e6), Budget("steps", 0.5)])
+@pytest.mark.parametrize("budget", [Budget("tokens", 100), Budget("flops", 1e6)])  # steps: whole (Budget)
 def test_budget_below_one_step_is_refused_naming_the_minimum(budget: Budget) -> None:
     with pytest.raises(ConfigError, match="less than one training step; the minimum is"):
         plan_steps(budget, nas.compute(TINY, 32), 4, 32)

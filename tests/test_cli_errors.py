@@ -1,0 +1,147 @@
+# ruff: noqa: E501  (a table: one case per line reads better than wrapped ones)
+"""Inputs an adversarial probe of the CLI found getting past the checks of ``test_bad_input.py``.
+
+Each case held one class of mistake that some command accepted (or turned into a
+traceback, or answered by overwriting a file) while another refused it; the case
+runs under the same rules: exit 2, one line naming the input, no traceback,
+nothing on stdout, nothing created or changed in the case's directory, and the
+shared study byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nas.cli import main
+from tests.test_bad_input import ARCH, BASE_FILES, check_error, digest, in_case_dir, search, snapshot, space, study, write_files  # noqa: F401 (fixtures)
+
+PROXY = ["--evaluator", "proxy:params"]
+
+
+def fifo(path: Path) -> None:
+    """A named pipe: a path that exists and is writable but is no regular file (as /dev/null is)."""
+    os.mkfifo(path)
+
+
+def someone_elses_sqlite(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.execute("INSERT INTO notes VALUES ('mine')")
+
+
+def arch_file(extra: str = "") -> dict[str, str]:
+    return {"bad.yaml": ARCH + extra}
+
+
+TRAIN = ["train", "--arch", "arch.yaml", "--steps", "1"]
+TRAIN_BAD = ["train", "--arch", "bad.yaml", "--steps", "1"]
+EXPORT = ["export", "--study", "s", "--storage", "{url}", "--best"]
+CONFIRM = ["confirm", "--study", "s", "--storage", "{url}", "--local", "--top", "1", "--seeds", "1", "--scales", "1", "--no-tensorboard"]
+
+
+def confirm(*extra: str) -> list[str]:
+    return [*CONFIRM, *extra]
+
+
+def cases() -> list[Any]:
+    c: list[Any] = []
+
+    def case(id: str, argv: list[str], expect: str | tuple[str, ...], files: dict[str, Any] | None = None) -> None:
+        c.append(pytest.param(argv, (expect,) if isinstance(expect, str) else expect, files or {}, id=id))
+
+    # -- output paths that exist but are no regular file (a device: replacing /dev/null breaks the machine)
+    case("train-save-a-fifo", [*TRAIN, "--save", "pipe"], ("--save", "pipe", "regular file"), {"pipe": fifo})
+    case("export-out-a-fifo-forced", [*EXPORT, "--out", "pipe", "--force"], ("--out", "pipe", "regular file"), {"pipe": fifo})
+    case("confirm-report-a-fifo", confirm("--report", "pipe"), ("--report", "pipe", "regular file"), {"pipe": fifo})
+    # -- an existing file is never overwritten without --force
+    case("train-save-existing-file", [*TRAIN, "--save", "notes.txt"], ("--save", "notes.txt", "--force"))
+    # -- a directory named with a trailing slash is a directory, not a file name
+    case("export-out-new-dir-slash", [*EXPORT, "--out", "newdir/"], ("--out", "newdir/"))
+    # -- two outputs on one path
+    case("train-save-same-as-logdir", [*TRAIN, "--logdir", "out", "--save", "out"], ("--save", "--logdir"))
+    # -- confirm --report: checked before any run, like every output path
+    case("confirm-report-under-a-file", confirm("--report", "notes.txt/r.md"), ("--report", "notes.txt"))
+    case("confirm-report-empty", confirm("--report", ""), "--report")
+    # -- an empty value is a mistake, never "use the default"
+    case("search-storage-empty", search("--storage", ""), "--storage")
+    case("search-runs-dir-empty", search("--runs-dir", ""), "--runs-dir")
+    case("best-storage-empty", ["best", "--study", "s", "--storage", ""], "--storage")
+    case("confirm-trials-empty", ["confirm", "--study", "s", "--storage", "{url}", "--local", "--trials", ""], "--trials")
+    case("confirm-lrs-empty", confirm("--lrs", ""), "--lrs")
+    # -- comma lists with empty items
+    case("hurdles-trailing-comma", search("--hurdles", "0.5,"), ("--hurdles", "empty"))
+    case("hurdles-empty-item", search("--hurdles", "0.25,,0.5"), ("--hurdles", "empty"))
+    # -- a value the library would silently change
+    case("population-one", search("--population", "1", "--sampler", "nsga2"), ("--population", "2"))
+    case("space-budget-steps-fraction", search(), ("space.yaml", "budget.steps", "integer"), {"space.yaml": space("budget", {"steps": 2.5})})
+    case("arch-budget-steps-fraction", ["train", "--arch", "bad.yaml"], ("bad.yaml", "budget.steps", "integer"), arch_file("budget: {steps: 1.5}\n"))
+    # -- YAML keys: duplicated (the last one silently won) or not names (a traceback)
+    case("space-duplicate-key", search(), ("space.yaml", "name", "twice"), {"space.yaml": space() + "name: other\n"})
+    case("arch-duplicate-key", TRAIN_BAD, ("bad.yaml", "d_model", "twice"),
+         {"bad.yaml": "arch: {d_model: 16, d_model: 32, n_heads: 2, max_len: 16, layers: [{attention: mha}]}\n"})
+    case("arch-integer-key", TRAIN_BAD, ("bad.yaml", "'1'", "int"), arch_file("1: 2\n"))
+    case("arch-boolean-key", TRAIN_BAD, ("bad.yaml", "'yes'", "bool"), arch_file("yes: 2\n"))
+    # -- duplicates in a space, refused for blocks and seed architectures as for numbers
+    case("space-duplicate-block", search(), ("space.yaml", "layers.attention", "twice"), {"space.yaml": space("layers.attention", ["mha", "mha"])})
+    case("space-duplicate-seed-arch", search(), ("space.yaml", "seed_archs", "twice"), {"space.yaml": space("seed_archs", ["vanilla", "vanilla"])})
+    # -- an empty section: refused in a space as in an architecture file
+    case("space-recipe-null", search(), ("space.yaml", "recipe", "mapping"), {"space.yaml": space("recipe", None)})
+    case("space-budget-null", search(), ("space.yaml", "budget", "mapping"), {"space.yaml": space("budget", None)})
+    # -- SQLite URLs: a query string or a file: URI names another file than the one checked
+    case("storage-query-on-someone-elses-sqlite", search("--storage", "sqlite:///mine.db?cache=shared"), ("--storage", "mine.db"), {"mine.db": someone_elses_sqlite})
+    case("storage-uri-on-someone-elses-sqlite", search("--storage", "sqlite:///file:mine.db?uri=true"), ("--storage", "mine.db"), {"mine.db": someone_elses_sqlite})
+    case("storage-read-only-uri", search("--storage", "sqlite:///file:x.db?mode=ro&uri=true"), "--storage")
+    case("best-storage-with-query", ["best", "--study", "s", "--storage", "{url}?timeout=5"], "--storage")
+    # -- confirm: values the runs cannot take, refused before the confirm study is written
+    case("confirm-seeds-1e30", confirm("--seeds", "1" + "0" * 30), "--seeds")
+    case("confirm-seeds-1e9", confirm("--seeds", "1000000000"), "--seeds")
+    case("confirm-lrs-over-range", confirm("--lrs", "1e39"), "--lrs")
+    case("confirm-scales-over-range", confirm("--scales", "1e300"), "--scales")
+    case("confirm-baseline-other-task", confirm("--baseline", "s2s.yaml"), ("--baseline", "s2s.yaml", "seq2seq"),
+         {"s2s.yaml": (Path(__file__).resolve().parents[1] / "examples" / "archs" / "seq2seq.yaml").read_text()})
+    return c
+
+
+@pytest.mark.parametrize("argv,expect,files", cases())
+def test_probe_case(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,
+                    study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    write_files(in_case_dir, {**BASE_FILES, **files})
+    before, db_before = snapshot(in_case_dir), digest(study["db"])
+    argv = [a.format(**study) for a in argv]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse
+        rc = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    check_error(rc, out, err, expect)
+    assert snapshot(in_case_dir) == before
+    assert digest(study["db"]) == db_before
+
+
+@pytest.mark.parametrize("value", [0.5, 2.5])
+def test_a_steps_budget_is_a_whole_number_of_steps(value: float) -> None:
+    from evaluators import Budget
+    from nas.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="budget.steps: must be a positive integer"):
+        Budget("steps", value)
+    assert Budget.from_dict({"steps": "1e3"}).value == 1000  # YAML's 1e3 is a string: a whole number
+
+
+def test_train_force_overwrites_an_existing_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_files(tmp_path, {**BASE_FILES, "model.pt": "old\n"})
+    assert main([*TRAIN, "--data", "corpus", "--save", "model.pt", "--force"]) == 0
+    assert (tmp_path / "model.pt").read_bytes() != b"old\n"
+
+
+def test_merge_keys_and_quoted_keys_still_read() -> None:
+    from nas.yamlsafe import load_yaml
+
+    doc = load_yaml("base: &b {mult: 2, activation: relu}\nffn: {<<: *b, mult: 4}\n'1': one\n")
+    assert doc["ffn"] == {"mult": 4, "activation": "relu"} and doc["1"] == "one"
