@@ -95,7 +95,7 @@ def _data_spec(record: Any) -> str | None:
         return None if record in (None, DEFAULT_CORPUS) else str(record)
     corpus = record.get("corpus")
     spec = None if corpus in (None, DEFAULT_CORPUS) else str(corpus)
-    if spec not in (None, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():  # built-ins are no paths
+    if spec not in (None, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():  # built-ins: no paths
         raise UserError(f"the study's corpus {spec} is not there any more; confirm needs the search's data")
     return resolve_data(spec, record.get("tokenizer"))
 
@@ -117,6 +117,21 @@ def _baselines(
     ]
 
 
+def _check_not_someone_elses(path: Path) -> None:
+    """Refuse to overwrite an existing file ``confirm`` did not write (a rerun rewrites its own report)."""
+    if not path.is_file():
+        return
+    from nas.confirm.markdown import REPORT_HEAD  # matplotlib: only when there is a file to look at
+
+    with path.open("rb") as f:
+        head = f.read(len(REPORT_HEAD.encode()))
+    if head != REPORT_HEAD.encode():
+        raise UserError(
+            f"--report {str(path)!r}: the file exists and is not a confirm report (it does not start with "
+            f"{REPORT_HEAD!r}); give a new file name, or remove the file"
+        )
+
+
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
@@ -128,6 +143,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     numbers = parse_list(args.trials, "--trials", int) if args.trials else None
     if args.report is not None:  # a rerun continues the confirmation and rewrites its report: no --force
         check_output_file(args.report, "--report", example="confirm.md")
+        _check_not_someone_elses(Path(args.report))
     study, url = open_study(args)
     record, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))

@@ -9,6 +9,9 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+#: how every report starts: ``confirm --report FILE`` overwrites only a file that starts so
+REPORT_HEAD = "# Confirmation of study "
+
 
 def _f(v: float | None, digits: int = 4, sign: bool = False) -> str:
     if v is None:
@@ -139,7 +142,7 @@ def power_lines(pl: dict[str, Any] | None) -> list[str]:
 def render(report: dict[str, Any], baselines: Sequence[str], images: Sequence[str] = ()) -> str:
     """The whole report as Markdown (``images``: plot file names to link)."""
     lines = [
-        f"# Confirmation of study {report['study']!r}",
+        f"{REPORT_HEAD}{report['study']!r}",
         "",
         f"Runs in study `{report['confirm_study']}` ({report['storage']}); each architecture trained at "
         f"scales {', '.join(f'{s:g}x' for s in report['scales'])} of the search's budget "

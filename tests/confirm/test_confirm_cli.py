@@ -136,6 +136,21 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     n = len(conf.trials)
     assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2")) == 0
     assert len(_load(url, "one-confirm").trials) == n
+    # --report: written, and rewritten by the same command again (a file confirm did not write is refused)
+    report = Path(url[len("sqlite:///") :]).parent / "confirm.md"
+    for _ in range(2):
+        assert (
+            main(
+                _confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--report", str(report))
+            )
+            == 0
+        )
+        text = report.read_text()
+        assert (
+            text.startswith("# Confirmation of study 'one'")
+            and "| architecture | bits/byte mean ± sd |" in text
+        )
+    assert len(_load(url, "one-confirm").trials) == n
     out_file = Path(url[len("sqlite:///") :]).parent / "confirmed.yaml"
     assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(out_file)]) == 0
     text = out_file.read_text()
@@ -215,8 +230,10 @@ def test_resume_after_the_driver_is_killed(tmp_path, corpus_dir):
     complete = [t for t in conf.trials if t.state == TrialState.COMPLETE]
     assert len(complete) == len(runs)  # nothing finished ran twice
     assert len(before) >= 2 and all(conf.trials[n].values == v for n, v in before.items())
-    assert all(conf.trials[n].state == TrialState.FAIL and conf.trials[n].user_attrs.get("requeued_as")
-               for n in stale)
+    assert all(
+        conf.trials[n].state == TrialState.FAIL and conf.trials[n].user_attrs.get("requeued_as")
+        for n in stale
+    )
 
 
 def _exit_code(argv: list[str]) -> int:
