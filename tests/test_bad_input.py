@@ -266,7 +266,7 @@ def cases() -> list[Any]:
 
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
 )  # "billion laughs": nine lines, 9**9 strings once expanded
 NAN, INF = float("nan"), float("inf")
 RECIPE = SPACE["recipe"]
@@ -447,6 +447,12 @@ def in_case_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize("argv,expect,files", cases())
 def test_bad_input(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,
                    study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    run_case(argv, expect, files, in_case_dir, study, capsys)
+
+
+def run_case(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,
+             study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """Run one bad-input case: exit 2, one line naming ``expect``, the case dir and the shared study unchanged."""
     write_files(in_case_dir, {**BASE_FILES, **files})
     before, db_before = snapshot(in_case_dir), digest(study["db"])
     argv = [a.format(**study) for a in argv]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from nas.cli import main
-from tests.test_bad_input import ARCH, BASE_FILES, check_error, digest, in_case_dir, search, snapshot, space, study, write_files  # noqa: F401 (fixtures)
+from tests.test_bad_input import ARCH, BASE_FILES, in_case_dir, run_case, search, space, study, write_files  # noqa: F401 (fixtures)
 
 PROXY = ["--evaluator", "proxy:params"]
 
@@ -109,19 +109,9 @@ def cases() -> list[Any]:
 
 
 @pytest.mark.parametrize("argv,expect,files", cases())
-def test_probe_case(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,
-                    study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    write_files(in_case_dir, {**BASE_FILES, **files})
-    before, db_before = snapshot(in_case_dir), digest(study["db"])
-    argv = [a.format(**study) for a in argv]
-    try:
-        rc = main(argv)
-    except SystemExit as exc:  # argparse
-        rc = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    check_error(rc, out, err, expect)
-    assert snapshot(in_case_dir) == before
-    assert digest(study["db"]) == db_before
+def test_probe_case(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,  # noqa: F811
+                    study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    run_case(argv, expect, files, in_case_dir, study, capsys)
 
 
 @pytest.mark.parametrize("value", [0.5, 2.5])
