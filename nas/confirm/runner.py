@@ -27,7 +27,7 @@ from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run
 from nas.errors import UserError
 from nas.execution.pool import Pool
 from nas.search.candidate import trial_payload
-from nas.search.driver import Driver, _Running, default_pool
+from nas.search.driver import Driver, Running, default_pool
 from nas.search.settings import MAX_SEED, SearchSettings
 from nas.search.study import REQUEUED, SETTINGS, check_settings, count_done, open_storage, study_exists
 
@@ -94,7 +94,7 @@ class ConfirmDriver(Driver):
             budget=scaled_budget(s.budget, run.scale).to_dict(),
         )
         pool.submit(trial.number, payload.to_dict())
-        self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
+        self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
         return None
 
 

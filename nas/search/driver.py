@@ -19,7 +19,6 @@ nothing behind.  Settings are in :mod:`nas.search.settings`, studies in
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -29,15 +28,16 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from evaluators import METRICS, RUN_FIELDS
-from nas.compute import compute
+from nas.compute import Compute, compute
 from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
-from nas.execution.payload import TrialPayload
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
 from nas.execution.worker import OUT_OF_MEMORY
+from nas.models import ArchConfig
 from nas.search.allowance import Allowance, planned_flops, spent_flops
 from nas.search.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
 from nas.search.console import Reporter
+from nas.search.inflight import Running, Waiting, default_pool  # noqa: F401 - default_pool: re-exported
 from nas.search.lease import DriverLease, LeaseLost
 from nas.search.outcome import fail, finish_now, tell_result
 from nas.search.settings import SearchSettings
@@ -56,17 +56,6 @@ from nas.search.twins import Twins
 METRIC_KEYS = (*METRICS, *RUN_FIELDS)
 
 
-@dataclasses.dataclass
-class _Running:
-    trial: Trial
-    payload: TrialPayload
-    arch_id: str
-    started: float
-    attempts: int = 1
-    errors: list[str] = dataclasses.field(default_factory=list)  # why earlier attempts had no result
-    alone: bool = False  # ran out of GPU memory while sharing a GPU: retried with the GPU to itself
-
-
 class Driver:
     """Runs one search to ``settings.trials`` finished trials or ``settings.max_flops`` on a worker pool."""
 
@@ -82,8 +71,10 @@ class Driver:
         self.lease: DriverLease | None = None
         self.pool_factory = pool_factory or default_pool
         self.out = out or sys.stdout
-        self.running: dict[int, _Running] = {}  # trial number -> the trial a worker has
+        self.running: dict[int, Running] = {}  # trial number -> the trial a worker has
         self.retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
+        # trials whose architecture a worker is training right now: they wait for its result (its twin)
+        self.waiting: dict[int, Waiting] = {}
         self.done = 0  # trials that count toward --trials
         self.twins = Twins(METRIC_KEYS)  # the architectures measured so far (read from the study in _search)
         self.sampler = settings.sampler  # the sampler the study runs with, ``auto`` resolved (set by run)
@@ -110,8 +101,10 @@ class Driver:
                 done = count_done(study)
                 self.allowance.spent = spent_flops(study.get_trials(deepcopy=False))
                 if not self.allowance.may_launch(done, 0):
-                    report.line(f"study {s.study!r} already has {done} finished trials "
-                                f"({self.allowance.limits()}); nothing to do")
+                    report.line(
+                        f"study {s.study!r} already has {done} finished trials "
+                        f"({self.allowance.limits()}); nothing to do"
+                    )
                     return study
             pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
             try:
@@ -148,8 +141,10 @@ class Driver:
                 self._fill(study, pool, report)
                 if not self.running and not self.allowance.may_launch(self.done, 0):
                     if self.allowance.stalled():
-                        report.line(f"stopped: the last {self.allowance.idle} candidates were measured "
-                                    "already or over the caps; the space looks exhausted")
+                        report.line(
+                            f"stopped: the last {self.allowance.idle} candidates were measured "
+                            "already or over the caps; the space looks exhausted"
+                        )
                     break
                 try:
                     finished = pool.wait(timeout=1.0)
@@ -161,7 +156,7 @@ class Driver:
                         "run the same command again to continue"
                     ) from None
                 for fin in finished:
-                    self._collect(study, fin, report)
+                    self._collect(study, fin, report, pool)
         except LeaseLost:
             raise  # the trials are the new driver's now
         except BaseException as err:
@@ -175,9 +170,12 @@ class Driver:
             self.lease.confirm()
 
     def _requeue_all(self, study: optuna.Study, reason: str) -> None:
-        for number in list(self.running):
+        trials = [r.trial for r in self.running.values()] + [w.trial for w in self.waiting.values()]
+        self.running.clear()
+        self.waiting.clear()
+        for trial in trials:
             try:
-                requeue(study, self.running.pop(number).trial, reason)
+                requeue(study, trial, reason)
             except Exception:  # noqa: BLE001 - the storage may be what failed; the next start recovers them
                 return
 
@@ -191,7 +189,7 @@ class Driver:
                 pool.submit(number, r.payload.to_dict(), exclusive=True)
             else:
                 pool.submit(number, r.payload.to_dict())
-        while not self.retry and pool.has_idle() and self.allowance.may_launch(self.done, len(self.running)):
+        while not self.retry and pool.has_idle() and self.allowance.may_launch(self.done, self._in_flight()):
             launched = self._launch(study, pool)
             if launched is not None:  # finished at once (refused, duplicate, invalid)
                 self.done += 1
@@ -205,7 +203,7 @@ class Driver:
             ended = self._prepare(study, trial, pool)
         except BaseException:
             # Stopped between ask and submit: the trial is neither running nor told; re-queue it.
-            if trial.number not in self.running:
+            if trial.number not in self.running and trial.number not in self.waiting:
                 try:
                     now = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
                     if now.state == TrialState.RUNNING:
@@ -237,11 +235,37 @@ class Driver:
         reused = self.twins.reuse(study, trial, arch.arch_id, s.hurdles)  # measured (or stopped) before
         if reused is not None:
             return reused
+        if any(r.arch_id == arch.arch_id for r in self.running.values()):
+            # Being trained right now: its result will very likely serve this trial too (the same seed
+            # and data give the same losses), so wait for it instead of training it twice at once.
+            self.waiting[trial.number] = Waiting(trial, arch, c)
+            return None
+        self._submit(study, trial, arch, c, pool)
+        return None
+
+    def _submit(self, study: optuna.Study, trial: Trial, arch: ArchConfig, c: Compute, pool: Pool) -> None:
+        s = self.s
         payload = trial_payload(s, study, trial, arch)
         pool.submit(trial.number, payload.to_dict())
-        self.running[trial.number] = _Running(trial, payload, arch.arch_id, time.monotonic())
+        self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
         self.allowance.reserve(trial.number, planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len))
-        return None
+
+    def _in_flight(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def _release_waiting(self, study: optuna.Study, pool: Pool, arch_id: str, report: Reporter) -> None:
+        """The trials waiting for ``arch_id``'s result, now that it is in: reused, or the first one trains."""
+        for number in [n for n, w in self.waiting.items() if w.arch.arch_id == arch_id]:
+            w = self.waiting.pop(number)
+            ended = self.twins.reuse(study, w.trial, arch_id, self.s.hurdles)
+            if ended is None and any(r.arch_id == arch_id for r in self.running.values()):
+                self.waiting[number] = w  # another waiting twin of it was just sent to train: wait for that
+            elif ended is None:  # no result to reuse (it failed, or its stop no longer holds): train it
+                self._submit(study, w.trial, w.arch, w.cost, pool)  # on the worker the twin just freed
+            else:
+                self.done += 1
+                self.allowance.settle_untrained()
+                report.finished(self.done, self._in_flight(), number, *ended, 0.0, self.s.workers)
 
     def _finish_now(
         self, study: optuna.Study, trial: Trial, state: TrialState, reason: str
@@ -249,7 +273,7 @@ class Driver:
         return finish_now(study, trial, state, reason)
 
     # -- results --------------------------------------------------------------------------
-    def _collect(self, study: optuna.Study, fin: Finished, report: Reporter) -> None:
+    def _collect(self, study: optuna.Study, fin: Finished, report: Reporter, pool: Pool) -> None:
         """Record what the pool says of one trial: a result to tell, or a lost worker to retry or fail."""
         self._confirm_lease()  # a driver whose lease was taken over must not tell
         r = self.running[fin.tag]
@@ -276,20 +300,29 @@ class Driver:
         # one read of the trial's attributes, only when the compute is counted
         self.allowance.settle(fin.tag, r.trial.user_attrs if self.s.max_flops is not None else {})
         self.done += 1
-        report.finished(self.done, len(self.running), fin.tag, state, text,
-                        time.monotonic() - r.started, self.s.workers, loss)
+        report.finished(
+            self.done,
+            self._in_flight(),
+            fin.tag,
+            state,
+            text,
+            time.monotonic() - r.started,
+            self.s.workers,
+            loss,
+        )
+        self._release_waiting(study, pool, r.arch_id, report)
 
-    def _out_of_memory_while_sharing(self, r: _Running, result: dict[str, Any]) -> bool:
+    def _out_of_memory_while_sharing(self, r: Running, result: dict[str, Any]) -> bool:
         """A trial that ran out of GPU memory beside others gets one more try with its GPU alone."""
         shared = 0 < self.s.gpus_per_trial < 1
         oom = result.get("status") == "failed" and result.get("reason") == OUT_OF_MEMORY
         return shared and oom and not r.alone
 
-    def _fail(self, study: optuna.Study, r: _Running, reason: str) -> tuple[str, str, None]:
+    def _fail(self, study: optuna.Study, r: Running, reason: str) -> tuple[str, str, None]:
         return fail(study, r.trial, reason)
 
     def _tell(
-        self, study: optuna.Study, r: _Running, result: dict[str, Any]
+        self, study: optuna.Study, r: Running, result: dict[str, Any]
     ) -> tuple[str, str, float | None]:
         state, text, loss, frozen = tell_result(study, r.trial, result, self.s.objective, METRIC_KEYS)
         if frozen is not None:
@@ -297,22 +330,3 @@ class Driver:
         elif state == "PRUNED":
             self.twins.add_stopped(r.arch_id, r.trial.number, r.trial.user_attrs)
         return state, text, loss
-
-
-def default_pool(settings: SearchSettings) -> Pool:
-    """The pool ``settings`` ask for: Ray actors, or the driver's own process with ``--local``."""
-    if settings.local:
-        from nas.execution.local_pool import LocalPool
-
-        return LocalPool(threads=max(1, int(settings.cpus_per_trial)))
-    from nas.execution.ray_pool import RayPool
-
-    return RayPool(
-        settings.workers,
-        cpus_per_trial=settings.cpus_per_trial,
-        gpus_per_trial=settings.gpus_per_trial,
-        address=settings.address,
-        dashboard=settings.dashboard,
-        start_timeout=settings.worker_timeout,
-        trial_timeout=settings.trial_timeout,
-    )

@@ -18,6 +18,7 @@ from optuna.trial import TrialState, create_trial
 import nas.search.driver as driver_module
 from nas.cli import build_parser
 from nas.commands.search import build_settings
+from nas.execution.pool import Finished
 from nas.search.allowance import spent_flops
 from nas.search.driver import METRIC_KEYS, Driver
 from nas.search.hurdles import Hurdles
@@ -32,8 +33,34 @@ SPACE = (
 )
 
 
+class TwoWorkers(ScriptedPool):
+    """Two workers: a trial runs inline when submitted, but its result comes back one ``wait`` at a time,
+    oldest first, so the next trials are asked while it is still "running". ``fail``: trials that fail."""
+
+    def __init__(self, fail: set[int] = frozenset(), stop: bool = False) -> None:
+        super().__init__(oom=set())
+        self.fail, self.stop = fail, stop
+
+    def has_idle(self) -> bool:
+        return len(self.done) < 2
+
+    def submit(self, tag: int, payload: dict[str, Any], exclusive: bool = False) -> None:
+        if tag in self.fail:
+            self.submitted.append((tag, exclusive))
+            self.done.append(Finished(tag, {"status": "failed", "reason": "error: injected"}))
+        else:
+            super().submit(tag, payload, exclusive)
+
+    def wait(self, timeout: float) -> list[Finished]:
+        if self.stop:
+            raise KeyboardInterrupt  # Ctrl-C while trials run and wait
+        out, self.done = self.done[:1], self.done[1:]
+        return out
+
+
 def search(
-    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, layers: list[int]
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, layers: list[int],
+    pool: ScriptedPool | None = None,
 ) -> tuple[list[optuna.trial.FrozenTrial], list[int]]:
     """One trial per entry of ``layers`` (its n_layers), in order; (trials, the trials sent to a worker)."""
     space = tmp_path / "space.yaml"
@@ -49,10 +76,10 @@ def search(
     args = build_parser().parse_args([
         "search", "--space", str(space), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
         "--runs-dir", str(tmp_path / "runs"), "--data", str(corpus), "--no-tensorboard",
-        "--trials", str(len(layers)), "--sampler", "random", "--evaluator", "proxy:params", "--workers", "1",
+        "--trials", str(len(layers)), "--sampler", "random", "--evaluator", "proxy:params", "--workers", "2",
         "--objective", "loss", "--hurdles", "0.5", "--hurdle-percentile", "50", "--hurdle-min-trials", "1",
     ])  # fmt: skip
-    pool = ScriptedPool(oom=set())
+    pool = pool or ScriptedPool(oom=set())
     Driver(build_settings(args), pool_factory=pool, out=io.StringIO()).run()
     trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
     assert [t.params["n_layers"] for t in trials] == layers
@@ -85,6 +112,31 @@ def test_a_stopped_architecture_trains_again_once_its_hurdle_would_pass(tmp_path
     assert "duplicate_of" not in trials[5].user_attrs
     assert trials[5].user_attrs["intermediate"] == trials[1].user_attrs["intermediate"]  # same loss again
     assert trials[6].state == TrialState.COMPLETE and trials[6].user_attrs["duplicate_of"] == 5
+
+
+def test_a_proposal_of_an_architecture_in_training_waits_for_its_result(tmp_path, corpus, monkeypatch):
+    # Trial 1 is trial 0's architecture, proposed while trial 0 trains: it waits (trial 2 takes the
+    # second worker) and reuses trial 0's result instead of training it a second time at once.
+    trials, trained = search(tmp_path, corpus, monkeypatch, [1, 1, 2], TwoWorkers())
+    assert trained == [0, 2]
+    assert trials[1].state == TrialState.COMPLETE and trials[1].user_attrs["duplicate_of"] == 0
+    assert trials[1].values == trials[0].values and "worker_pid" not in trials[1].user_attrs
+
+
+def test_a_waiting_proposal_trains_when_its_twin_failed(tmp_path, corpus, monkeypatch):
+    trials, trained = search(tmp_path, corpus, monkeypatch, [1, 1, 2], TwoWorkers(fail={0}))
+    assert trained == [0, 2, 1]  # trial 1 goes to the worker trial 0 left
+    assert trials[0].state == TrialState.FAIL and trials[1].state == TrialState.COMPLETE
+    assert "duplicate_of" not in trials[1].user_attrs
+
+
+def test_a_stopped_driver_requeues_its_waiting_trials_too(tmp_path, corpus, monkeypatch):
+    with pytest.raises(KeyboardInterrupt):
+        search(tmp_path, corpus, monkeypatch, [1, 1, 2], TwoWorkers(stop=True))
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
+    assert [t.state for t in trials[:3]] == [TrialState.FAIL] * 3  # nothing left RUNNING
+    assert all("requeued_as" in t.user_attrs for t in trials[:3])
+    assert [t.state for t in trials[3:]] == [TrialState.WAITING] * 3  # run first when continued
 
 
 def stopped_study(losses_of_others: list[float]) -> optuna.Study:

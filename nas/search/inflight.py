@@ -1,0 +1,54 @@
+"""What the search driver keeps of its trials in flight, and the worker pool it runs them on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from optuna.trial import Trial
+
+from nas.compute import Compute
+from nas.execution.payload import TrialPayload
+from nas.execution.pool import Pool
+from nas.models import ArchConfig
+from nas.search.settings import SearchSettings
+
+
+@dataclasses.dataclass
+class Running:
+    """A trial a worker has (or will have again: a retry), with what its attempts met."""
+
+    trial: Trial
+    payload: TrialPayload
+    arch_id: str
+    started: float
+    attempts: int = 1
+    errors: list[str] = dataclasses.field(default_factory=list)  # why earlier attempts had no result
+    alone: bool = False  # ran out of GPU memory while sharing a GPU: retried with the GPU to itself
+
+
+@dataclasses.dataclass
+class Waiting:
+    """A trial proposed while a worker trains its architecture: trained only if that result cannot serve."""
+
+    trial: Trial
+    arch: ArchConfig
+    cost: Compute
+
+
+def default_pool(settings: SearchSettings) -> Pool:
+    """The pool ``settings`` ask for: Ray actors, or the driver's own process with ``--local``."""
+    if settings.local:
+        from nas.execution.local_pool import LocalPool
+
+        return LocalPool(threads=max(1, int(settings.cpus_per_trial)))
+    from nas.execution.ray_pool import RayPool
+
+    return RayPool(
+        settings.workers,
+        cpus_per_trial=settings.cpus_per_trial,
+        gpus_per_trial=settings.gpus_per_trial,
+        address=settings.address,
+        dashboard=settings.dashboard,
+        start_timeout=settings.worker_timeout,
+        trial_timeout=settings.trial_timeout,
+    )
