@@ -12,16 +12,7 @@ through :mod:`evaluators.registry` (``lm``, ``proxy:NAME``, ``sleep:SECONDS``):
   parameter count and FLOPs, no training.
 """
 
-from evaluators.base import (
-    BUDGET_KINDS,
-    Budget,
-    Diverged,
-    Evaluator,
-    Progress,
-    ProgressCallback,
-    Spent,
-    TrainRecipe,
-)
+from evaluators.base import Diverged, Evaluator, Progress, ProgressCallback, Spent
 from evaluators.budget import lr_at, plan_steps
 from evaluators.device import release_memory, resolve_device
 from evaluators.lm import LMEvaluator, train_lm
@@ -29,6 +20,7 @@ from evaluators.proxies import PROXIES, ProxyEvaluator, SleepEvaluator
 from evaluators.registry import EVALUATORS, build, check
 from evaluators.result import METRICS, RUN_FIELDS, Result
 from evaluators.step import TrainStep
+from nas.spec.training import BUDGET_KINDS, Budget, TrainRecipe
 
 __all__ = [
     "BUDGET_KINDS",

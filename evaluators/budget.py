@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from evaluators.base import Budget, TrainRecipe, check_eval_at
+from evaluators.base import check_eval_at
 from nas.compute import Compute, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.spec.training import Budget, TrainRecipe
 
 
 def plan_steps(budget: Budget, cost: Compute, batch_size: int, seq_len: int) -> int | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from evaluators.base import Budget, ProgressCallback, TrainRecipe
+from evaluators.base import ProgressCallback
 from evaluators.budget import TrainingPlan, check_arch_fits, lr_at, plan_steps, plan_training
 from evaluators.device import device_name, peak_memory_bytes, resolve_device, setup_device
 from evaluators.evaluation import Validation, greedy_samples
@@ -40,6 +40,8 @@ from evaluators.step import TrainStep, compute_dtype
 from evaluators.trainlog import TrainLog, stderr_log
 from nas.data import load_corpus
 from nas.models import ArchConfig
+from nas.spec import DEFAULT_BUDGET
+from nas.spec.training import Budget, TrainRecipe
 
 __all__ = ["LMEvaluator", "TrainStep", "lr_at", "plan_steps", "resolve_device", "stderr_log", "train_lm"]
 
@@ -74,7 +76,7 @@ def train_lm(
     """
     t_start = time.perf_counter()
     recipe = recipe if recipe is not None else TrainRecipe()
-    budget = budget if budget is not None else Budget("steps", 200)
+    budget = budget if budget is not None else DEFAULT_BUDGET
     corpus = load_corpus(corpus) if corpus is None or isinstance(corpus, (str, os.PathLike)) else corpus
     seq_len = check_arch_fits(arch, recipe, corpus)
     dev = setup_device(device, threads)

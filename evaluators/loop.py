@@ -19,13 +19,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from evaluators.base import Diverged, Progress, ProgressCallback, Spent, TrainRecipe
+from evaluators.base import Diverged, Progress, ProgressCallback, Spent
 from evaluators.budget import BudgetClock, ReportPoint, TrainingPlan, lr_at
 from evaluators.device import sync
 from evaluators.evaluation import Validation
 from evaluators.model import CompileFailed, Prepared, describe_compile_error
 from evaluators.trainlog import TrainLog
 from nas.data import train_batch
+from nas.spec.training import TrainRecipe
 
 
 @dataclasses.dataclass

@@ -8,9 +8,9 @@ import time
 import torch
 from torch import nn
 
-from evaluators.base import TrainRecipe
 from evaluators.step import TrainStep
 from nas.models import ArchConfig, build_model
+from nas.spec.training import TrainRecipe
 
 
 class CompileFailed(RuntimeError):

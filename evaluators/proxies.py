@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from evaluators.base import Budget, Progress, ProgressCallback, TrainRecipe, check_eval_at
+from evaluators.base import Progress, ProgressCallback, check_eval_at
 from evaluators.result import Result
 from nas.compute import Compute, compute
 from nas.errors import ConfigError
 from nas.models import ArchConfig
+from nas.spec.training import Budget, TrainRecipe
 
 #: proxy name -> the quantity it scores (smaller is better).
 PROXIES: dict[str, Callable[[Compute], float]] = {

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from evaluators.base import TrainRecipe
+from nas.spec.training import TrainRecipe
 
 
 def exempt_from_decay(model: nn.Module) -> set[int]:

@@ -8,10 +8,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from evaluators.base import Budget, Progress, TrainRecipe
+from evaluators.base import Progress
 from evaluators.budget import TrainingPlan
 from evaluators.result import Result
 from nas.models import ArchConfig
+from nas.spec.training import Budget, TrainRecipe
 
 
 def stderr_log(line: str) -> None:

@@ -16,13 +16,13 @@ import dataclasses
 import os
 from typing import Any
 
-from evaluators.base import Budget, TrainRecipe
 from evaluators.budget import check_arch_fits, check_windows, plan_steps, plan_training
 from nas.compute import check_fits, compute
 from nas.errors import ConfigError
 from nas.models import ArchConfig
 from nas.search.combinations import one_layer_archs
 from nas.search.space import SearchSpace
+from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_TRAIN_BYTES
 
 

@@ -1,17 +1,17 @@
 """``train``: train one architecture file for a budget and print its metrics.
 
-The file's ``recipe``, ``budget`` and ``data`` sections are used when present
-(``data`` as exported records the corpus and tokenizer with their fingerprints,
-see :func:`load_data`); command-line flags override them; the model's vocabulary
-is the corpus's; with no budget anywhere it trains
-:data:`DEFAULT_BUDGET`.  ``--json`` makes the last line of stdout one JSON
+The file's ``recipe``, ``budget`` and ``data`` sections are the spec's
+(:mod:`nas.spec`; ``data`` as exported records the corpus and tokenizer with
+their fingerprints, see :func:`load_data`); the same ``--recipe.*``,
+``--budget.*``, ``--data.*`` and ``--resources.device/compile`` flags as
+``search`` override them field by field; the model's vocabulary is the
+corpus's; with no budget anywhere it trains :data:`nas.spec.DEFAULT_BUDGET`.  ``--json`` makes the last line of stdout one JSON
 object of metrics; progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
@@ -22,16 +22,7 @@ from evaluators import Budget, Diverged, Spent, TrainRecipe, train_lm
 from evaluators.lm import stderr_log
 from evaluators.result import sample_lines
 from nas.archfile import load_arch_file
-from nas.commands.common import (
-    add_budget_args,
-    add_device_arg,
-    budget_from_args,
-    data_or_default,
-    jsonable,
-    non_empty,
-    non_negative_int,
-    positive_int,
-)
+from nas.commands.common import data_or_default, jsonable, non_empty, positive_int
 from nas.data import (
     DEFAULT_CORPUS,
     DEFAULT_PARALLEL,
@@ -44,62 +35,34 @@ from nas.data import (
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
 from nas.preflight import check_training
-from nas.validate import MAX_SEED, MAX_THREADS, check_number, check_output_file, check_writable_dir
-
-DEFAULT_BUDGET = {"steps": 200}
+from nas.spec import DEFAULT_BUDGET, Spec
+from nas.spec.flags import add_spec_flags, apply, overrides
+from nas.validate import MAX_THREADS, check_number, check_output_file, check_writable_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "train",
         help="train one architecture file and report its validation loss",
-        description="Train the architecture in an architecture file (an examples/archs/*.yaml or an "
-        "exported winner) on the corpus and print its validation loss, perplexity, bits per byte, "
-        "parameters, FLOPs and throughput.  Flags override the file's recipe, budget and data; "
-        f"without a budget anywhere it trains {DEFAULT_BUDGET['steps']} steps.",
+        description="Train the architecture in an architecture file (a shipped name such as vanilla or "
+        "primer_ez, an examples/archs/*.yaml or an exported winner) on the corpus and print its validation "
+        "loss, perplexity, bits per byte, parameters, FLOPs and throughput.  Flags override the file's "
+        f"recipe, budget and data field by field; without a budget anywhere it trains {DEFAULT_BUDGET}.",
     )
     p.add_argument("--arch", required=True, type=non_empty, metavar="FILE", help="architecture file (YAML)")
-    add_budget_args(p)
-    p.add_argument(
-        "--data", metavar="PATH", default=None,
-        help=f"corpus: '{DEFAULT_CORPUS}' (default), a text file, a directory of text files, or a "
-        "token-file directory (train.bin, val.bin, meta.json); for a task: seq2seq architecture "
-        f"'{DEFAULT_PARALLEL}' (default) or a parallel directory (train.src, train.tgt, val.src, "
-        "val.tgt); the vocabulary comes from it",
-    )  # fmt: skip
-    p.add_argument(
-        "--tokenizer", metavar="FILE", default=None,
-        help="a Hugging Face tokenizer.json: the text corpus is tokenized once (cached) and trained on",
-    )  # fmt: skip
-    add_device_arg(p)
-    p.add_argument("--seed", type=non_negative_int, default=None, help="overrides recipe.seed")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
     p.add_argument("--force", action="store_true", help="overwrite --save if it exists")
-    p.add_argument("--compile", action="store_true",
-                   help="train through torch.compile (compile time reported apart; falls back to eager)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON line on stdout")
+    add_spec_flags(p, ("recipe", "budget", "data", "resources"), only={"resources": ("device", "compile")})
     p.set_defaults(func=run)
 
 
-def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | None]:
-    """The architecture, recipe, budget and corpus spec from the file and the flags."""
+def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
+    """The architecture, the run's spec (the file's sections, then the flags) and the file's ``data``."""
     source = str(args.arch)
     doc = load_arch_file(source)
-    try:
-        recipe = TrainRecipe.from_dict(doc.get("recipe"))
-        file_budget = Budget.from_dict(doc["budget"]) if "budget" in doc else None
-    except ConfigError as err:
-        raise err.in_file(source) from None
-    flag_budget = budget_from_args(args)
-    if flag_budget is not None:
-        budget = Budget.from_dict(flag_budget)
-    else:
-        budget = file_budget or Budget.from_dict(DEFAULT_BUDGET)
-    if args.seed is not None:
-        seed = check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)
-        recipe = dataclasses.replace(recipe, seed=seed)
     data = doc.get("data")
     record = isinstance(data, dict) and isinstance(data.get("corpus"), str)
     if not (data is None or isinstance(data, str) or record):
@@ -107,7 +70,13 @@ def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | N
             f"must be '{DEFAULT_CORPUS}', a path, or a record {{corpus: ..., vocab_size: ..., "
             f"fingerprint: ...}} as export writes it; got {data!r}", "data", source,
         )  # fmt: skip
-    return doc["arch"], recipe, budget, data
+    try:
+        recipe = TrainRecipe.from_dict(doc.get("recipe"))
+        budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
+    except ConfigError as err:
+        raise err.in_file(source) from None
+    spec = apply(Spec(space={}, recipe=recipe, budget=budget), overrides(args))
+    return doc["arch"], spec, data
 
 
 def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any = None) -> AnyCorpus:
@@ -120,13 +89,15 @@ def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None, arch:
     recorded tokenizer; data that then differs from the record is trained on with
     a note.
     """
+    given = overrides(args).get("data", {})
+    data_flag, tokenizer_flag = given.get("corpus"), given.get("tokenizer")
     rec = data if isinstance(data, dict) else None
     task = getattr(arch, "task", "lm")
-    spec = args.data if args.data is not None else (rec["corpus"] if rec else data_or_default(data, task))
-    tokenizer = args.tokenizer or (rec.get("tokenizer") if rec else None)
-    if args.data is not None and args.tokenizer is None and is_token_dir(Path(args.data).expanduser()):
+    spec = data_flag if data_flag is not None else (rec["corpus"] if rec else data_or_default(data, task))
+    tokenizer = tokenizer_flag or (rec.get("tokenizer") if rec else None)
+    if data_flag is not None and tokenizer_flag is None and is_token_dir(Path(data_flag).expanduser()):
         tokenizer = None  # token files need no tokenizer, whatever the file used
-    explicit = args.data is not None or args.tokenizer is not None
+    explicit = data_flag is not None or tokenizer_flag is not None
     if rec and not explicit:
         if spec not in (DEFAULT_CORPUS, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():
             raise UserError(
@@ -149,7 +120,7 @@ def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None, arch:
     return corpus
 
 
-def recorded_threads(args: argparse.Namespace) -> int | None:
+def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | None:
     """The CPU thread count a measured run used, when the file records one and no flag overrides it.
 
     CPU sums depend on how work is split across threads, so retraining an exported
@@ -159,7 +130,7 @@ def recorded_threads(args: argparse.Namespace) -> int | None:
         return check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
     metrics = load_arch_file(args.arch).get("metrics") or {}
     threads = metrics.get("threads")
-    if metrics.get("device") == "cpu" and isinstance(threads, int) and threads > 0 and args.device != "cuda":
+    if metrics.get("device") == "cpu" and isinstance(threads, int) and threads > 0 and device != "cuda":
         try:
             return check_number(threads, "metrics.threads", integer=True, high=MAX_THREADS)
         except ConfigError as err:
@@ -179,14 +150,15 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    arch, recipe, budget, data = resolve(args)
-    threads = recorded_threads(args)
+    arch, spec, data = resolve(args)
+    recipe, budget, device = spec.recipe, spec.budget, spec.resources.device
+    threads = recorded_threads(args, device)
     check_outputs(args)
     corpus = load_data(args, data, arch)  # before any progress output: a missing corpus is one line
     file_vocab = arch.vocab_size
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
         arch = arch.with_vocab(corpus.vocab_size)
-        check_training(arch, recipe, budget, corpus, args.device)
+        check_training(arch, recipe, budget, corpus, device)
     except ConfigError as err:
         raise err.in_file(args.arch) from None
     if threads is not None and args.threads is None:
@@ -200,12 +172,12 @@ def run(args: argparse.Namespace) -> int:
             recipe,
             budget,
             corpus,
-            device=args.device,
+            device=device,
             logdir=args.logdir,
             threads=threads,
             save_to=args.save,
             log=stderr_log,
-            compile=args.compile,
+            compile=spec.resources.compile,
         ).to_dict()
     except Diverged as err:
         spent = Spent.of(err)

@@ -28,7 +28,8 @@ from nas.errors import UserError
 from nas.execution.pool import Pool
 from nas.search.candidate import trial_payload
 from nas.search.driver import Driver, Running, default_pool
-from nas.search.settings import MAX_SEED, SearchSettings
+from nas.search.settings import SearchSettings
+from nas.validate import MAX_SEED
 from nas.search.study import REQUEUED, SETTINGS, check_settings, count_done, open_storage, study_exists
 
 CONFIRM_OF = "confirm_of"  # confirm study user attr: the search study it confirms

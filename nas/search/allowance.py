@@ -133,10 +133,10 @@ class Allowance:
         return " or ".join(parts)
 
     def limits(self) -> str:
-        """The limits as flags, with the FLOPs spent: ``--trials 24, --max-flops 2.4e+12 (2.5e+12 spent)``."""
-        parts = [] if self.trials is None else [f"--trials {self.trials}"]
+        """The limits as spec fields, with the FLOPs spent: ``search.trials 24, search.max_flops 2.4e+12 (2.5e+12 spent)``."""
+        parts = [] if self.trials is None else [f"search.trials {self.trials}"]
         if self.max_flops is not None:
-            parts.append(f"--max-flops {self.max_flops:.3g} ({self.spent:.3g} spent)")
+            parts.append(f"search.max_flops {self.max_flops:.3g} ({self.spent:.3g} spent)")
         return ", ".join(parts)
 
     def progress(self) -> str:

@@ -46,6 +46,7 @@ from nas.search.study import (
     create_new_study,
     load_existing_study,
     record_sampler,
+    record_spec,
     recover_stale,
     requeue,
     take_lease,
@@ -103,7 +104,8 @@ class Driver:
                 if not self.allowance.may_launch(done, 0):
                     report.line(
                         f"study {s.study!r} already has {done} finished trials "
-                        f"({self.allowance.limits()}); nothing to do"
+                        f"({self.allowance.limits()}); nothing to do: raise --search.trials (or "
+                        "--search.max_flops) to continue it, or give a new --study name to start afresh"
                     )
                     return study
             pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
@@ -116,6 +118,7 @@ class Driver:
                         report.line(f"seeded the first generation with: {', '.join(seeds)}")
                 self.study = study
                 self.sampler = record_sampler(study, s)  # what ran, ``auto`` resolved
+                record_spec(study, s.spec)  # the spec of the latest run (only MUTABLE fields can differ)
                 self._search(study, pool, report)
             finally:
                 pool.shutdown()

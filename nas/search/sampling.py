@@ -104,8 +104,13 @@ class SearchSpace:
     # -- helpers --------------------------------------------------------------------------
     @property
     def fingerprint(self) -> str:
-        """Hash of the space's content (not its file name): a study refuses a different space."""
-        blob = json.dumps(thaw(dict(self.raw)), sort_keys=True, default=str)
+        """Hash of the space's content (not its file name): a study refuses a different space.
+
+        The spec's data, search and resources sections are not the space (a study made
+        before they existed hashed the same file without them).
+        """
+        raw = {k: v for k, v in self.raw.items() if k not in ("data", "search", "resources")}
+        blob = json.dumps(thaw(raw), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def max_layers(self, key: str = "n_layers") -> int:

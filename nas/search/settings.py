@@ -1,47 +1,42 @@
-"""What a search run needs, checked where it is made: ``SearchSettings``.
+"""What a search run needs: ``SearchSettings``, made from an experiment spec.
 
-The CLI maps flags to fields and nothing more; every rule about the values
-lives here, so a search built from Python is held to the same rules as one
-built from the command line.  Messages name the flag (``--trials``) because a
-field is the flag of the same name (``cpus_per_trial`` is ``--cpus-per-trial``).
+:meth:`SearchSettings.from_spec` is the one place a spec (``nas.spec``: the
+space file plus flags) becomes the settings a driver runs; ``search`` and
+``confirm`` both come through it.  The values' rules live in the spec's
+sections (``nas.spec.sections``); settings built field by field (tests,
+Python callers) are checked by building those sections from them, so there
+is one set of rules, and messages name the spec field (``search.trials``,
+the file key and the ``--search.trials`` flag).
 
-Two stages: ``__post_init__`` checks the values alone (ranges, names, flags
-that exclude each other) and touches nothing; ``check_environment`` checks
-what the values point at (the corpus, the runs directory, the storage file,
-a Ray address) just before a search starts, since that can change between
-making the settings and running them.
+Two stages: creation checks the values alone and touches nothing;
+``check_environment`` checks what the values point at (the corpus, the runs
+directory, the storage file, a Ray address) just before a search starts,
+since that can change between making the settings and running them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
+from pathlib import Path
 from typing import Any
 
-from evaluators import Budget, TrainRecipe
 from nas.data import data_record
-from nas.errors import UserError
+from nas.errors import ConfigError, UserError
 from nas.search.hurdles import Hurdles
-from nas.search.samplers import SAMPLERS
 from nas.search.space import SearchSpace
 from nas.search.storage import check_storage_url, is_memory_sqlite, sqlite_path
-from nas.validate import (
-    MAX_SECONDS,
-    MAX_SEED,
-    MAX_THREADS,
-    check_number,
-    check_output_file,
-    check_study_name,
-    check_writable_dir,
-)
+from nas.spec import Budget, Resources, SearchSection, Spec, TrainRecipe
+from nas.spec.sections import DEVICES, OBJECTIVES
+from nas.validate import check_output_file, check_study_name, check_writable_dir
 
-OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
-DEVICES = ("auto", "cpu", "cuda")
+__all__ = ["DEVICES", "OBJECTIVES", "SearchSettings", "check_address", "flag"]
 
 
 @dataclasses.dataclass
 class SearchSettings:
-    """Everything a search run needs; the CLI fills it from flags and the space file."""
+    """Everything a search run needs; see :meth:`from_spec`."""
 
     study: str
     storage: str
@@ -78,6 +73,25 @@ class SearchSettings:
     evaluator: str = "lm"
     #: train through torch.compile; not in the fingerprint: it changes speed, not what is measured
     compile: bool = False
+    #: the spec this run was made from, kept whole in the study (None: settings built by hand)
+    spec: Spec | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Spec, space: SearchSpace, *, study: str, storage: str, runs_dir: str,
+                  data: str | None) -> SearchSettings:  # fmt: skip
+        """The settings of a run of ``spec`` (``space`` is its validated space, ``data`` its resolved corpus)."""
+        s, r = spec.search, spec.resources
+        return cls(
+            study=study, storage=storage, space=space, trials=s.wanted_trials(), budget=spec.budget,
+            recipe=spec.recipe, objective=s.objective, sampler=s.sampler, population=s.population,
+            seed=spec.seed, max_flops=s.max_flops,
+            hurdles=Hurdles(s.hurdles, percentile=s.hurdle_percentile, min_trials=s.hurdle_min_trials),
+            workers=r.worker_count(os.cpu_count()), cpus_per_trial=r.cpus_per_trial,
+            gpus_per_trial=r.gpus_per_trial, address=r.address, device=r.device, data=data,
+            tb_dir=str(Path(runs_dir) / study / "tb") if r.tensorboard else None, runs_dir=runs_dir,
+            retries=r.retries, worker_timeout=r.worker_timeout, trial_timeout=r.trial_timeout,
+            local=r.local, dashboard=r.dashboard, evaluator=s.evaluator, compile=r.compile, spec=spec,
+        )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_study_name(self.study, "--study")
@@ -87,34 +101,25 @@ class SearchSettings:
                 "search ends; use a file (sqlite:///path/study.db) or a database server (postgresql://...)"
             )
         if self.trials is None and self.max_flops is None:
-            raise UserError("give --trials, --max-flops or both: a search needs something that ends it")
-        if self.trials is not None:
-            _check_int("trials", self.trials, low=1)
-        if self.max_flops is not None:
-            _check_number("max_flops", self.max_flops, positive=True)
-            if self.budget.kind == "flops" and self.max_flops < self.budget.value:
-                raise UserError(f"--max-flops {self.max_flops:g} is less than one candidate's budget "
-                                f"({self.budget}): no trial could start")
-        _check_int("seed", self.seed, low=0, high=MAX_SEED)
-        _check_int("workers", self.workers, low=1)
-        _check_int("retries", self.retries, low=0)
-        if self.population is not None:
-            _check_int("population", self.population, low=2)  # a population of one has nothing to select from
-        _check_number("cpus_per_trial", self.cpus_per_trial, positive=True, high=MAX_THREADS)  # torch threads
-        _check_number("gpus_per_trial", self.gpus_per_trial, positive=False)
-        _check_number("worker_timeout", self.worker_timeout, positive=True, high=MAX_SECONDS)
-        if self.trial_timeout is not None:
-            _check_number("trial_timeout", self.trial_timeout, positive=True, high=MAX_SECONDS)
-        _check_choice("objective", self.objective, tuple(OBJECTIVES))
-        _check_choice("sampler", self.sampler, SAMPLERS)
-        _check_choice("device", self.device, DEVICES)
-        if self.gpus_per_trial > 0 and self.device == "cpu":
-            raise UserError("--gpus-per-trial > 0 with --device cpu: choose one")
-        if self.local:
-            for field, given in (("address", self.address is not None), ("dashboard", self.dashboard),
-                                 ("workers", self.workers > 1), ("trial_timeout", self.trial_timeout is not None)):
-                if given:
-                    raise UserError(f"--local runs trials one at a time without Ray; drop {flag(field)}")
+            raise UserError("give search.trials, search.max_flops or both: a search needs something that ends it")
+        h = self.hurdles
+        # the spec's sections hold the rules; building them from these fields applies them
+        SearchSection(objective=self.objective, sampler=self.sampler, population=self.population,
+                      seed=self.seed, trials=self.trials, max_flops=self.max_flops, hurdles=h.fractions,
+                      hurdle_percentile=h.percentile, hurdle_min_trials=h.min_trials)  # fmt: skip
+        Resources(workers=self.workers, cpus_per_trial=self.cpus_per_trial, gpus_per_trial=self.gpus_per_trial,
+                  address=self.address, retries=self.retries, worker_timeout=self.worker_timeout,
+                  trial_timeout=self.trial_timeout, device=self.device, compile=self.compile, local=self.local,
+                  dashboard=self.dashboard)  # fmt: skip
+        import evaluators  # the registry of evaluator names (torch: not in nas.spec)
+
+        try:
+            evaluators.check(self.evaluator)
+        except ConfigError as err:
+            raise ConfigError(err.message, "search.evaluator") from None
+        if self.max_flops is not None and self.budget.kind == "flops" and self.max_flops < self.budget.value:
+            raise UserError(f"search.max_flops {self.max_flops:g} is less than one candidate's budget "
+                            f"({self.budget}): no trial could start")  # fmt: skip
 
     def check_environment(self) -> None:
         """Refuse settings whose corpus, directories, storage or Ray address cannot work now.
@@ -152,26 +157,10 @@ class SearchSettings:
         }
 
 
-#: fields whose flag is not ``--`` plus the field name with dashes
-_FLAGS = {"dashboard": "--ray-dashboard"}
-
-
 def flag(field: str) -> str:
-    """The command-line flag that sets ``field``."""
-    return _FLAGS.get(field, "--" + field.replace("_", "-"))
-
-
-def _check_int(field: str, value: Any, low: int, high: int | None = None) -> None:
-    check_number(value, flag(field), integer=True, low=low, high=high)
-
-
-def _check_number(field: str, value: Any, positive: bool, high: float | None = None) -> None:
-    check_number(value, flag(field), low=0, low_open=positive, high=high)
-
-
-def _check_choice(field: str, value: Any, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise UserError(f"{flag(field)} {value!r}; valid: {', '.join(valid)}")
+    """The spec field (and ``--`` flag) that sets the settings field ``field``."""
+    section = "resources" if field in {f.name for f in dataclasses.fields(Resources)} else "search"
+    return f"{section}.{field}"
 
 
 def check_address(address: str) -> None:

@@ -23,6 +23,7 @@ from nas.search.combinations import check_combinations as _check_combinations
 from nas.search.combinations import chosen_options, product
 from nas.search.params import Param, label
 from nas.search.sampling import SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
+from nas.spec import SPEC_KEYS, Spec
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr
 from nas.yamlsafe import read_yaml
 
@@ -33,19 +34,30 @@ __all__ = [
 
 GLOBAL_KEYS = ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "pos_encoding",
                "tie_embeddings", "vocab_size")  # fmt: skip
-TOP_KEYS = ("name", "description", "task", "globals", "layers", "encoder", "constraints", "recipe", "budget",
-            "seed_archs")  # fmt: skip
+TOP_KEYS = ("name", "description", "task", "globals", "layers", "encoder", "constraints", "seed_archs",
+            *SPEC_KEYS)  # fmt: skip
 LAYER_KEYS = ("share", "attention", "ffn")
 CONSTRAINT_KEYS = ("max_params", "max_flops_per_token")
 
 
 def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     """Read and validate a search-space YAML file; errors name the file and the YAML path."""
+    return load_spec(path)[1]
+
+
+def load_spec(path: str | os.PathLike[str]) -> tuple[Spec, SearchSpace]:
+    """The experiment spec in a space file and its validated space; errors name the file and the field."""
     raw = read_yaml(path, "search space")
+    return spec_of(raw, str(path))
+
+
+def spec_of(raw: Any, source: str) -> tuple[Spec, SearchSpace]:
+    """The spec and validated space in a spec file's plain data (``raw``), read from ``source``."""
     try:
-        return parse_space(raw, source=str(path))
+        space = parse_space(raw, source=source)
     except ConfigError as err:
-        raise err.in_file(str(path)) from None
+        raise err.in_file(source) from None
+    return Spec.from_dict(raw, source), space
 
 
 
@@ -71,6 +83,8 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     constraints = _parse_constraints(_section(raw, "constraints") or {})
     recipe = _section(raw, "recipe") or {}
     budget = _section(raw, "budget")
+    for key in ("search", "resources"):
+        _section(raw, key)
     _check_recipe_and_budget(recipe, budget)
     seeds = raw.get("seed_archs", list(SEED_ARCHS))
     if not isinstance(seeds, list) or any(s not in SEED_ARCHS for s in seeds):
@@ -228,7 +242,7 @@ def _parse_attention(raw: Any, path: str) -> tuple[Param, dict[str, BlockChoice]
 
 def _check_recipe_and_budget(recipe: Any, budget: Any) -> None:
     """The recipe and budget a space may carry, checked as ``train`` would check them."""
-    from evaluators.base import Budget, TrainRecipe
+    from nas.spec.training import Budget, TrainRecipe
 
     TrainRecipe.from_dict(recipe)
     if budget is not None:

@@ -20,6 +20,7 @@ from nas.search.lease import DriverLease, Holder, refuse_if_held
 from nas.search.samplers import make_sampler, resolve_sampler, run_seed
 from nas.search.settings import OBJECTIVES, SearchSettings
 from nas.search.space import SearchSpace
+from nas.spec import Spec, describe, differences, is_mutable
 from nas.search.storage import (  # noqa: F401 - re-exported: the read-only commands open studies through here
     default_storage,
     fast_sqlite_commits,
@@ -29,6 +30,7 @@ from nas.search.storage import (  # noqa: F401 - re-exported: the read-only comm
 
 REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
 SETTINGS = "settings"  # study user attr: SearchSettings.fingerprint() of the run that created it
+SPEC = "spec"  # study user attr: the experiment spec (nas.spec) of the study's latest run, whole
 SAMPLER = "sampler"  # study user attr: the sampler (``auto`` resolved) the latest run of the study used
 #: what ``--sampler auto`` continues a study with that has no SAMPLER record: the default before the record
 UNRECORDED_SAMPLER = "nsga2"
@@ -45,10 +47,48 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def check_settings(study: optuna.Study, settings: dict[str, Any]) -> None:
-    """Refuse to continue a study under different settings (the results would not compare)."""
+def check_spec(study: optuna.Study, spec: Spec | None) -> None:
+    """Refuse to continue ``study`` with a spec whose fields differ where trials would no longer compare.
+
+    Names every field that differs.  Fields that may change between runs
+    (``nas.spec.MUTABLE``: trial counts, sampler, resources) and the space's name
+    and description pass; the data is compared by content (:func:`check_settings`).
+    """
+    old = study.user_attrs.get(SPEC)
+    if spec is None or not isinstance(old, dict):
+        return
+    diffs = [d for d in differences(old, spec.to_dict()) if not d[0].startswith("data.")]
+    fixed = [d for d in diffs if not is_mutable(d[0])]
+    if fixed:
+        raise UserError(
+            f"--study {study.study_name!r} was run with other values of {len(fixed)} field(s) that decide what a "
+            f"trial measures: {describe(fixed)}; continue with the study's own spec (leave out --space; "
+            "`show --study S --spec` prints it) or choose a new --study name"
+        )
+
+
+def record_spec(study: optuna.Study, spec: Spec | None) -> None:
+    """Keep ``spec`` whole in ``study`` (the driver, under its lease): what ``show --spec`` prints."""
+    if spec is not None and study.user_attrs.get(SPEC) != spec.to_dict():
+        study.set_user_attr(SPEC, spec.to_dict())
+
+
+def stored_spec(study: optuna.Study) -> Spec | None:
+    """The spec ``study`` keeps (None: made before studies kept one, or not by ``search``)."""
+    raw = study.user_attrs.get(SPEC)
+    return Spec.from_dict(raw, f"the spec of study {study.study_name!r}") if isinstance(raw, dict) else None
+
+
+def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: bool = False) -> None:
+    """Refuse to continue a study under different settings (the results would not compare).
+
+    With ``spec_checked`` (the study keeps its spec, compared field by field already)
+    only the data is compared here, by content.
+    """
     old = study.user_attrs[SETTINGS]
-    for key in ("space_fingerprint", "objective", "budget", "recipe", "data", "seed", "evaluator"):
+    keys = ("data",) if spec_checked else ("space_fingerprint", "objective", "budget", "recipe", "data", "seed",
+                                            "evaluator")  # fmt: skip
+    for key in keys:
         if key == "space_fingerprint" and key in old and old[key] != settings.get(key):
             raise UserError(
                 f"--study {study.study_name!r} was run with a different search space "
@@ -98,7 +138,8 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
             f"--study {settings.study!r} has {len(study.directions)} objective(s); "
             f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
         )
-    check_settings(study, settings.fingerprint())
+    check_spec(study, settings.spec)
+    check_settings(study, settings.fingerprint(), spec_checked=SPEC in study.user_attrs)
     study.sampler = _sampler(settings, sampler_name(settings, study), len(study.get_trials(deepcopy=False)))
     fast_sqlite_commits(storage)  # only now: a study refused above is left exactly as it was
     return study
@@ -139,6 +180,7 @@ def create_new_study(
         set_metric_names(study)
         seeds = enqueue_seed_archs(study, settings.space)
         study.set_user_attr(SAMPLER, sampler_name(settings))
+        record_spec(study, settings.spec)
         study.set_user_attr(SETTINGS, settings.fingerprint())
     except BaseException:
         lease.release()

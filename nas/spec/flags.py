@@ -1,0 +1,171 @@
+"""Command-line flags derived from the spec's dataclasses: ``--section.field VALUE``.
+
+Every field of ``recipe``, ``data``, ``search`` and ``resources`` becomes a
+flag named after it (``--search.trials``), with its short alias where it has
+one (``--trials``: one flag, two spellings, so they cannot disagree); the
+budget's four kinds are ``--budget.steps`` ... (at most one).  A flag's
+default is "not given" (``argparse.SUPPRESS``), so a field set in the file and
+not on the command line keeps the file's value; :func:`overrides` collects
+what was given and :func:`apply` puts it into a spec, where the sections'
+checks run.  Nothing here maps a field to a flag by hand.
+
+Why not tyro or jsonargparse (both derive a CLI from dataclasses, and
+jsonargparse reads a YAML file with ``--a.b`` overrides): the CLI is argparse
+subcommands with a house rule for mistakes (one line, exit 2, the field and
+what is valid), the spec file is read by our own YAML reader (duplicate keys
+and non-finite numbers refused, errors with line numbers) and is also the
+search-space file, and "not given" must be told apart from "given as the
+default".  Each library would have to be bent on all three; the derivation
+below is one loop over ``dataclasses.fields`` (docs/spec.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nas.spec.sections import SECTIONS, DataSpec, Resources, SearchSection
+from nas.spec.spec import Spec
+from nas.spec.training import BUDGET_KINDS, RECIPE_HELP, Budget, TrainRecipe
+
+#: the budget kinds' short flags
+BUDGET_ALIASES = {"steps": "--steps", "tokens": "--tokens", "flops": "--budget-flops", "seconds": "--seconds"}
+BUDGET_HELP = {"steps": "optimizer steps", "tokens": "training tokens (e.g. 2e6)",
+               "flops": "training FLOPs (e.g. 1e13); bigger models see fewer tokens",
+               "seconds": "wall-clock seconds of training"}  # fmt: skip
+#: the recipe fields with a short flag
+RECIPE_ALIASES = {"seed": "--seed"}
+
+BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+ALL_SECTIONS = ("recipe", "budget", "data", "search", "resources")
+
+
+def _classes() -> dict[str, Any]:
+    return {"recipe": TrainRecipe, **SECTIONS}
+
+
+def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = ALL_SECTIONS,
+                   only: Mapping[str, Iterable[str]] | None = None) -> None:  # fmt: skip
+    """Add a ``--section.field`` flag for every field of ``sections`` (``only[section]``: those fields)."""
+    only = only or {}
+    for section in sections:
+        group = parser.add_argument_group(f"{section} (the spec file's `{section}:` section)")
+        if section == "budget":
+            excl = group.add_mutually_exclusive_group()
+            for kind in BUDGET_KINDS:
+                excl.add_argument(f"--budget.{kind}", BUDGET_ALIASES[kind], dest=f"budget.{kind}",
+                                  type=_parser(float if kind != "steps" else int), default=argparse.SUPPRESS,
+                                  metavar=kind.upper(), help=BUDGET_HELP[kind])  # fmt: skip
+            continue
+        cls = _classes()[section]
+        hints = typing.get_type_hints(cls)
+        wanted = set(only.get(section, ())) or None
+        for f in dataclasses.fields(cls):
+            if wanted is not None and f.name not in wanted:
+                continue
+            meta = f.metadata
+            alias = meta.get("alias") or (RECIPE_ALIASES.get(f.name) if section == "recipe" else None)
+            names = [f"--{section}.{f.name}"] + ([alias] if alias else [])
+            kind = _base_type(hints[f.name])
+            default = f.default if f.default is not dataclasses.MISSING else None
+            help_text = meta.get("help") or RECIPE_HELP.get(f.name, "")
+            help_text = f"{help_text} (default: {_show(default)})" if default not in (None, ()) else help_text
+            extra: dict[str, Any] = {"metavar": meta.get("metavar")}
+            if kind is bool:
+                extra = {"nargs": "?", "const": True, "metavar": "BOOL"}
+            group.add_argument(*names, dest=f"{section}.{f.name}", type=_parser(kind),
+                               default=argparse.SUPPRESS, help=help_text, **extra)  # fmt: skip
+    if "resources" in sections and (not only.get("resources") or "tensorboard" in only["resources"]):
+        # the one negative alias: `--no-tensorboard` is `--resources.tensorboard false`
+        parser.add_argument("--no-tensorboard", dest="resources.tensorboard", action="store_false",
+                            default=argparse.SUPPRESS, help="do not write TensorBoard runs")  # fmt: skip
+
+
+def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The spec fields the command line gave: ``{"search": {"trials": 2}, "budget": {"steps": 5}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for dest, value in vars(args).items():
+        section, dot, name = dest.partition(".")
+        if dot and section in ALL_SECTIONS:
+            out.setdefault(section, {})[name] = value
+    return out
+
+
+def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
+    """``spec`` with the fields ``given`` replaced; the sections check the new values."""
+    changes: dict[str, Any] = {}
+    for section, fields_ in given.items():
+        if section == "budget":
+            ((kind, value),) = fields_.items()
+            changes["budget"] = Budget(kind, value)
+        else:
+            changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
+    return dataclasses.replace(spec, **changes)
+
+
+def given_fields(given: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """``{"search.trials", "budget", ...}``: what the command line set."""
+    return {("budget" if s == "budget" else f"{s}.{n}") for s, fs in given.items() for n in fs}
+
+
+def _base_type(hint: Any) -> type:
+    """``int | None`` -> int; ``tuple[float, ...]`` -> tuple."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _base_type(inner)
+    if origin is tuple:
+        return tuple
+    return hint  # type: ignore[no-any-return]
+
+
+def _parser(kind: type) -> Any:
+    """argparse's ``type=`` for a field of ``kind``: the value's text to the value, or a one-line error."""
+
+    def parse(text: str) -> Any:
+        if not text.strip():
+            raise argparse.ArgumentTypeError("is empty; give a value, or leave the flag out (the file's value)")
+        if kind is bool:
+            value = BOOLS.get(text.lower())
+            if value is None:
+                raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+            return value
+        if kind is tuple:  # a list of numbers: 0.25,0.5
+            items = [x.strip() for x in text.split(",")]
+            if not all(items):
+                raise argparse.ArgumentTypeError(f"an empty item in {text!r}; give comma-separated numbers "
+                                                 "like 0.25,0.5")  # fmt: skip
+            return tuple(_number(x, float) for x in items)
+        if kind in (int, float):
+            return _number(text, kind)
+        return text
+
+    parse.__name__ = getattr(kind, "__name__", "value")  # argparse names the type in its messages
+    return parse
+
+
+def _number(text: str, kind: type) -> Any:
+    try:
+        value = float(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    if kind is int:
+        if not value.is_integer():
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+        return int(value)
+    return value
+
+
+def _show(value: Any) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+
+
+__all__ = ["ALL_SECTIONS", "DataSpec", "Resources", "SearchSection", "add_spec_flags", "apply", "overrides"]

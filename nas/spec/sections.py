@@ -1,0 +1,240 @@
+"""The experiment spec's own sections: ``data``, ``search`` and ``resources``.
+
+Each is a frozen dataclass whose fields are the keys of its section in a
+spec (space) file and, through :mod:`nas.spec.flags`, its ``--section.field``
+flags.  A field's metadata carries its help text, the short flag users know
+(``--trials`` for ``search.trials``), and its check; the checks run in
+``__post_init__``, so a section built from a file, from flags or from Python
+is held to the same rules.  ``None`` means "decided at run time" (the number
+of workers: the machine's CPUs) and is said so in the help.
+
+Torch-free: the read-only commands import this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from nas.errors import ConfigError
+from nas.validate import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_number
+
+OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
+SAMPLERS = ("auto", "nsga2", "evolution", "tpe", "random")
+DEVICES = ("auto", "cpu", "cuda")
+#: trials a search wants when neither ``search.trials`` nor ``search.max_flops`` says
+DEFAULT_TRIALS = 20
+
+
+def field(default: Any, help: str, *, alias: str | None = None, check: Any = None,
+          metavar: str | None = None) -> Any:  # fmt: skip
+    """A spec field: its default, help, the short flag that is an alias of it, and its check."""
+    meta = {"help": help, "alias": alias, "check": check, "metavar": metavar}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def integer(low: int, high: int | None = None) -> Any:
+    return lambda value, name: check_number(value, name, integer=True, low=low, high=high)
+
+
+def number(positive: bool = True, high: float | None = None) -> Any:
+    return lambda value, name: check_number(value, name, low=0, low_open=positive, high=high)
+
+
+def one_of(valid: tuple[str, ...]) -> Any:
+    def check(value: Any, name: str) -> None:
+        if value not in valid:
+            raise ConfigError(f"{value!r} is not valid; valid: {', '.join(valid)}", name)
+
+    return check
+
+
+def text(value: Any, name: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"must be a non-empty string, got {value!r}", name)
+
+
+def fractions(value: Any, name: str) -> None:
+    """Hurdle fractions: each strictly between 0 and 1, increasing, none twice."""
+    if not isinstance(value, tuple) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+        raise ConfigError(f"must be a list of fractions like [0.25, 0.5], got {value!r}", name)
+    if any(not (math.isfinite(v) and 0.0 < v < 1.0) for v in value):
+        raise ConfigError(f"each fraction must be between 0 and 1 (exclusive), got {list(value)}", name)
+    if list(value) != sorted(set(value)):
+        raise ConfigError(f"fractions must be increasing and distinct, got {list(value)}", name)
+
+
+class Section:
+    """What the three sections share: checks on creation, and plain data in and out."""
+
+    #: the section's key in a spec file and the prefix of its flags
+    NAME = ""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, list):  # YAML lists: frozen as tuples
+                value = tuple(value)
+                object.__setattr__(self, f.name, value)
+            check = f.metadata.get("check")
+            if check is not None and value is not None:
+                check(value, f"{self.NAME}.{f.name}")
+            elif value is None and f.default is not None:
+                raise ConfigError(f"must be set (default {f.default!r}); leave it out for the default",
+                                  f"{self.NAME}.{f.name}")  # fmt: skip
+            if isinstance(f.default, bool) and not isinstance(value, bool):
+                raise ConfigError(f"must be true or false, got {value!r}", f"{self.NAME}.{f.name}")
+        self.check()
+
+    def check(self) -> None:
+        """Rules between fields (one field's check cannot see the others)."""
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Any:
+        """The section from its mapping in a file; an unknown key is refused, naming the valid ones."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"must be a mapping, got {raw!r}", cls.NAME)
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(str(k) for k in set(raw) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown key; valid keys: {', '.join(names)}", f"{cls.NAME}.{unknown[0]}")
+        return cls(**{k: _number_text(v) for k, v in raw.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
+
+
+def _number_text(value: Any) -> Any:
+    """YAML reads 1e12 (no dot) as a string: a number it is."""
+    if isinstance(value, str):
+        try:
+            number_ = float(value)
+        except ValueError:
+            return value
+        return number_ if math.isfinite(number_) else value
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec(Section):
+    """What the candidates train on; the vocabulary comes from it."""
+
+    NAME = "data"
+
+    corpus: str | None = field(
+        None, "text file or directory, a token-file directory (train.bin, val.bin, meta.json), or a parallel "
+        "directory for seq2seq (default: Shakespeare; shakespeare-reversed for seq2seq)",
+        alias="--data", check=text, metavar="PATH")  # fmt: skip
+    tokenizer: str | None = field(
+        None, "a Hugging Face tokenizer.json: tokenizes the text corpus once (cached)",
+        alias="--tokenizer", check=text, metavar="FILE")  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> DataSpec:
+        if isinstance(raw, str):  # `data: PATH`, as architecture files write it
+            return cls(corpus=raw)
+        if isinstance(raw, Mapping) and "corpus" in raw and set(raw) - {"corpus", "tokenizer"}:
+            # an exported record (corpus, vocab_size, fingerprint, ...): what trains is corpus + tokenizer
+            return cls(corpus=raw["corpus"], tokenizer=raw.get("tokenizer"))
+        return super().from_dict(raw)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSection(Section):
+    """How the search proceeds: objective, sampler, how many trials, hurdles."""
+
+    NAME = "search"
+
+    objective: str = field("loss+flops", "loss+flops: Pareto front of validation loss and FLOPs/token; loss: "
+                           "validation loss at the fixed budget", alias="--objective", check=one_of(tuple(OBJECTIVES)))  # fmt: skip
+    sampler: str = field(
+        "auto", "auto: the sampler measured to reach a good loss in the fewest trials (docs/BENCHMARKS.md); "
+        "a continued study keeps the one it ran with", alias="--sampler", check=one_of(SAMPLERS))  # fmt: skip
+    population: int | None = field(
+        None, "population of nsga2/evolution (default: a third of the trials, 4 to 50; 20 under max_flops "
+        "alone); tpe starts with min(5, population) random trials", alias="--population", check=integer(2))  # fmt: skip
+    seed: int | None = field(None, "seed of the sampler (default: recipe.seed)", check=integer(0, MAX_SEED))
+    trials: int | None = field(
+        None, f"finished trials wanted in the study (default {DEFAULT_TRIALS}; with max_flops: no limit)",
+        alias="--trials", check=integer(1))  # fmt: skip
+    max_flops: float | None = field(
+        None, "training FLOPs the whole search may spend (e.g. 2.4e12); with hurdles, every candidate stopped "
+        "early buys more candidates", alias="--max-flops", check=number(), metavar="FLOPS")  # fmt: skip
+    hurdles: tuple[float, ...] = field(
+        (), "budget fractions where weak candidates stop, e.g. 0.25,0.5", alias="--hurdles", check=fractions)  # fmt: skip
+    hurdle_percentile: float = field(
+        50.0, "a candidate continues if its loss is at or below this percentile of earlier architectures' "
+        "losses at the hurdle", alias="--hurdle-percentile", check=number(high=100.0))  # fmt: skip
+    hurdle_min_trials: int = field(
+        3, "a hurdle stops candidates once this many earlier architectures reached it",
+        alias="--hurdle-min-trials", check=integer(1), metavar="N")  # fmt: skip
+    evaluator: str = field(
+        "lm", "lm: train each candidate; proxy:params / proxy:flops: score without training",
+        alias="--evaluator", check=text)  # fmt: skip
+
+    def check(self) -> None:
+        # the evaluator's name is checked by the search (nas.search.settings): its registry imports torch
+        if self.hurdles == () and (self.hurdle_percentile != 50.0 or self.hurdle_min_trials != 3):
+            which = "hurdle_percentile" if self.hurdle_percentile != 50.0 else "hurdle_min_trials"
+            raise ConfigError("applies to hurdles, and search.hurdles is empty; set search.hurdles "
+                              "(--hurdles 0.25,0.5) or leave it out", f"search.{which}")  # fmt: skip
+
+    def wanted_trials(self) -> int | None:
+        """Finished trials wanted: as given, else the default unless the compute ends the search."""
+        if self.trials is not None:
+            return self.trials
+        return None if self.max_flops is not None else DEFAULT_TRIALS
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources(Section):
+    """Where and how the trials run.  These may change between runs of one study."""
+
+    NAME = "resources"
+
+    workers: int | None = field(None, "concurrent trials (default: one per CPU, at most 2; 1 with local)",
+                                alias="--workers", check=integer(1))  # fmt: skip
+    cpus_per_trial: float = field(1.0, "CPU threads per trial", alias="--cpus-per-trial",
+                                  check=number(high=MAX_THREADS))  # fmt: skip
+    gpus_per_trial: float = field(0.0, "GPUs per trial (fractions pack several trials on a GPU)",
+                                  alias="--gpus-per-trial", check=number(positive=False))  # fmt: skip
+    address: str | None = field(None, "join an existing Ray cluster (e.g. 10.0.0.1:6379 or auto)",
+                                alias="--address", check=text)  # fmt: skip
+    retries: int = field(2, "re-runs of a trial whose worker died", alias="--retries", check=integer(0))
+    worker_timeout: float = field(
+        300.0, "seconds a Ray worker may take to start or restart before the search goes on with fewer",
+        alias="--worker-timeout", check=number(high=MAX_SECONDS), metavar="SECONDS")  # fmt: skip
+    trial_timeout: float | None = field(
+        None, "seconds a trial may run before its worker is killed and it ends FAIL 'timed out' "
+        "(default: no limit)", alias="--trial-timeout", check=number(high=MAX_SECONDS), metavar="SECONDS")  # fmt: skip
+    device: str = field("auto", "where to train (auto: CUDA if present)", alias="--device", check=one_of(DEVICES))
+    compile: bool = field(False, "train each candidate through torch.compile (compile time reported apart; "
+                          "a candidate that fails to compile trains eager)", alias="--compile")  # fmt: skip
+    local: bool = field(False, "no Ray: run the trials one at a time in this process (for debugging)",
+                        alias="--local")  # fmt: skip
+    dashboard: bool = field(False, "start the Ray dashboard", alias="--ray-dashboard")
+    tensorboard: bool = field(True, "write per-trial TensorBoard runs")
+
+    def check(self) -> None:
+        if self.gpus_per_trial > 0 and self.device == "cpu":
+            raise ConfigError("> 0 with resources.device cpu: choose one", "resources.gpus_per_trial")
+        if self.local:
+            for name, given in (("address", self.address is not None), ("dashboard", self.dashboard),
+                                ("workers", (self.workers or 1) > 1),
+                                ("trial_timeout", self.trial_timeout is not None)):  # fmt: skip
+                if given:
+                    raise ConfigError("resources.local runs trials one at a time without Ray; drop "
+                                      f"resources.{name}", f"resources.{name}")  # fmt: skip
+
+    def worker_count(self, cpus: int | None) -> int:
+        """``workers``, or the default for this machine (``cpus`` CPUs)."""
+        if self.workers is not None:
+            return self.workers
+        return 1 if self.local else max(1, min(2, cpus or 1))
+
+
+SECTIONS: dict[str, type[Section]] = {"data": DataSpec, "search": SearchSection, "resources": Resources}
