@@ -23,12 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nas.errors import ConfigError
 from nas.models import ArchConfig
-from nas.validate import finite_or_none
-from nas.yamlsafe import read_yaml
+from nas.yamlsafe import dump_yaml, read_yaml
 
 __all__ = ["SECTIONS", "dump_yaml", "load_arch", "load_arch_file", "read_yaml", "save_arch",
            "write_text_atomic"]
@@ -61,11 +58,6 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 def load_arch(path: str | os.PathLike[str]) -> ArchConfig:
     """The ArchConfig in an architecture file (bare or with the other sections)."""
     return load_arch_file(path)["arch"]
-
-
-def dump_yaml(data: Any) -> str:
-    """YAML text of plain data, non-finite floats written as null (``read_yaml`` refuses them)."""
-    return yaml.safe_dump(finite_or_none(data), sort_keys=False, default_flow_style=None, width=100)
 
 
 

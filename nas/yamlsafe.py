@@ -33,7 +33,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from nas.errors import UserError
-from nas.validate import non_finite_path
+from nas.validate import finite_or_none, non_finite_path
 
 #: the largest file read; an exported 4096-layer architecture is about 350 KB
 MAX_BYTES = 2 * 2**20
@@ -214,3 +214,8 @@ def _user_error(err: yaml.YAMLError, source: str, what: str) -> UserError:
         return UserError(f"{source}{where}: the tag !!{tag} is not allowed (a {what} holds plain data, no "
                          "Python objects)")  # fmt: skip
     return UserError(f"{source}: malformed YAML{where}: {problem}")
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML text of plain data, non-finite floats written as null (``read_yaml`` refuses them)."""
+    return yaml.safe_dump(finite_or_none(data), sort_keys=False, default_flow_style=None, width=100)

@@ -17,6 +17,7 @@ from typing import Any
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import UserError
+from nas.spec.flags import add_spec_flags, apply, overrides
 from nas.validate import check_output_file
 
 DEFAULT_TOP = 3
@@ -39,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--top", type=positive_int, default=None, help=f"finalists to confirm (default {DEFAULT_TOP})"
     )
     which.add_argument(
-        "--trials", type=non_empty, default=None, help="confirm these trial numbers instead, e.g. 3,17,21"
-    )
+        "--trial", type=non_empty, default=None, metavar="N[,M...]",
+        help="confirm these trial numbers instead of the top K, e.g. 3,17,21",
+    )  # fmt: skip
     p.add_argument(
         "--seeds",
         type=positive_int,
@@ -59,8 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=None,
         metavar="FILE",
-        help="a baseline architecture file (repeatable; default: the space's seed architectures "
-        "as the search ran them)",
+        help="a baseline architecture file or shipped name (repeatable; default: the space's seed "
+        "architectures as the search ran them)",
     )
     p.add_argument(
         "--lrs",
@@ -69,16 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="learning rates to sweep at the first seed per architecture and scale; the best is "
         "used for the other seeds (default: the study's recipe lr)",
     )
-    p.add_argument(
-        "--workers", type=positive_int, default=None, help="concurrent runs (default 2, 1 with --local)"
-    )
-    p.add_argument("--cpus-per-trial", type=float, default=1.0)
-    p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per run (fractions allowed)")
-    p.add_argument("--address", default=None, help="join an existing Ray cluster")
-    p.add_argument("--retries", type=int, default=2, help="re-runs of a run whose worker died")
-    p.add_argument("--local", action="store_true", help="no Ray: one run at a time in this process")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--no-tensorboard", action="store_true", help="do not write per-run TensorBoard logs")
+    add_spec_flags(p, ("resources",))
     p.add_argument(
         "--json", action="store_true", help='print {"runs", "summary", "rank_correlation", ...} as JSON'
     )
@@ -140,12 +133,12 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
 
     scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
     lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
-    numbers = parse_list(args.trials, "--trials", int) if args.trials else None
+    numbers = parse_list(args.trial, "--trial", int) if args.trial else None
     if args.report is not None:  # a rerun continues the confirmation and rewrites its report: no --force
         check_output_file(args.report, "--report", example="confirm.md")
         _check_not_someone_elses(Path(args.report))
     study, url = open_study(args)
-    record, space = _search_record(args.study, study)
+    record, spec, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
     top = args.top or DEFAULT_TOP
     finals = finalists(study, top, numbers)
@@ -153,7 +146,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         front = "Pareto front" if len(study.directions) > 1 else "leaderboard"
         print(
             f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); confirming those "
-            "(--trials N,M,... adds others)",
+            "(--trial N,M,... names others)",
             file=sys.stderr,
         )
     bases = _baselines(args.baseline, study, space.seed_archs, data, space.task)
@@ -177,7 +170,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(range(seed0, seed0 + args.seeds)),
         tuple(lrs),
     )
-    return _settings(args, name, url, space, record, data, seed0), every, plan, url
+    return _settings(args, name, url, spec, space, data, seed0), every, plan, url
 
 
 def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int) -> None:
@@ -194,11 +187,17 @@ def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int)
                         f"seeds and learning rates); at most {MAX_RUNS:,} in one confirmation")  # fmt: skip
 
 
-def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any]:
-    """The search study's settings record and its space, refused if either cannot be confirmed."""
+def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
+    """The search study's settings record, its spec and its space, refused if they cannot be confirmed.
+
+    The spec is the one the study keeps; a study from before studies kept one gets it
+    from its record and its space file (which must not have changed).
+    """
     from nas.confirm import CONFIRM_OF
     from nas.search.report import settings_of
-    from nas.search.space import load_space
+    from nas.search.space import load_spec, spec_of
+    from nas.search.study import stored_spec
+    from nas.spec import Budget, TrainRecipe
 
     if CONFIRM_OF in study.user_attrs:
         raise UserError(
@@ -208,46 +207,33 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any]:
     missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
     if missing:
         raise UserError(f"--study {name!r} records no {missing[0]} (it was not made by `search`)")
-    space = load_space(record["space_file"])
+    spec = stored_spec(study)
+    if spec is not None:
+        return record, *spec_of(spec.to_dict(), spec.source)
+    spec, space = load_spec(record["space_file"])
     if record.get("space_fingerprint") not in (None, space.fingerprint):
         raise UserError(
             f"{record['space_file']} changed since --study {name!r} searched it "
             f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})"
         )
-    return record, space
+    spec = spec.replace(recipe=TrainRecipe.from_dict(record["recipe"]), budget=Budget.from_dict(record["budget"]),
+                        search={"objective": record["objective"], "evaluator": record.get("evaluator", "lm")})  # fmt: skip
+    return record, spec, space
 
 
-def _settings(args: argparse.Namespace, name: str, url: str, space: Any, record: dict[str, Any],
-              data: str | None, seed0: int) -> Any:  # fmt: skip
-    """The confirmation's own search settings: its study, the search's budget, recipe and data."""
-    from evaluators import Budget, TrainRecipe
-    from nas.search.hurdles import Hurdles
+def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: Any, data: str | None,
+              seed0: int) -> Any:  # fmt: skip
+    """The confirmation's own settings: the search's spec, one run at a time from a queue, the
+    resources this command was given."""
     from nas.search.settings import SearchSettings
+    from nas.spec import Resources
 
-    runs = Path(args.runs_dir)
-    return SearchSettings(
-        study=name,
-        storage=url,
-        space=space,
-        trials=1,
-        budget=Budget.from_dict(record["budget"]),
-        recipe=TrainRecipe.from_dict(record["recipe"]),
-        objective="loss",
-        sampler="random",
-        seed=seed0,
-        hurdles=Hurdles(),
-        workers=args.workers or (1 if args.local else 2),
-        cpus_per_trial=args.cpus_per_trial,
-        gpus_per_trial=args.gpus_per_trial,
-        address=args.address,
-        device=args.device,
-        data=data,
-        tb_dir=None if args.no_tensorboard else str(runs / name / "tb"),
-        runs_dir=str(runs),
-        retries=args.retries,
-        local=args.local,
-        evaluator=record.get("evaluator", "lm"),
-    )
+    resources = apply(spec.replace(resources=Resources()), overrides(args)).resources
+    search = {"objective": "loss", "sampler": "random", "trials": 1, "max_flops": None, "population": None,
+              "hurdles": (), "hurdle_percentile": 50.0, "hurdle_min_trials": 3, "seed": seed0}  # fmt: skip
+    confirm_spec = spec.replace(search=search, resources=resources)
+    return SearchSettings.from_spec(confirm_spec, space, study=name, storage=url, runs_dir=args.runs_dir,
+                                    data=data)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

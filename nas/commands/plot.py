@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import positive_int
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=10,
         help="how many of the lowest-loss trials blocks_by_layer.png counts (default: 10)",
     )
+    p.add_argument("--json", action="store_true", help="print the files written as a JSON list")
     p.set_defaults(func=run)
 
 
@@ -33,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
     study, _ = open_study(args)
     from nas.plots import plot_study  # matplotlib only when plotting
 
-    for path in plot_study(study, args.out, args.top):
-        print(path)
+    paths = [str(p) for p in plot_study(study, args.out, args.top)]
+    print(json.dumps(paths, indent=2) if args.json else "\n".join(paths))
     return 0

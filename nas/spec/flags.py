@@ -29,6 +29,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nas.errors import ConfigError
 from nas.spec.sections import SECTIONS, DataSpec, Resources, SearchSection
 from nas.spec.spec import Spec
 from nas.spec.training import BUDGET_KINDS, RECIPE_HELP, Budget, TrainRecipe
@@ -76,6 +77,9 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
             help_text = meta.get("help") or RECIPE_HELP.get(f.name, "")
             help_text = f"{help_text} (default: {_show(default)})" if default not in (None, ()) else help_text
             extra: dict[str, Any] = {"metavar": meta.get("metavar")}
+            valid = getattr(meta.get("check"), "valid", None)
+            if valid is not None:  # a choice: argparse lists the valid values
+                extra["choices"] = valid
             if kind is bool:
                 extra = {"nargs": "?", "const": True, "metavar": "BOOL"}
             group.add_argument(*names, dest=f"{section}.{f.name}", type=_parser(kind),
@@ -100,11 +104,17 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
     """``spec`` with the fields ``given`` replaced; the sections check the new values."""
     changes: dict[str, Any] = {}
     for section, fields_ in given.items():
-        if section == "budget":
-            ((kind, value),) = fields_.items()
-            changes["budget"] = Budget(kind, value)
-        else:
-            changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
+        try:
+            if section == "budget":
+                ((kind, value),) = fields_.items()
+                changes["budget"] = Budget(kind, value)
+            else:
+                changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
+        except ConfigError as err:  # a flag's value: name the flag (a file's value keeps the file's name)
+            flag = err.path if err.path.startswith(f"{section}.") and err.path.split(".", 1)[1] in fields_ else ""
+            if section == "budget" or flag:
+                raise ConfigError(err.message, "--" + (flag or err.path)) from None
+            raise
     return dataclasses.replace(spec, **changes)
 
 

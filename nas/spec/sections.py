@@ -48,6 +48,7 @@ def one_of(valid: tuple[str, ...]) -> Any:
         if value not in valid:
             raise ConfigError(f"{value!r} is not valid; valid: {', '.join(valid)}", name)
 
+    check.valid = valid  # type: ignore[attr-defined]  # the flag offers these as argparse choices
     return check
 
 

@@ -32,30 +32,30 @@ def test_valid_settings_are_accepted() -> None:
 @pytest.mark.parametrize(
     "over,words",
     [
-        ({"trials": 0}, ["--trials", "positive integer", "0"]),
-        ({"trials": 2.5}, ["--trials", "integer"]),
-        ({"seed": -1}, ["--seed"]),
-        ({"seed": 2**32}, ["--seed", "4294967295"]),
-        ({"workers": 0}, ["--workers"]),
-        ({"retries": -1}, ["--retries"]),
-        ({"population": 0}, ["--population"]),
-        ({"cpus_per_trial": 0.0}, ["--cpus-per-trial", "(0, 4096]"]),
-        ({"cpus_per_trial": float("nan")}, ["--cpus-per-trial", "finite"]),
-        ({"gpus_per_trial": -1.0}, ["--gpus-per-trial", ">= 0"]),
-        ({"worker_timeout": float("inf")}, ["--worker-timeout"]),
-        ({"trial_timeout": 0}, ["--trial-timeout"]),
-        ({"objective": "speed"}, ["--objective", "loss+flops"]),
-        ({"sampler": "genetic"}, ["--sampler", "nsga2"]),
-        ({"device": "tpu"}, ["--device", "cuda"]),
-        ({"gpus_per_trial": 1.0, "device": "cpu"}, ["--gpus-per-trial", "--device cpu"]),
+        ({"trials": 0}, ["search.trials", "positive integer", "0"]),
+        ({"trials": 2.5}, ["search.trials", "integer"]),
+        ({"seed": -1}, ["search.seed"]),
+        ({"seed": 2**32}, ["search.seed", "4294967295"]),
+        ({"workers": 0}, ["resources.workers"]),
+        ({"retries": -1}, ["resources.retries"]),
+        ({"population": 0}, ["search.population"]),
+        ({"cpus_per_trial": 0.0}, ["resources.cpus_per_trial", "(0, 4096]"]),
+        ({"cpus_per_trial": float("nan")}, ["resources.cpus_per_trial", "finite"]),
+        ({"gpus_per_trial": -1.0}, ["resources.gpus_per_trial", ">= 0"]),
+        ({"worker_timeout": float("inf")}, ["resources.worker_timeout"]),
+        ({"trial_timeout": 0}, ["resources.trial_timeout"]),
+        ({"objective": "speed"}, ["search.objective", "loss+flops"]),
+        ({"sampler": "genetic"}, ["search.sampler", "nsga2"]),
+        ({"device": "tpu"}, ["resources.device", "cuda"]),
+        ({"gpus_per_trial": 1.0, "device": "cpu"}, ["resources.gpus_per_trial", "resources.device cpu"]),
         ({"study": ""}, ["--study"]),
         ({"study": "a/b"}, ["--study"]),
         ({"study": "two\nlines"}, ["--study"]),
         ({"study": ".hidden"}, ["--study"]),
-        ({"local": True, "address": "auto"}, ["--local", "--address"]),
-        ({"local": True, "dashboard": True}, ["--local", "--ray-dashboard"]),
-        ({"local": True, "workers": 2}, ["--local", "--workers"]),
-        ({"local": True, "trial_timeout": 5.0}, ["--local", "--trial-timeout"]),
+        ({"local": True, "address": "auto"}, ["resources.local", "resources.address"]),
+        ({"local": True, "dashboard": True}, ["resources.local", "resources.dashboard"]),
+        ({"local": True, "workers": 2}, ["resources.local", "resources.workers"]),
+        ({"local": True, "trial_timeout": 5.0}, ["resources.local", "resources.trial_timeout"]),
     ],
 )
 def test_settings_refuse_bad_values_naming_the_flag(over: dict[str, Any], words: list[str]) -> None:
@@ -68,8 +68,9 @@ def test_settings_refuse_bad_values_naming_the_flag(over: dict[str, Any], words:
 
 
 def test_flag_names() -> None:
-    assert flag("cpus_per_trial") == "--cpus-per-trial"
-    assert flag("dashboard") == "--ray-dashboard"
+    assert flag("cpus_per_trial") == "resources.cpus_per_trial"
+    assert flag("dashboard") == "resources.dashboard"
+    assert flag("trials") == "search.trials"
 
 
 def test_check_environment_names_what_is_missing(tmp_path: Path) -> None:
