@@ -1,0 +1,209 @@
+"""The experiment spec: one file is the run, every field a flag, the study keeps it whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from nas.cli import build_parser, main
+from nas.commands.search import resolve_spec
+from nas.search.study import SPEC
+from nas.spec import Spec, differences, is_mutable
+from nas.spec.flags import ALL_SECTIONS, _base_type, add_spec_flags, apply, overrides
+from nas.spec.sections import SECTIONS
+from nas.spec.training import BUDGET_KINDS, TrainRecipe
+
+TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
+
+
+def _other_value(section: str, name: str, default: Any, kind: type) -> Any:
+    """A valid value of the field other than its default, for the all-fields tests."""
+    special = {
+        ("search", "objective"): "loss", ("search", "sampler"): "random", ("search", "evaluator"): "proxy:params",
+        ("search", "hurdles"): [0.25, 0.5], ("search", "hurdle_percentile"): 40.0,
+        ("search", "population"): 6, ("resources", "device"): "cpu", ("resources", "address"): "auto",
+        ("data", "corpus"): "some/corpus.txt", ("data", "tokenizer"): "tok.json", ("recipe", "decay"): "weights_only",
+        ("recipe", "seq_len"): 8, ("recipe", "beta1"): 0.8, ("recipe", "beta2"): 0.9, ("recipe", "min_lr_ratio"): 0.5,
+        ("recipe", "warmup_frac"): 0.2, ("resources", "gpus_per_trial"): 0.5,
+    }  # fmt: skip
+    if (section, name) in special:
+        return special[(section, name)]
+    if kind is bool:
+        return not default
+    if kind is int:
+        return (default or 1) + 3
+    if kind is float:
+        return (default or 1.0) * 3
+    raise AssertionError(f"no test value for {section}.{name}")
+
+
+def every_field() -> list[tuple[str, str, Any, str]]:
+    """(section, field, a non-default value, its flag text) for every field of every section."""
+    out = []
+    for section, cls in {"recipe": TrainRecipe, **SECTIONS}.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            value = _other_value(section, f.name, f.default, _base_type(hints[f.name]))
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value).lower() if isinstance(
+                value, bool) else str(value)  # fmt: skip
+            out.append((section, f.name, value, text))
+    for kind in BUDGET_KINDS:
+        out.append(("budget", kind, 7, "7"))
+    return out
+
+
+FIELDS = every_field()
+
+
+def _spec_file(tmp_path: Path, section: str, name: str, value: Any) -> Path:
+    raw = yaml.safe_load(TINY_SPACE.read_text())
+    if section == "budget":
+        raw["budget"] = {name: value}
+    else:
+        raw.setdefault(section, {})[name] = value
+    if (section, name) in (("search", "hurdle_percentile"), ("search", "hurdle_min_trials")):
+        raw["search"]["hurdles"] = [0.5]  # those apply to hurdles only
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _value(spec: Spec, section: str, name: str) -> Any:
+    if section == "budget":
+        return spec.budget.to_dict().get(name)
+    value = getattr(getattr(spec, section), name)
+    return list(value) if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("section,name,value,text", FIELDS, ids=[f"{s}.{n}" for s, n, _, _ in FIELDS])
+def test_every_field_keeps_the_files_value_unless_its_flag_is_given(tmp_path, section, name, value, text):
+    path = _spec_file(tmp_path, section, name, value)
+    args = build_parser().parse_args(["search", "--space", str(path)])
+    spec, *_ = resolve_spec(args)
+    assert _value(spec, section, name) == value  # no flag: the file's value, not the flag's default
+    # the flag wins; every field has one (--section.field)
+    flag_value = _other_value(section, name, value, type(value)) if not isinstance(value, (str, list)) else value
+    flag_text = str(flag_value).lower() if isinstance(flag_value, bool) else (
+        text if flag_value is value else str(flag_value))  # fmt: skip
+    args = build_parser().parse_args(["search", "--space", str(path), f"--{section}.{name}", flag_text])
+    spec, *_ = resolve_spec(args)
+    assert _value(spec, section, name) == flag_value
+
+
+def test_every_field_has_one_flag_and_short_aliases_name_one_field_each() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_spec_flags(parser)
+    dests: dict[str, list[str]] = {}
+    for action in parser._actions:  # argparse keeps its actions only here
+        dests.setdefault(action.dest, []).extend(action.option_strings)
+    for section, name, _, _ in FIELDS:
+        assert f"--{section}.{name}" in dests[f"{section}.{name}"]
+    aliases = [o for opts in dests.values() for o in opts if o.startswith("--") and "." not in o]
+    assert len(aliases) == len(set(aliases))
+    assert "--trials" in dests["search.trials"] and "--seed" in dests["recipe.seed"]
+    assert "--steps" in dests["budget.steps"] and "--budget-flops" in dests["budget.flops"]
+
+
+def test_spec_round_trips_through_its_dict() -> None:
+    spec = apply(Spec.from_dict(yaml.safe_load(TINY_SPACE.read_text())),
+                 {"search": {"hurdles": (0.5,), "trials": 3}, "budget": {"tokens": 1e5}})  # fmt: skip
+    again = Spec.from_dict(yaml.safe_load(yaml.safe_dump(spec.to_dict())))
+    assert again == spec and differences(spec.to_dict(), again.to_dict()) == []
+
+
+def test_differences_name_each_field_and_what_may_change() -> None:
+    spec = Spec.from_dict(yaml.safe_load(TINY_SPACE.read_text()))
+    other = apply(spec, {"search": {"trials": 9, "hurdles": (0.5,)}, "recipe": {"lr": 0.01},
+                         "resources": {"workers": 3}})  # fmt: skip
+    diffs = {key: (a, b) for key, a, b in differences(spec.to_dict(), other.to_dict())}
+    assert diffs == {"search.trials": (None, 9), "search.hurdles": ([], [0.5]), "recipe.lr": (0.003, 0.01),
+                     "resources.workers": (None, 3)}  # fmt: skip
+    assert sorted(k for k in diffs if not is_mutable(k)) == ["recipe.lr", "search.hurdles"]
+    assert is_mutable("space.description") and not is_mutable("space.globals.d_model")
+
+
+def test_the_spec_modules_do_not_import_torch() -> None:
+    code = "import sys, nas.spec, nas.spec.flags, nas.errors; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _search(tmp_path: Path, corpus: Path, space: Path | None, study: str, *extra: str) -> int:
+    where = ["--space", str(space)] if space is not None else []
+    return main(["search", *where, "--study", study, "--storage", f"sqlite:///{tmp_path}/s.db",
+                 "--data", str(corpus), "--local", "--no-tensorboard", *extra])  # fmt: skip
+
+
+def test_a_seed_in_the_file_is_the_run_seed_without_a_flag(tmp_path, corpus, capsys):
+    path = _spec_file(tmp_path, "recipe", "seed", 7)
+    assert _search(tmp_path, corpus, path, "s", "--trials", "1", "--evaluator", "proxy:params") == 0
+    capsys.readouterr()
+    assert main(["show", "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["seed"] == 7 and shown["settings"]["seed"] == 7 and shown["spec"]["recipe"]["seed"] == 7
+
+
+def test_show_spec_reproduces_the_study(tmp_path, corpus, capsys):
+    assert _search(tmp_path, corpus, TINY_SPACE, "a", "--trials", "2", "--steps", "3", "--hurdles", "0.5") == 0
+    capsys.readouterr()
+    assert main(["show", "--study", "a", "--storage", f"sqlite:///{tmp_path}/s.db", "--spec"]) == 0
+    copy = tmp_path / "a.yaml"
+    copy.write_text(capsys.readouterr().out)
+    assert _search(tmp_path, corpus, copy, "b") == 0  # trials, budget and hurdles all come from the file
+    storage = f"sqlite:///{tmp_path}/s.db"
+    a, b = (optuna.load_study(study_name=n, storage=storage) for n in "ab")
+    assert len(b.trials) == 2
+    for ta, tb in zip(a.trials, b.trials, strict=True):
+        assert ta.params == tb.params and ta.values == tb.values
+    assert a.user_attrs[SPEC] == b.user_attrs[SPEC]
+
+
+def test_a_continuation_names_the_fields_that_differ(tmp_path, corpus, capsys):
+    assert _search(tmp_path, corpus, TINY_SPACE, "s", "--trials", "1", "--evaluator", "proxy:params",
+                   "--hurdles", "0.5") == 0  # fmt: skip
+    db = tmp_path / "s.db"
+    before = db.read_bytes()
+    capsys.readouterr()
+    # the same file without the hurdles flag: refused, naming the field, nothing written
+    assert _search(tmp_path, corpus, TINY_SPACE, "s", "--trials", "2", "--evaluator", "proxy:params",
+                   "--recipe.lr", "0.01") == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "search.hurdles: [0.5] -> []" in err[0] and "recipe.lr: 0.003 -> 0.01" in err[0]
+    assert db.read_bytes() == before
+    # without --space the study's own spec continues; trials and resources may change
+    assert _search(tmp_path, corpus, None, "s", "--trials", "2", "--resources.cpus_per_trial", "2") == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+    assert len(study.trials) == 2 and study.user_attrs[SPEC]["search"]["trials"] == 2
+    assert study.user_attrs[SPEC]["search"]["hurdles"] == [0.5]
+
+
+def test_a_bad_field_in_the_file_names_the_file_and_field(tmp_path, capsys):
+    path = _spec_file(tmp_path, "search", "trials", 0)
+    assert main(["search", "--space", str(path), "--storage", f"sqlite:///{tmp_path}/x.db"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "search.trials" in err[0]
+    assert not (tmp_path / "x.db").exists()
+    path.write_text(TINY_SPACE.read_text() + "resources: {gpu: 1}\n")
+    assert main(["search", "--space", str(path)]) == 2
+    assert "resources.gpu: unknown key; valid keys: workers" in capsys.readouterr().err
+
+
+def test_sections_are_the_commands_own() -> None:
+    parser = build_parser()
+    train = parser.parse_args(["train", "--arch", "x.yaml", "--budget.steps", "3", "--data", "d"])
+    assert overrides(train) == {"budget": {"steps": 3}, "data": {"corpus": "d"}}
+    with pytest.raises(SystemExit):  # train runs no trials: no search or worker fields
+        parser.parse_args(["train", "--arch", "x.yaml", "--search.trials", "3"])
+    confirm = parser.parse_args(["confirm", "--study", "s", "--workers", "1", "--trial", "3,4"])
+    assert overrides(confirm) == {"resources": {"workers": 1}}
+    assert set(ALL_SECTIONS) == {"recipe", "budget", "data", "search", "resources"}
