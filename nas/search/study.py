@@ -153,7 +153,8 @@ def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[Dri
 
     Raises :class:`~nas.search.lease.LeaseHeld` when a live driver holds it.
     """
-    storage = getattr(study._storage, "_backend", study._storage)  # Optuna wraps the RDB storage in a cache
+    # private: Study has no public accessor for its storage, and load_study wraps the RDBStorage in a cache
+    storage = getattr(study._storage, "_backend", study._storage)
     lease = DriverLease(storage, study.study_name, heartbeat)
     return lease, lease.acquire()
 
@@ -242,6 +243,7 @@ def requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, reason: str) -
     while its parameters were being sampled re-queues the ones it had (the
     sampler fills in the rest).
     """
+    # private: tell() sets no attrs and a RUNNING trial has no public handle (no public trial id nor storage)
     study._storage.set_trial_user_attr(trial._trial_id, "fail_reason", reason)
     study._storage.set_trial_user_attr(trial._trial_id, REQUEUED, True)
     study.tell(trial.number, state=TrialState.FAIL)
