@@ -74,6 +74,7 @@ def keep_sigterm_handler(ray: Any) -> Iterator[None]:
     if not callable(keep):
         yield
         return
+    # private: Ray has no public way to keep ray.init from installing its SIGTERM handlers
     utils = getattr(getattr(ray, "_private", None), "utils", None)
     original = getattr(utils, "set_sigterm_handler", None)
     if original is not None:

@@ -105,6 +105,7 @@ class AgingEvolutionSampler(BaseSampler):
             return
         parent = self.select_parent(study, population)
         gene = sorted(parent.params)[self._rng.randint(len(parent.params))] if parent.params else None
+        # private: before_trial gets a FrozenTrial, which nothing public writes to (as in Optuna's samplers)
         storage = study._storage
         storage.set_trial_system_attr(trial._trial_id, _PARENT, parent.number)
         storage.set_trial_system_attr(trial._trial_id, _MUTATE, gene)
@@ -121,11 +122,13 @@ class AgingEvolutionSampler(BaseSampler):
         parent_number = trial.system_attrs.get(_PARENT)
         if parent_number is None:
             return self._random.sample_independent(study, trial, param_name, param_distribution)
+        # private: no public lookup of one trial by number; study.get_trials re-reads the database each call
         parent = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
             study._study_id, parent_number
         ))
         mutate = trial.system_attrs.get(_MUTATE)
         inherited = param_name in parent.params and param_name != mutate
+        # private: distributions have no public membership test (Optuna's own samplers call _contains)
         if inherited and param_distribution._contains(
             parent.distributions[param_name].to_internal_repr(parent.params[param_name])
         ):

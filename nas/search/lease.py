@@ -1,4 +1,4 @@
-"""One driver per study: a lease with a heartbeat, kept in the study's own storage.
+"""One driver per study: a lease with a heartbeat, kept in the study's own database.
 
 A driver takes the lease before it touches a study's trials (before it fails
 and re-queues the trials a dead driver left ``RUNNING``) and a thread renews
@@ -8,13 +8,30 @@ at once when the holder ran on this machine and its process no longer exists
 (a driver killed and started again), otherwise once ``MISSED_BEATS``
 heartbeats have been missed.  Read-only commands never look at it.
 
-The lease is a study system attribute (``LEASE_KEY``), so it lives wherever
-the study lives (SQLite, PostgreSQL) and disappears with it.  Optuna's storage
-API has no compare-and-set, so the lease is read and written here in one SQL
-transaction on Optuna's own tables whose first statement is a no-op UPDATE of
-the study's row: that takes the write lock (SQLite's database lock, a row lock
-in PostgreSQL), so two drivers starting at the same moment are serialized and
-exactly one of them gets the lease.
+The lease is a row of its own table, ``nas_driver_lease`` (:data:`LEASE_TABLE`),
+in the same database as the study (SQLite, PostgreSQL): Optuna's tables are
+read through its public storage API and never written here.  The first driver
+that takes a lease creates the table (``CREATE TABLE`` when missing); checks
+that only read (:func:`live_holder`, :func:`refuse_if_held`) create nothing,
+and a missing table means nobody holds any study.  One row per study name:
+
+* ``study_name`` (primary key);
+* ``study_id``: Optuna's id of the study the lease is on, or NULL while its
+  holder is creating the study (it took the lease first, ``creating=True``,
+  then :meth:`DriverLease.bind` ties it to the study it made);
+* ``holder``: the :class:`Holder` as JSON (host, PID, the process's start
+  time, a random token, the last heartbeat and the heartbeat interval).
+
+A row whose ``study_id`` is not the id the study of that name has now is the
+lease of a deleted study: it is ignored, and overwritten by the next driver,
+so a study deleted and made again under the same name is not blocked by it.
+(SQLite may give the new study the deleted one's id: a study re-created by
+``search`` is created under a fresh lease and is never blocked, one re-created
+outside nas waits, at most, until the old holder is gone as above.)  Release
+deletes the row.
+
+Studies run by an older version keep that version's lease as the study system
+attribute ``nas:driver_lease``; it is never read, so a stale one blocks nothing.
 
 Ages compare this machine's clock with the holder's; drivers on different
 machines need clocks that agree to well within ``MISSED_BEATS * heartbeat``.
@@ -33,16 +50,27 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from sqlalchemy import text
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from nas.errors import UserError
 
-LEASE_KEY = "nas:driver_lease"
 #: seconds between heartbeats; tests shorten it so that a dead driver's lease expires quickly
 HEARTBEAT_ENV = "NAS_LEASE_HEARTBEAT"
 DEFAULT_HEARTBEAT = 5.0
 #: a lease whose holder missed this many heartbeats in a row has expired
 MISSED_BEATS = 3
+
+#: the leases' own table: a MetaData of its own, so Optuna's schema (and its migrations) never see it
+LEASE_TABLE = sa.Table(
+    "nas_driver_lease",
+    sa.MetaData(),
+    sa.Column("study_name", sa.String(512), primary_key=True),  # 512: Optuna's limit on a study name
+    sa.Column("study_id", sa.Integer, nullable=True),  # NULL: the holder is creating the study
+    sa.Column("holder", sa.Text, nullable=False),  # Holder.to_json()
+)
+#: times acquire() starts over after losing a race to insert the row (PostgreSQL)
+_INSERT_RACES = 5
 
 
 class LeaseHeld(UserError):
@@ -106,36 +134,68 @@ class Holder:
             return None
 
 
-def _study_id(storage: optuna.storages.RDBStorage, study_name: str) -> int:
-    return storage.get_study_id_from_name(study_name)
+def _current_id(storage: optuna.storages.RDBStorage, study_name: str) -> int | None:
+    """The id the study ``study_name`` has now (None: there is none), through Optuna's public storage API."""
+    try:
+        return storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return None
 
 
-def _read(conn: Any, study_id: int) -> tuple[bool, Holder | None]:
-    row = conn.execute(
-        text("SELECT value_json FROM study_system_attributes WHERE study_id = :sid AND key = :key"),
-        {"sid": study_id, "key": LEASE_KEY},
-    ).first()
-    return row is not None, (None if row is None else Holder.from_json(json.loads(row[0])))
+def _create_table(engine: sa.Engine) -> None:
+    """Create the lease table unless it exists (a writer's first use of a database)."""
+    try:
+        LEASE_TABLE.create(engine, checkfirst=True)
+    except DBAPIError:  # another driver created it between the check and the CREATE
+        if not sa.inspect(engine).has_table(LEASE_TABLE.name):
+            raise
 
 
-def _lock(conn: Any, study_id: int) -> None:
-    # A write as the transaction's first statement: concurrent lease updates wait for this one.
-    conn.execute(text("UPDATE studies SET study_name = study_name WHERE study_id = :sid"), {"sid": study_id})
+def _locked_row(conn: sa.Connection, study_name: str) -> Any:
+    """The lease row of ``study_name`` (None: there is none), read under the lock that serializes leases.
+
+    The transaction's first statement is a write, a no-op UPDATE of the row.  SQLite:
+    Python's sqlite3 begins the transaction (deferred) before it and the UPDATE takes
+    the database's write lock whether or not a row matches, so every other lease
+    transaction waits for this one to commit (the busy timeout), and the row is read
+    after the lock is held (a read first and a write later may fail with SQLITE_BUSY in
+    WAL mode).  BEGIN IMMEDIATE would do the same, but only by changing how the engine,
+    Optuna's, begins every transaction.  PostgreSQL (READ COMMITTED): the UPDATE and
+    ``SELECT ... FOR UPDATE`` lock the row when there is one, and a concurrent lease
+    transaction waits for this one, then reads the row as committed.  When there is no
+    row, two transactions can both go on to INSERT it: the primary key makes the second
+    wait for the first, then fail with IntegrityError, and ``acquire`` starts over.
+    """
+    t = LEASE_TABLE
+    key = t.c.study_name == study_name
+    conn.execute(sa.update(t).where(key).values(study_name=t.c.study_name))
+    return conn.execute(sa.select(t.c.study_id, t.c.holder).where(key).with_for_update()).first()
 
 
-def _write(conn: Any, study_id: int, exists: bool, holder: Holder) -> None:
-    value = json.dumps(holder.to_json())  # Optuna keeps every attribute JSON-encoded
+def _holder_of(row: Any, study_id: int | None) -> Holder | None:
+    """Who holds the study whose id is ``study_id`` now according to ``row`` (None: nobody)."""
+    if row is None or (row.study_id is not None and row.study_id != study_id):
+        return None  # no lease, or the lease of a deleted study of the same name
+    return Holder.from_json(row.holder)
+
+
+def _put(conn: sa.Connection, study_name: str, exists: bool, study_id: int | None, holder: Holder) -> None:
+    t = LEASE_TABLE
+    values = {"study_id": study_id, "holder": holder.to_json()}
     if exists:
-        sql = "UPDATE study_system_attributes SET value_json = :v WHERE study_id = :sid AND key = :key"
+        conn.execute(sa.update(t).where(t.c.study_name == study_name).values(**values))
     else:
-        sql = "INSERT INTO study_system_attributes (study_id, key, value_json) VALUES (:sid, :key, :v)"
-    conn.execute(text(sql), {"sid": study_id, "key": LEASE_KEY, "v": value})
+        conn.execute(sa.insert(t).values(study_name=study_name, **values))
 
 
 def live_holder(storage: optuna.storages.RDBStorage, study_name: str) -> Holder | None:
-    """The driver holding ``study_name`` now, if one does and is alive (reads only)."""
+    """The driver holding ``study_name`` now, if one does and is alive (reads only; creates nothing)."""
     with storage.engine.connect() as conn:
-        _, holder = _read(conn, _study_id(storage, study_name))
+        if not sa.inspect(conn).has_table(LEASE_TABLE.name):
+            return None  # no driver of this version ever ran in this database
+        t = LEASE_TABLE
+        row = conn.execute(sa.select(t.c.study_id, t.c.holder).where(t.c.study_name == study_name)).first()
+    holder = _holder_of(row, _current_id(storage, study_name))
     return None if holder is None or holder.gone() else holder
 
 
@@ -154,14 +214,24 @@ def _held(study_name: str, holder: Holder) -> LeaseHeld:
 
 
 class DriverLease:
-    """This driver's lease on one study: ``acquire``, renewed by a thread, ``release`` on every exit."""
+    """This driver's lease on one study: ``acquire``, renewed by a thread, ``release`` on every exit.
+
+    ``creating``: the lease is taken to create the study (or replace one whose creation
+    was interrupted), so it covers whatever study of that name exists until :meth:`bind`
+    ties it to the one created.
+    """
 
     def __init__(
-        self, storage: optuna.storages.RDBStorage, study_name: str, heartbeat: float | None = None
+        self,
+        storage: optuna.storages.RDBStorage,
+        study_name: str,
+        heartbeat: float | None = None,
+        *,
+        creating: bool = False,
     ) -> None:
         self.storage = storage
         self.study_name = study_name
-        self.study_id = _study_id(storage, study_name)
+        self.study_id = None if creating else storage.get_study_id_from_name(study_name)
         self.heartbeat = float(heartbeat or os.environ.get(HEARTBEAT_ENV) or DEFAULT_HEARTBEAT)
         pid = os.getpid()
         self.me = Holder(socket.gethostname(), pid, uuid.uuid4().hex, 0.0, self.heartbeat, _start_ticks(pid))
@@ -175,26 +245,50 @@ class DriverLease:
 
         Raises :class:`LeaseHeld` when a live driver holds it.
         """
-        with self.storage.engine.begin() as conn:
-            _lock(conn, self.study_id)
-            exists, holder = _read(conn, self.study_id)
-            if holder is not None and holder.token != self.me.token and not holder.gone():
-                raise _held(self.study_name, holder)
-            _write(conn, self.study_id, exists, dataclasses.replace(self.me, beat=time.time()))
+        _create_table(self.storage.engine)
+        for attempt in range(_INSERT_RACES):
+            try:
+                holder = self._take()
+                break
+            except IntegrityError:  # another driver inserted the row first (PostgreSQL): look again
+                if attempt == _INSERT_RACES - 1:
+                    raise
         self._renewed = time.monotonic()
         self._thread = threading.Thread(target=self._renew, name="nas-lease", daemon=True)
         self._thread.start()
+        return holder
+
+    def _take(self) -> Holder | None:
+        with self.storage.engine.begin() as conn:
+            row = _locked_row(conn, self.study_name)
+            # read under the lock: a driver deletes a study only while it holds the lease
+            holder = _holder_of(row, _current_id(self.storage, self.study_name))
+            if holder is not None and holder.token != self.me.token and not holder.gone():
+                raise _held(self.study_name, holder)
+            _put(conn, self.study_name, row is not None, self.study_id, self._beating())
         return holder if holder is not None and holder.token != self.me.token else None
+
+    def _beating(self) -> Holder:
+        return dataclasses.replace(self.me, beat=time.time())
+
+    def bind(self) -> None:
+        """Tie a lease taken with ``creating=True`` to the study created since (it ends with that study).
+
+        Raises :class:`LeaseLost` if another driver has taken the lease over meanwhile.
+        """
+        self.study_id = self.storage.get_study_id_from_name(self.study_name)
+        self.beat()
+        self.confirm()
 
     def beat(self) -> bool:
         """Renew the lease now; False (and ``lost`` set) when another driver has taken it over."""
         with self.storage.engine.begin() as conn:
-            _lock(conn, self.study_id)
-            exists, holder = _read(conn, self.study_id)
+            row = _locked_row(conn, self.study_name)
+            holder = None if row is None else Holder.from_json(row.holder)
             if holder is None or holder.token != self.me.token:
                 self.lost = holder.describe() if holder is not None else "it has ended since"
                 return False
-            _write(conn, self.study_id, exists, dataclasses.replace(self.me, beat=time.time()))
+            _put(conn, self.study_name, True, self.study_id, self._beating())
         self._renewed = time.monotonic()
         return True
 
@@ -226,18 +320,15 @@ class DriverLease:
                 continue
 
     def release(self) -> None:
-        """Stop renewing and remove the lease, unless another driver has taken it over."""
+        """Stop renewing and delete the lease's row, unless another driver has taken it over."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         try:
             with self.storage.engine.begin() as conn:
-                _lock(conn, self.study_id)
-                _, holder = _read(conn, self.study_id)
+                row = _locked_row(conn, self.study_name)
+                holder = None if row is None else Holder.from_json(row.holder)
                 if holder is not None and holder.token == self.me.token:
-                    conn.execute(
-                        text("DELETE FROM study_system_attributes WHERE study_id = :sid AND key = :key"),
-                        {"sid": self.study_id, "key": LEASE_KEY},
-                    )
+                    conn.execute(sa.delete(LEASE_TABLE).where(LEASE_TABLE.c.study_name == self.study_name))
         except Exception:  # noqa: BLE001 - storage gone: the lease expires by itself
             pass

@@ -158,25 +158,27 @@ def create_new_study(
     """
     storage = open_storage(settings.storage, writer=True)
     exists = f"--study {settings.study!r} exists already in --storage {settings.storage!r}"
-    if study_exists(storage, settings.study):
-        refuse_if_held(storage, settings.study)
-        old = optuna.load_study(study_name=settings.study, storage=storage)
-        if SETTINGS in old.user_attrs or not _never_ran(old):
-            raise UserError(exists)
-        optuna.delete_study(study_name=settings.study, storage=storage)
-    try:
-        study = optuna.create_study(
-            study_name=settings.study,
-            storage=storage,
-            directions=list(OBJECTIVES[settings.objective]),
-            sampler=_sampler(settings, sampler_name(settings)),
-        )
-    except optuna.exceptions.DuplicatedStudyError:  # another driver created it a moment ago
-        refuse_if_held(storage, settings.study)
-        raise UserError(exists) from None
-    lease = DriverLease(storage, settings.study, heartbeat)
+    # The lease first (LeaseHeld: a live driver runs or creates the study): what is found under
+    # the name is then judged and replaced by this driver alone, and the lease of a deleted study
+    # of the same name is replaced by this one.
+    lease = DriverLease(storage, settings.study, heartbeat, creating=True)
     lease.acquire()
     try:
+        if study_exists(storage, settings.study):
+            old = optuna.load_study(study_name=settings.study, storage=storage)
+            if SETTINGS in old.user_attrs or not _never_ran(old):
+                raise UserError(exists)
+            optuna.delete_study(study_name=settings.study, storage=storage)
+        try:
+            study = optuna.create_study(
+                study_name=settings.study,
+                storage=storage,
+                directions=list(OBJECTIVES[settings.objective]),
+                sampler=_sampler(settings, sampler_name(settings)),
+            )
+        except optuna.exceptions.DuplicatedStudyError:  # made a moment ago by something that takes no lease
+            raise UserError(exists) from None
+        lease.bind()
         set_metric_names(study)
         seeds = enqueue_seed_archs(study, settings.space)
         study.set_user_attr(SAMPLER, sampler_name(settings))
@@ -193,7 +195,8 @@ def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[Dri
 
     Raises :class:`~nas.search.lease.LeaseHeld` when a live driver holds it.
     """
-    storage = getattr(study._storage, "_backend", study._storage)  # Optuna wraps the RDB storage in a cache
+    # private: Study has no public accessor for its storage, and load_study wraps the RDBStorage in a cache
+    storage = getattr(study._storage, "_backend", study._storage)
     lease = DriverLease(storage, study.study_name, heartbeat)
     return lease, lease.acquire()
 
@@ -282,6 +285,7 @@ def requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, reason: str) -
     while its parameters were being sampled re-queues the ones it had (the
     sampler fills in the rest).
     """
+    # private: tell() sets no attrs and a RUNNING trial has no public handle (no public trial id nor storage)
     study._storage.set_trial_user_attr(trial._trial_id, "fail_reason", reason)
     study._storage.set_trial_user_attr(trial._trial_id, REQUEUED, True)
     study.tell(trial.number, state=TrialState.FAIL)

@@ -30,6 +30,8 @@ from optuna.trial import TrialState
 from nas.cli import build_parser, main
 from nas.commands.search import build_settings
 from nas.search.driver import Driver
+from nas.search.storage import open_storage
+from tests.search.test_lease import check_concurrent_acquisition, check_recreated_study_is_not_blocked
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
@@ -119,6 +121,19 @@ def test_search_lease_and_resume_after_sigkill(tmp_path: Path, text_corpus: Path
         reruns = [t.params for t in trials if t.user_attrs.get("requeued_from") == number]
         assert reruns == [trials[number].params]
     assert len([t for t in trials if not t.user_attrs.get("requeued_as")]) == 3
+
+
+@pytest.mark.timeout(300)
+def test_drivers_starting_at_once_are_serialized(pg_url: str) -> None:
+    # Four drivers take the lease at the same moment, on a database without the lease table
+    # (they race to create it), then without a row, then with a gone holder's row: one wins each time.
+    optuna.create_study(study_name="s", storage=pg_url)
+    storage = open_storage(pg_url)
+    try:
+        check_concurrent_acquisition(storage, lambda: open_storage(pg_url))
+        check_recreated_study_is_not_blocked(storage)
+    finally:
+        storage.engine.dispose()
 
 
 @pytest.fixture
