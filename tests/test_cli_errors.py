@@ -72,7 +72,7 @@ def cases() -> list[Any]:
     case("search-storage-empty", search("--storage", ""), "--storage")
     case("search-runs-dir-empty", search("--runs-dir", ""), "--runs-dir")
     case("best-storage-empty", ["best", "--study", "s", "--storage", ""], "--storage")
-    case("confirm-trials-empty", ["confirm", "--study", "s", "--storage", "{url}", "--local", "--trials", ""], "--trials")
+    case("confirm-trials-empty", ["confirm", "--study", "s", "--storage", "{url}", "--local", "--trial", ""], "--trial")
     case("confirm-lrs-empty", confirm("--lrs", ""), "--lrs")
     # -- comma lists with empty items
     case("hurdles-trailing-comma", search("--hurdles", "0.5,"), ("--hurdles", "empty"))

@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 #: where the shipped spaces live when run from a checkout
 SHIPPED_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 DEFAULT_SPACE = "default"
-DEMO_TRIALS = 12
-DEMO_HURDLES = (0.5,)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,9 +70,6 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
         spec, space = spec_of(stored.to_dict(), stored.source)
     else:
         spec, space = load_spec(resolve_space_path(args.space))
-    if args.demo:  # the demo shows hurdles at work: weak candidates stop halfway
-        demo = {"trials": DEMO_TRIALS, "hurdles": DEMO_HURDLES}
-        given = {**given, "search": {**demo, **given.get("search", {})}}
     spec = apply(spec, given)
     if args.study is None:  # the space's name names the study: an error points at the file
         try:

@@ -131,12 +131,12 @@ def finalists(study: optuna.Study, top: int | None, trials: Sequence[int] | None
         chosen = []
         for n in trials:
             if n not in every:
-                raise UserError(f"--trials {n}: study {study.study_name!r} has trials 0..{max(every)}")
+                raise UserError(f"--trial {n}: study {study.study_name!r} has trials 0..{max(every)}")
             if n not in complete:
                 over = is_infeasible(every[n])
                 state = "INFEASIBLE (over the caps, never trained)" if over else every[n].state.name
                 raise UserError(
-                    f"--trials {n}: trial {n} of study {study.study_name!r} is "
+                    f"--trial {n}: trial {n} of study {study.study_name!r} is "
                     f"{state}; only trained COMPLETE trials can be confirmed"
                 )
             chosen.append(complete[n])

@@ -167,7 +167,7 @@ def test_lr_sweep_picks_the_best_lr_per_arch_and_scale(studies, capsys):
             _confirm(
                 url,
                 "two",
-                "--trials",
+                "--trial",
                 "0",
                 "--baseline",
                 "vanilla",
@@ -251,8 +251,8 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--trials", "99"], "--trials 99: study 'one' has trials 0..5"),
-        (["--trials", "1,x"], "--trials '1,x': 'x' is not a number"),
+        (["--trial", "99"], "--trial 99: study 'one' has trials 0..5"),
+        (["--trial", "1,x"], "--trial '1,x': 'x' is not a number"),
         (["--scales", "0"], "--scales '0': each value must be a number > 0, got 0"),
         (["--scales", "1,-4"], "--scales '1,-4': each value must be a number > 0, got -4"),
         (["--lrs", "nan"], "--lrs 'nan': each value must be a number > 0"),
