@@ -7,7 +7,6 @@ import argparse
 import optuna
 
 from nas.commands.common import non_empty
-
 from nas.search.report import open_existing_study
 
 

@@ -20,13 +20,13 @@ from nas.search.lease import DriverLease, Holder, refuse_if_held
 from nas.search.samplers import make_sampler, resolve_sampler, run_seed
 from nas.search.settings import OBJECTIVES, SearchSettings
 from nas.search.space import SearchSpace
-from nas.spec import Spec, describe, differences, is_mutable
 from nas.search.storage import (  # noqa: F401 - re-exported: the read-only commands open studies through here
     default_storage,
     fast_sqlite_commits,
     open_storage,
     storage_exists,
 )
+from nas.spec import Spec, describe, differences, is_mutable
 
 REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
 SETTINGS = "settings"  # study user attr: SearchSettings.fingerprint() of the run that created it
