@@ -1,9 +1,8 @@
-"""Flags shared by several commands."""
+"""Flag types and helpers shared by several commands (the spec's own flags: ``nas.spec.flags``)."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 from nas.validate import finite_or_none
@@ -26,16 +25,6 @@ def non_empty(text: str) -> str:
     return text
 
 
-def positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
-
-
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -54,32 +43,6 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return value
-
-
-def add_budget_args(parser: argparse.ArgumentParser) -> None:
-    """--steps / --tokens / --budget-flops / --seconds, at most one; see ``budget_from_args``."""
-    group = parser.add_argument_group("training budget (at most one)").add_mutually_exclusive_group()
-    group.add_argument("--steps", type=positive_int, help="optimizer steps")
-    group.add_argument("--tokens", type=positive_number, help="training tokens (e.g. 2e6)")
-    group.add_argument(
-        "--budget-flops", type=positive_number, help="training FLOPs (e.g. 1e13); bigger models see fewer tokens"
-    )
-    group.add_argument("--seconds", type=positive_number, help="wall-clock seconds of training")
-
-
-def budget_from_args(args: argparse.Namespace) -> dict[str, float] | None:
-    """The budget the user gave as ``{kind: value}``, or None when no budget flag was given."""
-    for kind, attr in (("steps", "steps"), ("tokens", "tokens"), ("flops", "budget_flops"), ("seconds", "seconds")):
-        value = getattr(args, attr, None)
-        if value is not None:
-            return {kind: value}
-    return None
-
-
-def add_device_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="where to train (auto: CUDA if present)"
-    )
 
 
 def jsonable(value: Any) -> Any:
