@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nas.cli import prog_name
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import UserError
@@ -279,8 +280,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.report:
         print(f"report:  {args.report}")
-    print(f"runs:    python run_search.py best --study {settings.study} --storage {shlex.quote(url)}")
-    print(
-        f"export:  python run_search.py export --study {args.study}{where} --confirmed --out confirmed.yaml"
-    )
+    prog = prog_name()
+    print(f"runs:    {prog} best --study {settings.study} --storage {shlex.quote(url)}")
+    print(f"export:  {prog} export --study {args.study}{where} --confirmed --out confirmed.yaml")
     return 0

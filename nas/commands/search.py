@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from nas.cli import prog_name
 from nas.commands.common import add_budget_args, add_device_arg, budget_from_args, data_or_default, non_empty
 from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             f"trained on Shakespeare for the same compute ({settings.budget}) on {settings.workers} local "
             "Ray worker(s);\na candidate whose validation loss is worse than the median at half its budget "
             "stops there (a hurdle).\nEach line below is one finished candidate; the Pareto front of loss "
-            "vs FLOPs per token comes at the end.\nSee `python run_search.py search --help` for the real thing.",
+            f"vs FLOPs per token comes at the end.\nSee `{prog_name()} search --help` for the real thing.",
             flush=True,
         )
     with sigterm_stops_the_driver():
@@ -230,8 +231,7 @@ def run(args: argparse.Namespace) -> int:
     # The same flags that found this study find it again (--runs-dir or --storage when not the default).
     where = (f" --storage {shlex.quote(settings.storage)}" if args.storage is not None
              else "" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
-    prog = os.path.basename(sys.argv[0]) or "run_search.py"
-    prog = f"python {prog}" if prog.endswith(".py") else prog
+    prog = prog_name()
     print(f"next:        {prog} best --study {settings.study}{where}")
     if args.demo:  # a single-seed search rewards luck: say how to check the winner before trusting it
         print(f"confirm:     {prog} confirm --study {settings.study}{where} --top 3 --seeds 3 --scales 1,4 "
