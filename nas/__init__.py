@@ -10,8 +10,8 @@ Public API::
     model = nas.load_model("model.pt")     # weights saved by `nas train --save`
 
 The names are imported on first use (PEP 562), so ``import nas.errors`` (and
-the other torch-free modules: ``nas.validate``, ``nas.yamlsafe``, ``nas.cli``)
-does not import torch.
+the other torch-free modules: ``nas.validate``, ``nas.yamlsafe``,
+``nas.shipped``, ``nas.cli``) does not import torch.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=None,
         metavar="FILE",
-        help="a baseline architecture file (repeatable; default: the space's seed architectures "
-        "as the search ran them)",
+        help="a baseline architecture file or a shipped one's name, e.g. vanilla (repeatable; default: "
+        "the space's seed architectures as the search ran them)",
     )
     p.add_argument(
         "--lrs",
@@ -200,6 +200,7 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any]:
     from nas.confirm import CONFIRM_OF
     from nas.search.report import settings_of
     from nas.search.space import load_space
+    from nas.shipped import space_path
 
     if CONFIRM_OF in study.user_attrs:
         raise UserError(
@@ -209,7 +210,7 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any]:
     missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
     if missing:
         raise UserError(f"--study {name!r} records no {missing[0]} (it was not made by `search`)")
-    space = load_space(record["space_file"])
+    space = load_space(space_path(record["space_file"]))  # search_spaces/x.yaml: shipped if not here
     if record.get("space_fingerprint") not in (None, space.fingerprint):
         raise UserError(
             f"{record['space_file']} changed since --study {name!r} searched it "

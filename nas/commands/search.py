@@ -14,14 +14,14 @@ from nas.cli import prog_name
 from nas.commands.common import add_budget_args, add_device_arg, budget_from_args, data_or_default, non_empty
 from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
+from nas.shipped import shipped_spaces, space_path
 from nas.validate import MAX_SEED, check_number, check_study_name
 
 if TYPE_CHECKING:
     from nas.search.hurdles import Hurdles
     from nas.search.settings import SearchSettings
 
-#: where the shipped spaces live when run from a checkout
-SHIPPED_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
+#: a search_spaces/default.yaml in the working directory wins; else the shipped one (nas.shipped)
 DEFAULT_SPACE = "search_spaces/default.yaml"
 DEFAULT_BUDGET = {"steps": 100}
 DEMO_TRIALS = 12
@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with the same budget on Ray workers, and record everything in an Optuna study. Running it again "
         "with the same --study continues up to --trials finished trials.",
     )
-    p.add_argument("--space", type=non_empty, default=None, help=f"search-space YAML (default {DEFAULT_SPACE})")
+    p.add_argument("--space", type=non_empty, default=None,
+                   help=f"search-space YAML, or a shipped space's name: {', '.join(shipped_spaces())} "
+                   f"(default: {DEFAULT_SPACE} if there is one here, else the shipped default)")
     p.add_argument("--study", default=None, help="study name (default: the space's name)")
     p.add_argument("--storage", type=non_empty, default=None, help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)")
     p.add_argument("--runs-dir", type=non_empty, default="runs", help="where studies and TensorBoard logs go (default runs/)")
@@ -107,10 +109,7 @@ def _evaluator(text: str) -> str:
 
 
 def resolve_space_path(arg: str | None) -> Path:
-    path = Path(arg or DEFAULT_SPACE)
-    if not path.exists() and arg is None:
-        path = SHIPPED_SPACES / "default.yaml"
-    return path
+    return space_path(arg or DEFAULT_SPACE)
 
 
 def build_settings(args: argparse.Namespace) -> SearchSettings:

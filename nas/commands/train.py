@@ -44,6 +44,7 @@ from nas.data import (
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
 from nas.preflight import check_training
+from nas.shipped import arch_path, shipped_archs
 from nas.validate import MAX_SEED, MAX_THREADS, check_number, check_output_file, check_writable_dir
 
 DEFAULT_BUDGET = {"steps": 200}
@@ -53,12 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "train",
         help="train one architecture file and report its validation loss",
-        description="Train the architecture in an architecture file (an examples/archs/*.yaml or an "
-        "exported winner) on the corpus and print its validation loss, perplexity, bits per byte, "
-        "parameters, FLOPs and throughput.  Flags override the file's recipe, budget and data; "
-        f"without a budget anywhere it trains {DEFAULT_BUDGET['steps']} steps.",
+        description="Train the architecture in an architecture file (a shipped example such as vanilla, "
+        "an examples/archs/*.yaml, or an exported winner) on the corpus and print its validation loss, "
+        "perplexity, bits per byte, parameters, FLOPs and throughput.  Flags override the file's recipe, "
+        f"budget and data; without a budget anywhere it trains {DEFAULT_BUDGET['steps']} steps.",
     )
-    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE", help="architecture file (YAML)")
+    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE",
+                   help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}")
     add_budget_args(p)
     p.add_argument(
         "--data", metavar="PATH", default=None,
@@ -86,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def resolve(args: argparse.Namespace) -> tuple[Any, TrainRecipe, Budget, str | None]:
     """The architecture, recipe, budget and corpus spec from the file and the flags."""
     source = str(args.arch)
-    doc = load_arch_file(source)
+    doc = load_arch_file(arch_path(source))  # messages name `source`, what was typed
     try:
         recipe = TrainRecipe.from_dict(doc.get("recipe"))
         file_budget = Budget.from_dict(doc["budget"]) if "budget" in doc else None
@@ -157,7 +159,7 @@ def recorded_threads(args: argparse.Namespace) -> int | None:
     """
     if args.threads is not None:
         return check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
-    metrics = load_arch_file(args.arch).get("metrics") or {}
+    metrics = load_arch_file(arch_path(args.arch)).get("metrics") or {}
     threads = metrics.get("threads")
     if metrics.get("device") == "cpu" and isinstance(threads, int) and threads > 0 and args.device != "cuda":
         try:
