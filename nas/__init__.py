@@ -7,24 +7,52 @@ Public API::
     model = nas.build_model(arch)          # token ids (B, T) -> logits (B, T, vocab)
     nas.compute(arch).train_flops_per_token
     nas.ATTENTION.names()                  # registered attention blocks
-    model = nas.load_model("model.pt")     # weights saved by `run_search.py train --save`
+    model = nas.load_model("model.pt")     # weights saved by `nas train --save`
+
+The names are imported on first use (PEP 562), so ``import nas.errors`` (and
+the other torch-free modules: ``nas.validate``, ``nas.yamlsafe``,
+``nas.shipped``, ``nas.cli``) does not import torch.
 """
 
-from nas.archfile import load_arch, save_arch
-from nas.checkpoint import load_checkpoint, load_model, save_checkpoint
-from nas.compute import Compute, compute
-from nas.errors import CheckpointError, ConfigError, UserError
-from nas.models import (
-    ACTIVATIONS,
-    ATTENTION,
-    FFN,
-    ArchConfig,
-    AttentionSpec,
-    FFNSpec,
-    LayerConfig,
-    TransformerLM,
-    build_model,
-)
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nas.archfile import load_arch, save_arch
+    from nas.checkpoint import load_checkpoint, load_model, save_checkpoint
+    from nas.compute import Compute, compute
+    from nas.errors import CheckpointError, ConfigError, UserError
+    from nas.models import (
+        ACTIVATIONS,
+        ATTENTION,
+        FFN,
+        ArchConfig,
+        AttentionSpec,
+        FFNSpec,
+        LayerConfig,
+        TransformerLM,
+        build_model,
+    )
+
+#: public name -> the module it comes from
+_SOURCES = {
+    "load_arch": "nas.archfile",
+    "save_arch": "nas.archfile",
+    "load_checkpoint": "nas.checkpoint",
+    "load_model": "nas.checkpoint",
+    "save_checkpoint": "nas.checkpoint",
+    "Compute": "nas.compute",
+    "compute": "nas.compute",
+    "CheckpointError": "nas.errors",
+    "ConfigError": "nas.errors",
+    "UserError": "nas.errors",
+    **{name: "nas.models" for name in ("ACTIVATIONS", "ATTENTION", "FFN", "ArchConfig", "AttentionSpec",
+                                       "FFNSpec", "LayerConfig", "TransformerLM", "build_model")},
+}  # fmt: skip
 
 __all__ = [
     "ACTIVATIONS",
@@ -47,3 +75,31 @@ __all__ = [
     "save_arch",
     "save_checkpoint",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'nas' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SOURCES))
+
+
+class _Package(types.ModuleType):
+    """``nas.compute`` is the function, as it was when this package imported its names eagerly.
+
+    Importing the submodule ``nas.compute`` (which ``nas.checkpoint`` and others do)
+    binds the module on its package after it runs; this keeps the function there instead.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "compute" and isinstance(value, types.ModuleType) and hasattr(value, "compute"):
+            value = value.compute
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package  # "Customizing module attribute access" in the data model docs

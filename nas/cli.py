@@ -1,8 +1,9 @@
-"""Command line: ``python run_search.py COMMAND ...`` (or the ``nas`` console script).
+"""Command line: ``nas COMMAND ...`` (the console script), or ``python run_search.py COMMAND ...``.
 
 Each command lives in ``nas/commands/<name>.py`` with ``register(subparsers)``
 adding its parser and setting ``func``.  User mistakes raise
 :class:`nas.errors.UserError`; they end here as one line on stderr, exit 2.
+Hints that name a command to run next use :func:`prog_name`: what the user ran.
 """
 
 from __future__ import annotations
@@ -18,6 +19,18 @@ from nas.errors import UserError
 COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm")
 
 
+def prog_name() -> str:
+    """The command the user ran, as hints should print it: ``python run_search.py`` (a script, by its
+    file name), ``python -m nas.cli``, else ``nas`` (the console script; also when called from other code)."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main_spec is not None and main_spec.name == "nas.cli":  # (this module may be __main__ itself)
+        return "python -m nas.cli"
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if script.endswith(".py") and script != "__main__.py":  # python -m SOMETHING_ELSE runs a __main__.py
+        return f"python {script}"
+    return "nas"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (the usage text is one ``--help`` away)."""
 
@@ -27,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog=os.path.basename(sys.argv[0]) or "run_search.py",
+        prog=prog_name(),
         description="Neural-architecture search for Transformer language models. "
         "With no command, runs the demo search (default space, default corpus, local Ray).",
     )

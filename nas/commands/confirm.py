@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nas.cli import prog_name
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import UserError
@@ -61,8 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=None,
         metavar="FILE",
-        help="a baseline architecture file or shipped name (repeatable; default: the space's seed "
-        "architectures as the search ran them)",
+        help="a baseline architecture file or a shipped one's name, e.g. vanilla (repeatable; default: "
+        "the space's seed architectures as the search ran them)",
     )
     p.add_argument(
         "--lrs",
@@ -197,6 +198,7 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from nas.search.report import settings_of
     from nas.search.space import load_spec, spec_of
     from nas.search.study import stored_spec
+    from nas.shipped import space_path
     from nas.spec import Budget, TrainRecipe
 
     if CONFIRM_OF in study.user_attrs:
@@ -210,7 +212,7 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     spec = stored_spec(study)
     if spec is not None:
         return record, *spec_of(spec.to_dict(), spec.source)
-    spec, space = load_spec(record["space_file"])
+    spec, space = load_spec(space_path(record["space_file"]))  # search_spaces/x.yaml: shipped if not here
     if record.get("space_fingerprint") not in (None, space.fingerprint):
         raise UserError(
             f"{record['space_file']} changed since --study {name!r} searched it "
@@ -265,8 +267,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.report:
         print(f"report:  {args.report}")
-    print(f"runs:    python run_search.py best --study {settings.study} --storage {shlex.quote(url)}")
-    print(
-        f"export:  python run_search.py export --study {args.study}{where} --confirmed --out confirmed.yaml"
-    )
+    prog = prog_name()
+    print(f"runs:    {prog} best --study {settings.study} --storage {shlex.quote(url)}")
+    print(f"export:  {prog} export --study {args.study}{where} --confirmed --out confirmed.yaml")
     return 0

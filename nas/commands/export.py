@@ -17,6 +17,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from nas.archfile import save_arch
+from nas.cli import prog_name
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_negative_int
 from nas.errors import ConfigError, UserError
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write a trial as an architecture YAML that train --arch accepts",
         description="Export a COMPLETE trial as YAML: architecture, the study's training recipe, "
         "budget and data, the measured metrics and the source.  "
-        "`run_search.py train --arch FILE` retrains it.",
+        f"`{prog_name()} train --arch FILE` retrains it.",
     )
     add_study_args(p)
     which = p.add_mutually_exclusive_group(required=True)
@@ -46,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument(
         "--confirmed",
         action="store_true",
-        help="the best architecture of the study's confirmation (run_search.py confirm): lowest mean loss "
+        help=f"the best architecture of the study's confirmation ({prog_name()} confirm): lowest mean loss "
         "over seeds at the largest scale, with the confirmation summary in the file's header",
     )
     p.add_argument("--out", required=True, help="architecture file to write (FILE.yaml)")
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         why = f" ({why})" if why else ""
         raise UserError(
             f"--trial {trial.number} of study {study.study_name!r} is {state_name(trial)}{why}; "
-            "only COMPLETE trials can be exported (see: run_search.py best)"
+            f"only COMPLETE trials can be exported (see: {prog_name()} best)"
         )
     if trial.user_attrs.get("arch") is None:
         raise UserError(f"--trial {trial.number} of study {study.study_name!r} has no architecture recorded")
@@ -99,10 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if not settings:
         print("note: the study records no recipe or budget; train --arch will use its defaults")
     if trial.user_attrs.get("threads"):  # train reuses the recorded thread count: loss reproduces exactly
-        print(f"retrain it with: python run_search.py train --arch {out}")
+        print(f"retrain it with: {prog_name()} train --arch {out}")
     else:  # CPU sums depend on the thread count; workers use --cpus-per-trial threads (1 by default)
         print(
-            f"retrain it with: python run_search.py train --arch {out} --threads 1  "
+            f"retrain it with: {prog_name()} train --arch {out} --threads 1  "
             "(on CPU, --threads equal to the search's --cpus-per-trial reproduces its loss exactly)"
         )
     return 0
@@ -132,5 +133,5 @@ def _export_confirmed(search: Any, url: str, out: Path) -> int:
           f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}")
     if w["verdict"]:
         print(f"verdict: {w['verdict']}")
-    print(f"retrain it with: python run_search.py train --arch {out}")
+    print(f"retrain it with: {prog_name()} train --arch {out}")
     return 0

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nas.cli import prog_name
 from nas.commands.common import data_or_default, non_empty
 from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
+from nas.shipped import shipped_spaces, space_path
 from nas.spec import Spec
 from nas.spec.flags import add_spec_flags, apply, overrides
 from nas.validate import check_study_name
@@ -20,9 +21,8 @@ if TYPE_CHECKING:
     from nas.search.settings import SearchSettings
     from nas.search.space import SearchSpace
 
-#: where the shipped spaces live when run from a checkout
-SHIPPED_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
-DEFAULT_SPACE = "default"
+#: a search_spaces/default.yaml in the working directory wins; else the shipped one (nas.shipped)
+DEFAULT_SPACE = "search_spaces/default.yaml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,8 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--space", type=non_empty, default=None, metavar="SPEC",
                    help="the spec file: a search space, optionally with recipe, budget, data, search and "
-                   f"resources sections; a path or a shipped name ({DEFAULT_SPACE}, primer, ...). Default: "
-                   "the study's own spec when it exists, else the shipped default space")  # fmt: skip
+                   f"resources sections; a path or a shipped space's name ({', '.join(shipped_spaces())}). "
+                   f"Default: the study's own spec when the study exists, else {DEFAULT_SPACE} if there is one "
+                   "here, else the shipped default (the demo)")  # fmt: skip
     p.add_argument("--study", default=None, help="study name (default: the space's name)")
     p.add_argument("--storage", type=non_empty, default=None, help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)")
     p.add_argument("--runs-dir", type=non_empty, default="runs", help="where studies and TensorBoard logs go (default runs/)")
@@ -48,10 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve_space_path(arg: str | None) -> Path:
-    path = Path(arg or f"search_spaces/{DEFAULT_SPACE}.yaml")
-    if not path.exists() and arg is None:
-        path = SHIPPED_SPACES / f"{DEFAULT_SPACE}.yaml"
-    return path
+    return space_path(arg or DEFAULT_SPACE)
 
 
 def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]:
@@ -124,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             f"trained on Shakespeare for the same compute ({settings.budget}) on {settings.workers} local "
             "Ray worker(s);\na candidate whose validation loss is worse than the median at half its budget "
             "stops there (a hurdle).\nEach line below is one finished candidate; the Pareto front of loss "
-            "vs FLOPs per token comes at the end.\nSee `python run_search.py search --help` for the real thing.",
+            f"vs FLOPs per token comes at the end.\nSee `{prog_name()} search --help` for the real thing.",
             flush=True,
         )
     with sigterm_stops_the_driver():
@@ -142,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
     # The same flags that found this study find it again (--runs-dir or --storage when not the default).
     where = (f" --storage {shlex.quote(settings.storage)}" if args.storage is not None
              else "" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
-    prog = os.path.basename(sys.argv[0]) or "run_search.py"
-    prog = f"python {prog}" if prog.endswith(".py") else prog
+    prog = prog_name()
     print(f"next:        {prog} best --study {settings.study}{where}")
     if args.demo:  # a single-seed search rewards luck: say how to check the winner before trusting it
         print(f"confirm:     {prog} confirm --study {settings.study}{where} --top 3 --seeds 3 --scales 1,4 "

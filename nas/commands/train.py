@@ -35,6 +35,7 @@ from nas.data import (
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
 from nas.preflight import check_training
+from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
 from nas.spec.flags import add_spec_flags, apply, overrides
 from nas.validate import MAX_THREADS, check_number, check_output_file, check_writable_dir
@@ -49,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "loss, perplexity, bits per byte, parameters, FLOPs and throughput.  Flags override the file's "
         f"recipe, budget and data field by field; without a budget anywhere it trains {DEFAULT_BUDGET}.",
     )
-    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE", help="architecture file (YAML)")
+    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE",
+                   help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
@@ -62,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     """The architecture, the run's spec (the file's sections, then the flags) and the file's ``data``."""
     source = str(args.arch)
-    doc = load_arch_file(source)
+    doc = load_arch_file(arch_path(source))  # messages name `source`, what was typed
     data = doc.get("data")
     record = isinstance(data, dict) and isinstance(data.get("corpus"), str)
     if not (data is None or isinstance(data, str) or record):
@@ -128,7 +130,7 @@ def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | No
     """
     if args.threads is not None:
         return check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
-    metrics = load_arch_file(args.arch).get("metrics") or {}
+    metrics = load_arch_file(arch_path(args.arch)).get("metrics") or {}
     threads = metrics.get("threads")
     if metrics.get("device") == "cpu" and isinstance(threads, int) and threads > 0 and device != "cuda":
         try:

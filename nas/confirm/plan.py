@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -23,7 +22,7 @@ from nas.models import ArchConfig
 from nas.search.candidate import is_infeasible
 from nas.search.lookup import trained
 from nas.search.report import leaderboard
-from nas.search.sampling import SEED_DIR
+from nas.shipped import arch_path
 
 #: the ranges of a run's ``scale`` and ``lr`` parameters (wide: the values are always fixed by the
 #: queue, never sampled; ``--scales`` and ``--lrs`` are refused outside them)
@@ -166,9 +165,7 @@ def default_baselines(study: optuna.Study, seed_archs: Sequence[str]) -> list[tu
 def baseline_file(path: str, vocab_size: int, task: str = "lm") -> tuple[str, ArchConfig]:
     """An architecture file given to ``--baseline`` (its recipe and budget are not used: the study's are);
     its ``task`` must be the search's, or every one of its runs would fail."""
-    p = Path(path)
-    if not p.exists() and (SEED_DIR / f"{path}.yaml").is_file():
-        p = SEED_DIR / f"{path}.yaml"  # --baseline vanilla: the shipped file
+    p = arch_path(path)  # --baseline vanilla: the shipped file
     try:
         arch = load_arch(p).with_vocab(vocab_size)
     except ConfigError as err:

@@ -19,9 +19,11 @@ def open_confirmation(study: str, url: str) -> optuna.Study:
     try:
         return load_study(open_storage(url, read_only=True), name)
     except UserError:
+        from nas.cli import prog_name
+
         raise UserError(
             f"--study {study!r} has no confirmation ({name!r} is not in {url}); run "
-            f"`run_search.py confirm --study {study}` first"
+            f"`{prog_name()} confirm --study {study}` first"
         ) from None
 
 

@@ -20,23 +20,22 @@ import hashlib
 import json
 import random
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from nas.archfile import load_arch
 from nas.errors import ConfigError
 from nas.models import ATTENTION, ArchConfig, AttentionSpec, FFNSpec, LayerConfig
 from nas.search.params import Param, thaw
+from nas.shipped import shipped_arch
 
-#: The known architectures a space may seed its study with (``seed_archs``), by file name.
+#: The known architectures a space may seed its study with (``seed_archs``), by shipped file name.
 SEED_ARCHS = ("vanilla", "primer_ez")
-SEED_DIR = Path(__file__).resolve().parents[2] / "examples" / "archs"
 
 
 @functools.cache
 def seed_layer(name: str) -> LayerConfig:
-    """The one layer that the known architecture ``name`` (``examples/archs/NAME.yaml``) repeats."""
-    arch = load_arch(SEED_DIR / f"{name}.yaml")
+    """The one layer that the shipped architecture ``name`` (``examples/archs/NAME.yaml``) repeats."""
+    arch = load_arch(shipped_arch(name))
     first = arch.layers[0]
     if any(layer != first for layer in arch.layers):
         raise ConfigError(f"a seed architecture must repeat one layer; {name}.yaml has several", "layers")

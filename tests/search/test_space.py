@@ -147,12 +147,12 @@ def test_seed_params_build_the_known_architectures():
 
 
 def test_seed_layers_come_from_the_example_files(tmp_path, monkeypatch):
-    """Seeds read examples/archs/NAME.yaml: the file's layer, not a table in the code, is queued."""
+    """Seeds read the shipped examples/archs/NAME.yaml: the file's layer, not a code table, is queued."""
     from nas.search import sampling
 
-    text = (sampling.SEED_DIR / "primer_ez.yaml").read_text().replace("kernel: 3", "kernel: 2")
+    text = sampling.shipped_arch("primer_ez").read_text().replace("kernel: 3", "kernel: 2")
     (tmp_path / "primer_ez.yaml").write_text(text)
-    monkeypatch.setattr(sampling, "SEED_DIR", tmp_path)
+    monkeypatch.setattr(sampling, "shipped_arch", lambda name: tmp_path / f"{name}.yaml")
     sampling.seed_layer.cache_clear()
     try:
         params = parse_space(small_space()).seed_params("primer_ez")
