@@ -213,6 +213,8 @@ def _user_error(err: yaml.YAMLError, source: str, what: str) -> UserError:
         tag = problem[problem.index("tag:yaml.org,2002:") + len("tag:yaml.org,2002:") :].rstrip("'")
         return UserError(f"{source}{where}: the tag !!{tag} is not allowed (a {what} holds plain data, no "
                          "Python objects)")  # fmt: skip
+    if "nesting depth" in problem:  # libyaml's own limit, reached before ours on some builds
+        return UserError(f"{source}{where}: this {what} is nested more than {MAX_DEPTH} levels deep")
     return UserError(f"{source}: malformed YAML{where}: {problem}")
 
 

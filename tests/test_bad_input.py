@@ -230,7 +230,7 @@ def cases() -> list[Any]:
     case("yaml-unknown-seed-arch", search(), ("space.yaml", "seed_archs"), {"space.yaml": space("seed_archs", ["gpt2"])})
     # -- search: an existing study under other settings (the shared study, see ``study``) -------
     case("study-reused-with-another-space", search("--study", "s", "--storage", "{url}"),
-         ("--study 's'", "different search space"))
+         ("--study 's'", "space.constraints"))
     case("study-reused-with-another-objective",
          search("--space", "{space}", "--study", "s", "--storage", "{url}", "--objective", "loss"), "--objective")
     case("study-reused-with-another-budget",

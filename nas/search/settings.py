@@ -116,9 +116,9 @@ class SearchSettings:
         try:
             evaluators.check(self.evaluator)
         except ConfigError as err:
-            raise ConfigError(err.message, "search.evaluator") from None
+            raise ConfigError(err.message, "search.evaluator (--evaluator)") from None
         if self.max_flops is not None and self.budget.kind == "flops" and self.max_flops < self.budget.value:
-            raise UserError(f"search.max_flops {self.max_flops:g} is less than one candidate's budget "
+            raise UserError(f"search.max_flops (--max-flops) {self.max_flops:g} is less than one candidate's budget "
                             f"({self.budget}): no trial could start")  # fmt: skip
 
     def check_environment(self) -> None:

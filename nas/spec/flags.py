@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.spec.sections import SECTIONS, DataSpec, Resources, SearchSection
+from nas.spec.sections import SECTIONS, DataSpec, Resources, SearchSection, named
 from nas.spec.spec import Spec
 from nas.spec.training import BUDGET_KINDS, RECIPE_HELP, Budget, TrainRecipe
 
@@ -111,9 +111,9 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
             else:
                 changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
         except ConfigError as err:  # a flag's value: name the flag (a file's value keeps the file's name)
-            flag = err.path if err.path.startswith(f"{section}.") and err.path.split(".", 1)[1] in fields_ else ""
-            if section == "budget" or flag:
-                raise ConfigError(err.message, "--" + (flag or err.path)) from None
+            field_ = err.path.split(".", 1)[1] if err.path.startswith(f"{section}.") else ""
+            if field_ in fields_:  # e.g. --search.trials (--trials): the flag, and the alias the user may have typed
+                raise ConfigError(err.message, "--" + named(section, field_)) from None
             raise
     return dataclasses.replace(spec, **changes)
 

@@ -67,6 +67,19 @@ def fractions(value: Any, name: str) -> None:
         raise ConfigError(f"fractions must be increasing and distinct, got {list(value)}", name)
 
 
+def named(section: str, name: str) -> str:
+    """``resources.workers (--workers)``: a field as messages name it, with its short flag when it has one."""
+    cls = SECTIONS.get(section)
+    fields_ = {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
+    alias = fields_[name].metadata.get("alias") if name in fields_ else ALIASES.get(f"{section}.{name}")
+    return f"{section}.{name} ({alias})" if alias else f"{section}.{name}"
+
+
+#: short flags of fields outside these sections (their dataclasses carry no metadata)
+ALIASES = {"recipe.seed": "--seed", "budget.steps": "--steps", "budget.tokens": "--tokens",
+           "budget.flops": "--budget-flops", "budget.seconds": "--seconds"}  # fmt: skip
+
+
 class Section:
     """What the three sections share: checks on creation, and plain data in and out."""
 
@@ -182,7 +195,7 @@ class SearchSection(Section):
         if self.hurdles == () and (self.hurdle_percentile != 50.0 or self.hurdle_min_trials != 3):
             which = "hurdle_percentile" if self.hurdle_percentile != 50.0 else "hurdle_min_trials"
             raise ConfigError("applies to hurdles, and search.hurdles is empty; set search.hurdles "
-                              "(--hurdles 0.25,0.5) or leave it out", f"search.{which}")  # fmt: skip
+                              "(--hurdles 0.25,0.5) or leave it out", named("search", which))  # fmt: skip
 
     def wanted_trials(self) -> int | None:
         """Finished trials wanted: as given, else the default unless the compute ends the search."""
@@ -222,14 +235,15 @@ class Resources(Section):
 
     def check(self) -> None:
         if self.gpus_per_trial > 0 and self.device == "cpu":
-            raise ConfigError("> 0 with resources.device cpu: choose one", "resources.gpus_per_trial")
+            raise ConfigError(f"> 0 with {named('resources', 'device')} cpu: choose one",
+                              named("resources", "gpus_per_trial"))  # fmt: skip
         if self.local:
             for name, given in (("address", self.address is not None), ("dashboard", self.dashboard),
                                 ("workers", (self.workers or 1) > 1),
                                 ("trial_timeout", self.trial_timeout is not None)):  # fmt: skip
                 if given:
-                    raise ConfigError("resources.local runs trials one at a time without Ray; drop "
-                                      f"resources.{name}", f"resources.{name}")  # fmt: skip
+                    raise ConfigError(f"{named('resources', 'local')} runs trials one at a time without Ray; "
+                                      f"drop {named('resources', name)}", named("resources", name))  # fmt: skip
 
     def worker_count(self, cpus: int | None) -> int:
         """``workers``, or the default for this machine (``cpus`` CPUs)."""

@@ -67,7 +67,7 @@ def test_search_finishes_the_requested_trials_and_continues(tmp_path, text_corpu
 
     # different settings on the same study are refused, and nothing is added
     assert main(search_args(tmp_path, text_corpus, "--steps", "7", "--trials", "8")) == 2
-    assert "different budget" in capsys.readouterr().err
+    assert "budget.steps: 6 -> 7" in capsys.readouterr().err
     assert len(load(tmp_path).trials) == 6
 
 

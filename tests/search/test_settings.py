@@ -47,7 +47,7 @@ def test_valid_settings_are_accepted() -> None:
         ({"objective": "speed"}, ["search.objective", "loss+flops"]),
         ({"sampler": "genetic"}, ["search.sampler", "nsga2"]),
         ({"device": "tpu"}, ["resources.device", "cuda"]),
-        ({"gpus_per_trial": 1.0, "device": "cpu"}, ["resources.gpus_per_trial", "resources.device cpu"]),
+        ({"gpus_per_trial": 1.0, "device": "cpu"}, ["resources.gpus_per_trial", "--device"]),
         ({"study": ""}, ["--study"]),
         ({"study": "a/b"}, ["--study"]),
         ({"study": "two\nlines"}, ["--study"]),
