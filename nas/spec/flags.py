@@ -30,17 +30,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.spec.sections import SECTIONS, DataSpec, Resources, SearchSection, named
+from nas.spec.sections import ALIASES, SECTIONS, DataSpec, Resources, SearchSection, named
 from nas.spec.spec import Spec
 from nas.spec.training import BUDGET_KINDS, RECIPE_HELP, Budget, TrainRecipe
 
-#: the budget kinds' short flags
-BUDGET_ALIASES = {"steps": "--steps", "tokens": "--tokens", "flops": "--budget-flops", "seconds": "--seconds"}
 BUDGET_HELP = {"steps": "optimizer steps", "tokens": "training tokens (e.g. 2e6)",
                "flops": "training FLOPs (e.g. 1e13); bigger models see fewer tokens",
                "seconds": "wall-clock seconds of training"}  # fmt: skip
-#: the recipe fields with a short flag
-RECIPE_ALIASES = {"seed": "--seed"}
 
 BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 ALL_SECTIONS = ("recipe", "budget", "data", "search", "resources")
@@ -59,7 +55,7 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
         if section == "budget":
             excl = group.add_mutually_exclusive_group()
             for kind in BUDGET_KINDS:
-                excl.add_argument(f"--budget.{kind}", BUDGET_ALIASES[kind], dest=f"budget.{kind}",
+                excl.add_argument(f"--budget.{kind}", ALIASES[f"budget.{kind}"], dest=f"budget.{kind}",
                                   type=_parser(float if kind != "steps" else int), default=argparse.SUPPRESS,
                                   metavar=kind.upper(), help=BUDGET_HELP[kind])  # fmt: skip
             continue
@@ -70,7 +66,7 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
             if wanted is not None and f.name not in wanted:
                 continue
             meta = f.metadata
-            alias = meta.get("alias") or (RECIPE_ALIASES.get(f.name) if section == "recipe" else None)
+            alias = meta.get("alias") or ALIASES.get(f"{section}.{f.name}")
             names = [f"--{section}.{f.name}"] + ([alias] if alias else [])
             kind = _base_type(hints[f.name])
             default = f.default if f.default is not dataclasses.MISSING else None
@@ -116,11 +112,6 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
                 raise ConfigError(err.message, "--" + named(section, field_)) from None
             raise
     return dataclasses.replace(spec, **changes)
-
-
-def given_fields(given: Mapping[str, Mapping[str, Any]]) -> set[str]:
-    """``{"search.trials", "budget", ...}``: what the command line set."""
-    return {("budget" if s == "budget" else f"{s}.{n}") for s, fs in given.items() for n in fs}
 
 
 def _base_type(hint: Any) -> type:
