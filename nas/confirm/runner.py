@@ -29,8 +29,8 @@ from nas.execution.pool import Pool
 from nas.search.candidate import trial_payload
 from nas.search.driver import Driver, Running, default_pool
 from nas.search.settings import SearchSettings
-from nas.validate import MAX_SEED
 from nas.search.study import REQUEUED, SETTINGS, check_settings, count_done, open_storage, study_exists
+from nas.validate import MAX_SEED
 
 CONFIRM_OF = "confirm_of"  # confirm study user attr: the search study it confirms
 ARCHS = "confirm_archs"  # confirm study user attr: [Entry.to_dict()], the ``arch`` param indexes it
@@ -61,6 +61,7 @@ class ConfirmDriver(Driver):
     ) -> None:
         super().__init__(settings, pool_factory, out)
         self.entries = {e.index: e for e in entries}
+        self.flops: dict[int, float] = {}  # forward FLOPs per token, by entry index
 
     def _prepare(self, study: optuna.Study, trial: Trial, pool: Pool) -> tuple[str, str] | None:
         run = Run(
@@ -95,8 +96,28 @@ class ConfirmDriver(Driver):
             budget=scaled_budget(s.budget, run.scale).to_dict(),
         )
         pool.submit(trial.number, payload.to_dict())
-        self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
+        self.running[trial.number] = Running(
+            trial, payload, arch.arch_id, time.monotonic(), work=self._work(run)
+        )
         return None
+
+    def _work(self, run: Run) -> float:
+        """A run's cost relative to the others: its scale, times its FLOPs per token under a steps or
+        tokens budget (a FLOPs or seconds budget costs the same at every width)."""
+        entry = self.entries.get(run.arch)
+        if self.s.budget.kind in ("flops", "seconds") or entry is None:
+            return run.scale
+        if run.arch not in self.flops:
+            self.flops[run.arch] = compute(entry.arch, self.s.recipe.seq_len).fwd_flops_per_token
+        return run.scale * self.flops[run.arch]
+
+    def _pending(self) -> tuple[list[float], list[tuple[float, float]]]:
+        """The queued runs' work (the long runs at the larger scales come last) and the running ones'."""
+        _, running = super()._pending()
+        study = self.study
+        waiting = () if study is None else study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        queued = [_run_of(t) for t in waiting]
+        return [self._work(run) for run in queued if run is not None], running
 
 
 class _KeptPool:

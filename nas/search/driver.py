@@ -72,6 +72,7 @@ class Driver:
         self.lease: DriverLease | None = None
         self.pool_factory = pool_factory or default_pool
         self.out = out or sys.stdout
+        self.study: optuna.Study | None = None  # set by run() once the study is open
         self.running: dict[int, Running] = {}  # trial number -> the trial a worker has
         self.retry: list[int] = []  # trials whose worker died, waiting for a worker to run them again
         # trials whose architecture a worker is training right now: they wait for its result (its twin)
@@ -89,7 +90,7 @@ class Driver:
         """
         s = self.s
         s.check_environment()
-        report = Reporter(s.trials, self.out, self.allowance.progress)
+        report = Reporter(s.trials, self.out, self.allowance.progress, self._pending)
         study = load_existing_study(s)  # refused here when another driver runs it
         try:
             if study is not None:
@@ -131,6 +132,8 @@ class Driver:
         s = self.s
         self.done = count_done(study)
         self.twins = Twins.of(study.get_trials(deepcopy=False), METRIC_KEYS)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            report.seen(t.values[0] if t.values else None)  # the progress line's best is the study's
         workers = getattr(pool, "size", s.workers)
         where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
         report.line(
@@ -253,6 +256,13 @@ class Driver:
         self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
         self.allowance.reserve(trial.number, planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len))
 
+    def _pending(self) -> tuple[list[float], list[tuple[float, float]]]:
+        """What is left (for the time left): every trial of a search is one unit of work."""
+        now = time.monotonic()
+        running = [(r.work, now - r.started) for r in self.running.values()]
+        left = 0 if self.s.trials is None else max(0, self.s.trials - self.done - len(running))
+        return [1.0] * left, running
+
     def _in_flight(self) -> int:
         return len(self.running) + len(self.waiting)
 
@@ -312,6 +322,7 @@ class Driver:
             time.monotonic() - r.started,
             self.s.workers,
             loss,
+            r.work,
         )
         self._release_waiting(study, pool, r.arch_id, report)
 

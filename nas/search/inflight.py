@@ -24,6 +24,7 @@ class Running:
     attempts: int = 1
     errors: list[str] = dataclasses.field(default_factory=list)  # why earlier attempts had no result
     alone: bool = False  # ran out of GPU memory while sharing a GPU: retried with the GPU to itself
+    work: float = 1.0  # its cost relative to the run's other trials (for the time left)
 
 
 @dataclasses.dataclass
