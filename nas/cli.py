@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from nas.errors import UserError
+from nas.redact import redacted_output
 
 COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm")
 
@@ -56,18 +57,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if argv in ([], ["search"]):  # the demo: the shipped default space, whose spec sets its trials and hurdles
         argv = ["search", "--demo"]
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    with redacted_output(argv):  # a storage URL's password is never printed (nas.redact)
+        args = parser.parse_args(argv)
+        if getattr(args, "func", None) is None:
+            parser.print_help()
+            return 2
+        try:
+            return int(args.func(args) or 0)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

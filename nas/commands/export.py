@@ -22,6 +22,7 @@ from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_negative_int
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.redact import mask_url
 from nas.search.candidate import INFEASIBLE, is_infeasible
 from nas.search.lookup import state_name
 from nas.search.report import best_trial, get_trial, metrics_of, settings_of
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_of(study)
     source: dict[str, Any] = {
         "study": study.study_name,
-        "storage": url,
+        "storage": mask_url(url),
         "trial": trial.number,
         "arch_id": arch.arch_id,
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -119,7 +120,7 @@ def _export_confirmed(search: Any, url: str, out: Path) -> int:
     settings = settings_of(study)
     recipe, budget = recipe_and_budget(settings, run)
     source: dict[str, Any] = {
-        "study": study.study_name, "storage": url, "trial": trial.number, "arch_id": run["arch_id"],
+        "study": study.study_name, "storage": mask_url(url), "trial": trial.number, "arch_id": run["arch_id"],
         "confirms": search.study_name, "name": run["name"], "role": run["role"],
         "search_trial": w["best"]["search_trial"],
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -16,6 +16,7 @@ import optuna
 from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, CONFIRM_OF, PLAN, Plan, confirm_study_name, run_confirmation
 from nas.confirm.summary import collect_runs, power_laws, rank_correlation, summarize, verdicts
+from nas.redact import mask_url
 
 __all__ = [
     "ARCHS",
@@ -44,7 +45,7 @@ def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
     return {
         "study": study.user_attrs.get(CONFIRM_OF),
         "confirm_study": study.study_name,
-        "storage": storage,
+        "storage": mask_url(storage),
         "budget": f"{value:g} {kind}",
         "scales": list(plan.scales),
         "seeds": list(plan.seeds),

@@ -26,10 +26,22 @@ from nas.compute import compute
 from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run
 from nas.errors import UserError
 from nas.execution.pool import Pool
+from nas.execution.worker import DIVERGED
+from nas.redact import mask_url
 from nas.search.candidate import trial_payload
 from nas.search.driver import Driver, Running, default_pool
 from nas.search.settings import SearchSettings
-from nas.search.study import REQUEUED, SETTINGS, check_settings, count_done, open_storage, study_exists
+from nas.search.study import (
+    REQUEUED,
+    SETTINGS,
+    check_settings,
+    count_done,
+    create_under_lease,
+    fast_sqlite_commits,
+    load_study,
+    open_storage,
+    study_exists,
+)
 from nas.validate import MAX_SEED
 
 CONFIRM_OF = "confirm_of"  # confirm study user attr: the search study it confirms
@@ -182,31 +194,45 @@ class Plan:
 
 def open_confirm_study(settings: SearchSettings, source: str, entries: Sequence[Entry]) -> optuna.Study:
     """The confirm study, created if new (settings record first, so the driver never replaces it)."""
-    storage = open_storage(settings.storage, writer=True)
-    fresh = not study_exists(storage, settings.study)
-    if fresh:
-        study = optuna.create_study(study_name=settings.study, storage=storage, directions=["minimize"])
+    storage = open_storage(settings.storage)
+    name = settings.study
+    if not study_exists(storage, name) or SETTINGS not in load_study(storage, name).user_attrs:
+
+        def record(study: optuna.Study) -> None:
+            study.set_user_attr(CONFIRM_OF, source)
+            study.set_user_attr(SETTINGS, settings.fingerprint())  # the commit point: written last
+
+        # a half-made confirmation of a killed run is replaced; any other study of the name is refused
+        study, lease = create_under_lease(storage, name, settings.storage, ["minimize"], None, record)
+        lease.release()  # the confirm driver takes its own when it runs the study
     else:
         study = optuna.load_study(study_name=settings.study, storage=storage)
-        # without a settings record and trials it is one whose creation was cut short: finish it
-        fresh = SETTINGS not in study.user_attrs and not study.get_trials(deepcopy=False)
-        if not fresh and study.user_attrs.get(CONFIRM_OF) != source:
+        if study.user_attrs.get(CONFIRM_OF) != source:
             raise UserError(
-                f"--storage {settings.storage!r}: study {settings.study!r} exists and is not "
+                f"--storage {mask_url(settings.storage)!r}: study {settings.study!r} exists and is not "
                 f"a confirmation of {source!r}"
             )
-    if fresh:
-        study.set_user_attr(SETTINGS, settings.fingerprint())
-        study.set_user_attr(CONFIRM_OF, source)
-    else:
         check_settings(study, settings.fingerprint())
+        fast_sqlite_commits(storage)
     study.set_user_attr(ARCHS, [e.to_dict() for e in entries])
     return study
 
 
-def enqueue_missing(study: optuna.Study, runs: Iterable[Run], entries: dict[int, Entry]) -> int:
-    """Queue the runs the study does not hold yet; returns how many."""
-    have = set(existing_runs(study))
+def enqueue_missing(
+    study: optuna.Study, runs: Iterable[Run], entries: dict[int, Entry], rerun_before: int = 0
+) -> int:
+    """Queue the runs the study does not hold yet; returns how many.
+
+    A run whose latest trial (numbered below ``rerun_before``: one of an earlier ``confirm``)
+    failed for any reason but divergence is queued again: the machine, the flags or the
+    corpus that made it fail may have been fixed since.  Its failed trial stays as a record.
+    """
+
+    def rerun(t: FrozenTrial) -> bool:
+        failed = t.state == TrialState.FAIL and t.number < rerun_before
+        return failed and t.user_attrs.get("fail_reason") != DIVERGED
+
+    have = {run for run, t in existing_runs(study).items() if not rerun(t)}
     n = 0
     for run in runs:
         if run not in have:
@@ -272,6 +298,7 @@ def run_confirmation(
     """Train every wanted architecture at every scale and seed (after the lr sweep when ``plan.lrs``)."""
     settings.check_environment()  # before the study is created: a missing corpus leaves nothing behind
     study = open_confirm_study(settings, source, every)
+    rerun_before = len(study.get_trials(deepcopy=False))  # failed runs of earlier confirms run again
     study.set_user_attr(PLAN, plan.to_dict())
     by_index = {e.index: e for e in every}
     wanted = [by_index[i] for i in plan.wanted]
@@ -280,7 +307,7 @@ def run_confirmation(
     try:
         if lrs:
             sweep = [Run(e.index, sc, seeds[0], lr) for sc in scales for e in wanted for lr in lrs]
-            enqueue_missing(study, sweep, by_index)
+            enqueue_missing(study, sweep, by_index, rerun_before)
             _drive(settings, study, every, pools, out)
             chosen = best_lrs(study, wanted, scales, seeds[0], lrs)
             runs = [
@@ -294,7 +321,7 @@ def run_confirmation(
             runs = [
                 Run(e.index, sc, seed, settings.recipe.lr) for sc in scales for seed in seeds for e in wanted
             ]
-        enqueue_missing(study, runs, by_index)
+        enqueue_missing(study, runs, by_index, rerun_before)
         _drive(settings, study, every, pools, out)
     finally:
         pools.close()

@@ -10,6 +10,7 @@ from evaluators import Budget
 from nas.confirm import build_report, confirm_study_name
 from nas.confirm.runner import scaled_budget
 from nas.errors import UserError
+from nas.redact import mask_url
 from nas.search.study import load_study, open_storage
 
 
@@ -22,7 +23,7 @@ def open_confirmation(study: str, url: str) -> optuna.Study:
         from nas.cli import prog_name
 
         raise UserError(
-            f"--study {study!r} has no confirmation ({name!r} is not in {url}); run "
+            f"--study {study!r} has no confirmation ({name!r} is not in {mask_url(url)}); run "
             f"`{prog_name()} confirm --study {study}` first"
         ) from None
 
@@ -32,6 +33,12 @@ def confirmed_winner(study: optuna.Study, url: str) -> dict[str, Any]:
     report = build_report(study, url)
     done = [r for r in report["summary"] if r["mean"] is not None]
     if not done:
+        failed = [r for r in report["runs"] if r["state"] == "FAIL"]
+        if failed:
+            raise UserError(
+                f"every run of study {study.study_name!r} failed so far ({len(failed)}; the first: "
+                f"{failed[0].get('fail_reason')}); fix that and run `confirm` again: it re-runs failed runs"
+            )
         raise UserError(
             f"study {study.study_name!r} has no finished run yet; run `confirm` again to finish it"
         )

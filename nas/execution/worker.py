@@ -25,6 +25,8 @@ from evaluators.stopping import fraction_key, missed
 from nas.models import ArchConfig
 
 OUT_OF_MEMORY = "out of memory"
+#: why a trial failed whose losses went non-finite: its own outcome (same seed, same data: same again)
+DIVERGED = "diverged"
 
 
 def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         out["metrics"] = result.to_dict()  # plain data from here on: it crosses to the driver and Optuna
         out["status"] = "pruned" if result.stopped_early else "ok"
     except Diverged as err:
-        out.update(_failed(err), reason="diverged", detail=str(err))
+        out.update(_failed(err), reason=DIVERGED, detail=str(err))
     except torch.OutOfMemoryError as err:
         out.update(_failed(err), reason=OUT_OF_MEMORY, detail=str(err).splitlines()[0])
         # The traceback's frames hold the model, the optimizer and the activations: drop their locals.

@@ -188,14 +188,19 @@ def _put(conn: sa.Connection, study_name: str, exists: bool, study_id: int | Non
         conn.execute(sa.insert(t).values(study_name=study_name, **values))
 
 
-def live_holder(storage: optuna.storages.RDBStorage, study_name: str) -> Holder | None:
-    """The driver holding ``study_name`` now, if one does and is alive (reads only; creates nothing)."""
+def any_holder(storage: optuna.storages.RDBStorage, study_name: str) -> Holder | None:
+    """The driver whose lease is on ``study_name`` now, alive or gone (reads only; creates nothing)."""
     with storage.engine.connect() as conn:
         if not sa.inspect(conn).has_table(LEASE_TABLE.name):
             return None  # no driver of this version ever ran in this database
         t = LEASE_TABLE
         row = conn.execute(sa.select(t.c.study_id, t.c.holder).where(t.c.study_name == study_name)).first()
-    holder = _holder_of(row, _current_id(storage, study_name))
+    return _holder_of(row, _current_id(storage, study_name))
+
+
+def live_holder(storage: optuna.storages.RDBStorage, study_name: str) -> Holder | None:
+    """The driver holding ``study_name`` now, if one does and is alive (reads only; creates nothing)."""
+    holder = any_holder(storage, study_name)
     return None if holder is None or holder.gone() else holder
 
 

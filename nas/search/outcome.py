@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from nas.execution.worker import DIVERGED
 from nas.search.hurdles import INTERMEDIATE
 
 
@@ -75,7 +76,7 @@ def tell_result(
             trial.set_user_attr(key, metrics[key])
     loss = metrics.get("val_loss")
     if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
-        return (*fail(study, trial, "diverged", detail=f"validation loss {loss}"), None)
+        return (*fail(study, trial, DIVERGED, detail=f"validation loss {loss}"), None)
     flops = metrics.get("flops_per_token")
     if objective != "loss" and (flops is None or not math.isfinite(flops)):
         return (*fail(study, trial, f"no finite FLOPs per token ({flops})"), None)

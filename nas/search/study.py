@@ -9,6 +9,7 @@ a database is opened are in :mod:`nas.search.storage`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -16,7 +17,8 @@ from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
-from nas.search.lease import DriverLease, Holder, refuse_if_held
+from nas.redact import mask_url
+from nas.search.lease import DriverLease, Holder, any_holder, refuse_if_held
 from nas.search.samplers import make_sampler, resolve_sampler, run_seed
 from nas.search.settings import OBJECTIVES, SearchSettings
 from nas.search.space import SearchSpace
@@ -148,46 +150,87 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
 def create_new_study(
     settings: SearchSettings, heartbeat: float | None = None
 ) -> tuple[optuna.Study, list[str], DriverLease]:
-    """Create the study (and its SQLite file and directory) under this driver's lease.
+    """Create the search study (and its SQLite file and directory) under this driver's lease.
 
-    Returns the study, the seed archs queued and the lease (renewing; the caller releases
-    it).  Optuna writes a study and each of its attributes in separate transactions, so
-    the settings record is written last and is the commit point: a study without it was
-    interrupted while being created, has run nothing, and is replaced here, unless a live
-    driver is creating it right now (it holds the lease from its first moment).
+    Returns the study, the seed archs queued and the lease (renewing; the caller releases it).
     """
-    storage = open_storage(settings.storage, writer=True)
-    exists = f"--study {settings.study!r} exists already in --storage {settings.storage!r}"
-    # The lease first (LeaseHeld: a live driver runs or creates the study): what is found under
-    # the name is then judged and replaced by this driver alone, and the lease of a deleted study
-    # of the same name is replaced by this one.
-    lease = DriverLease(storage, settings.study, heartbeat, creating=True)
-    lease.acquire()
-    try:
-        if study_exists(storage, settings.study):
-            old = optuna.load_study(study_name=settings.study, storage=storage)
-            if SETTINGS in old.user_attrs or not _never_ran(old):
-                raise UserError(exists)
-            optuna.delete_study(study_name=settings.study, storage=storage)
-        try:
-            study = optuna.create_study(
-                study_name=settings.study,
-                storage=storage,
-                directions=list(OBJECTIVES[settings.objective]),
-                sampler=_sampler(settings, sampler_name(settings)),
-            )
-        except optuna.exceptions.DuplicatedStudyError:  # made a moment ago by something that takes no lease
-            raise UserError(exists) from None
-        lease.bind()
+    storage = open_storage(settings.storage)  # fast commits once nothing is refused (create_under_lease)
+    seeds: list[str] = []
+
+    def record(study: optuna.Study) -> None:
         set_metric_names(study)
-        seeds = enqueue_seed_archs(study, settings.space)
+        seeds.extend(enqueue_seed_archs(study, settings.space))
         study.set_user_attr(SAMPLER, sampler_name(settings))
         record_spec(study, settings.spec)
         study.set_user_attr(SETTINGS, settings.fingerprint())
+
+    study, lease = create_under_lease(
+        storage, settings.study, settings.storage, list(OBJECTIVES[settings.objective]),
+        _sampler(settings, sampler_name(settings)), record, heartbeat,
+    )  # fmt: skip
+    return study, seeds, lease
+
+
+def create_under_lease(
+    storage: optuna.storages.RDBStorage,
+    name: str,
+    url: str,
+    directions: list[str],
+    sampler: optuna.samplers.BaseSampler | None,
+    record: Callable[[optuna.Study], None],
+    heartbeat: float | None = None,
+) -> tuple[optuna.Study, DriverLease]:
+    """Create study ``name`` and write its records (``record``, the settings record last) under a lease.
+
+    Optuna writes a study and each of its attributes in separate transactions.  So the lease
+    is taken first (``creating=True``) and the settings record is the commit point: a study
+    that fails while being made is deleted here (it is this call's own), and one left by a
+    driver killed while making it (a study without a settings record and whose lease row its
+    gone maker still holds) is replaced.  Any other study of that name, one made with Optuna
+    outside this tool included, is refused and left exactly as it is.
+    """
+    exists = f"--study {name!r} exists already in --storage {mask_url(url)!r}"
+
+    def check_replaceable(maker: Holder | None) -> bool:
+        """Whether the study of that name (if any) is a half-made one of a killed driver; else refuse."""
+        if not study_exists(storage, name):
+            return False
+        old = optuna.load_study(study_name=name, storage=storage)
+        if SETTINGS in old.user_attrs:
+            raise UserError(exists)
+        if maker is None or not _never_ran(old):
+            raise UserError(
+                f"{exists} and was not made by this tool (it has no settings record); it is left "
+                "as it is: choose a new --study name"
+            )
+        return True
+
+    check_replaceable(any_holder(storage, name))  # reads only: a study refused here is left exactly as it was
+    fast_sqlite_commits(storage)
+    lease = DriverLease(storage, name, heartbeat, creating=True)
+    gone = lease.acquire()  # LeaseHeld: a live driver runs or creates the study
+    try:
+        if check_replaceable(gone):  # again under the lease: what is found now is this driver's to judge
+            optuna.delete_study(study_name=name, storage=storage)  # the half-made study of a killed driver
+        try:
+            study = optuna.create_study(
+                study_name=name, storage=storage, directions=directions, sampler=sampler
+            )
+        except optuna.exceptions.DuplicatedStudyError:  # made a moment ago by something that takes no lease
+            raise UserError(exists) from None
+        try:
+            lease.bind()
+            record(study)
+        except BaseException:
+            try:  # this call's own half-made study: nothing half-written is left
+                optuna.delete_study(study_name=name, storage=storage)
+            except Exception:  # noqa: BLE001 - the storage may be what failed; the next start replaces it
+                pass
+            raise
     except BaseException:
         lease.release()
         raise
-    return study, seeds, lease
+    return study, lease
 
 
 def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[DriverLease, Holder | None]:

@@ -196,6 +196,10 @@ class SearchSection(Section):
             which = "hurdle_percentile" if self.hurdle_percentile != 50.0 else "hurdle_min_trials"
             raise ConfigError("applies to hurdles, and search.hurdles is empty; set search.hurdles "
                               "(--hurdles 0.25,0.5) or leave it out", named("search", which))  # fmt: skip
+        if self.population is not None and self.sampler == "random":
+            raise ConfigError(f"has no effect with {named('search', 'sampler')} random (it sizes nsga2 and "
+                              "evolution, and tpe's random start); drop it or choose another sampler",
+                              named("search", "population"))  # fmt: skip
 
     def wanted_trials(self) -> int | None:
         """Finished trials wanted: as given, else the default unless the compute ends the search."""
@@ -237,13 +241,15 @@ class Resources(Section):
         if self.gpus_per_trial > 0 and self.device == "cpu":
             raise ConfigError(f"> 0 with {named('resources', 'device')} cpu: choose one",
                               named("resources", "gpus_per_trial"))  # fmt: skip
-        if self.local:
-            for name, given in (("address", self.address is not None), ("dashboard", self.dashboard),
-                                ("workers", (self.workers or 1) > 1),
-                                ("trial_timeout", self.trial_timeout is not None)):  # fmt: skip
-                if given:
-                    raise ConfigError(f"{named('resources', 'local')} runs trials one at a time without Ray; "
-                                      f"drop {named('resources', name)}", named("resources", name))  # fmt: skip
+        if self.local:  # one rule: a field given that has no effect in the chosen mode is refused
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in ("address", "dashboard", "trial_timeout", "retries", "worker_timeout", "gpus_per_trial"):
+                if getattr(self, name) != defaults[name]:
+                    raise ConfigError(f"{named('resources', 'local')} runs trials one at a time in this process, "
+                                      f"without Ray; drop {named('resources', name)}", named("resources", name))  # fmt: skip
+            if (self.workers or 1) > 1:
+                raise ConfigError(f"{named('resources', 'local')} runs trials one at a time in this process, "
+                                  f"without Ray; drop {named('resources', 'workers')}", named("resources", "workers"))  # fmt: skip
 
     def worker_count(self, cpus: int | None) -> int:
         """``workers``, or the default for this machine (``cpus`` CPUs)."""

@@ -292,3 +292,25 @@ def test_a_confirmation_is_not_confirmed_again(studies, capsys):
         capsys.readouterr()
     assert main(_confirm(url, "one-confirm")) == 2
     assert "is a confirmation; pass the search study 'one'" in capsys.readouterr().err
+
+
+def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch, capsys, tmp_path):
+    import nas.execution.local_pool as local_pool
+
+    url = f"sqlite:///{tmp_path}/one.db"  # a copy: the module's study stays as it was
+    optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
+    flags = ["--top", "1", "--seeds", "1", "--scales", "1"]
+    real = local_pool.run_trial
+    monkeypatch.setattr(local_pool, "run_trial", lambda payload: {"status": "failed", "reason": "error: disk full"})
+    assert main(_confirm(url, "one", *flags)) == 0
+    assert {t.state for t in _load(url, "one-confirm").trials} == {TrialState.FAIL}
+    capsys.readouterr()
+    assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(tmp_path / "w.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "failed" in err and "disk full" in err and "re-runs failed runs" in err
+    monkeypatch.setattr(local_pool, "run_trial", real)  # the cause is fixed: the same command runs them again
+    assert main(_confirm(url, "one", *flags)) == 0
+    runs = existing_runs(_load(url, "one-confirm"))
+    assert runs and all(t.state == TrialState.COMPLETE for t in runs.values())
+    assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(tmp_path / "w.yaml")]) == 0
+    assert load_arch_file(tmp_path / "w.yaml")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ def load(tmp_path: Path) -> optuna.Study:
     return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
 
 
-def test_an_interrupted_creation_is_replaced_by_the_next_start(tmp_path, corpus, monkeypatch, capsys):
+def test_a_creation_stopped_by_ctrl_c_leaves_no_study(tmp_path, corpus, monkeypatch, capsys):
     real = nas.search.study.enqueue_seed_archs
 
     def interrupted(study: optuna.Study, space: Any) -> list[str]:
@@ -37,16 +39,48 @@ def test_an_interrupted_creation_is_replaced_by_the_next_start(tmp_path, corpus,
 
     monkeypatch.setattr(nas.search.study, "enqueue_seed_archs", interrupted)
     assert search(tmp_path, corpus, "--trials", "3") == 130
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
+    assert storage.get_all_studies() == []  # nothing half-made is left behind
+    monkeypatch.undo()
+    assert search(tmp_path, corpus, "--trials", "3") == 0
+
+
+def test_a_creation_cut_by_a_killed_driver_is_replaced_by_the_next_start(tmp_path, corpus):
+    # SIGKILL-like: the process ends after the study and its seeds, before the settings record
+    argv = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
+            "--data", str(corpus), "--local", "--evaluator", "proxy:params", "--no-tensorboard",
+            "--sampler", "random", "--trials", "3"]  # fmt: skip
+    code = (
+        "import os, sys, nas.search.study as st\n"
+        "real = st.enqueue_seed_archs\n"
+        "st.enqueue_seed_archs = lambda study, space: (real(study, space), os._exit(9))\n"
+        "from nas.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == 9, killed.stderr
     half = load(tmp_path)
     assert "settings" not in half.user_attrs
     assert {t.state for t in half.trials} == {TrialState.WAITING}  # only the queued seeds
-    monkeypatch.undo()
     # Continued under another budget: nothing says the half-made study had one, so it is replaced.
     assert search(tmp_path, corpus, "--trials", "3", "--steps", "9") == 0
     study = load(tmp_path)
     assert study.user_attrs["settings"]["budget"] == {"steps": 9}
     assert len(study.trials) == 3 and all(t.state != TrialState.WAITING for t in study.trials)
     assert study.trials[0].user_attrs.get("seed_arch") == "vanilla"  # seeded once, not twice
+
+
+@pytest.mark.parametrize("queued", [0, 2])
+def test_a_study_made_with_optuna_is_refused_and_left_as_it_was(tmp_path, corpus, capsys, queued):
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db", directions=["minimize"] * 2)
+    for n in range(queued):
+        study.enqueue_trial({"x": n})
+    before = hashlib.sha256((tmp_path / "s.db").read_bytes()).hexdigest()
+    assert search(tmp_path, corpus, "--trials", "3") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--study 's'" in err[0] and "not made by this tool" in err[0], err
+    assert hashlib.sha256((tmp_path / "s.db").read_bytes()).hexdigest() == before
+    assert len(load(tmp_path).trials) == queued
 
 
 def test_a_study_with_trials_but_no_settings_is_refused(tmp_path, corpus, capsys):
