@@ -18,10 +18,11 @@ from typing import Any
 
 from evaluators.budget import check_arch_fits, check_windows, plan_steps, plan_training
 from nas.compute import check_fits, compute
-from nas.errors import ConfigError
+from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.search.combinations import one_layer_archs
 from nas.search.space import SearchSpace
+from nas.spec.sections import named
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_TRAIN_BYTES
 
@@ -42,6 +43,54 @@ def machine_memory(device: str) -> tuple[float, str]:
     except (ValueError, OSError, AttributeError):  # not POSIX: the absolute ceiling only
         return float(MAX_TRAIN_BYTES), "one device"
     return float(min(ram, MAX_TRAIN_BYTES)), "this machine's memory"
+
+
+def check_devices(device: str, gpus_per_trial: float, on_ray: bool, this_machine: bool) -> None:
+    """Refuse a device request the trials' machine cannot meet, before anything is created.
+
+    ``on_ray``: the trials run on Ray workers, which see only the GPUs Ray gives them
+    (Ray sets ``CUDA_VISIBLE_DEVICES`` to nothing for a worker without one), so ``cuda``
+    needs ``gpus_per_trial`` > 0.  ``this_machine``: the trials run here (``--local`` or
+    a local Ray), so CUDA and the GPU count are read here; a joined cluster's GPUs are
+    checked by the pool once it has joined (``nas.execution.ray_start.check_gpus``).
+    """
+    wants_cuda = device.startswith("cuda") or gpus_per_trial > 0
+    if wants_cuda and this_machine:
+        _check_cuda_here(device, gpus_per_trial)
+    if on_ray:
+        _check_ray_device(device, gpus_per_trial)
+
+
+def _check_cuda_here(device: str, gpus_per_trial: float) -> None:
+    """CUDA, and as many GPUs as one trial asks for, on this machine."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    what = (
+        f"{named('resources', 'device')} {device}" if device.startswith("cuda")
+        else f"{named('resources', 'gpus_per_trial')} {gpus_per_trial:g}"
+    )  # fmt: skip
+    if count == 0:
+        cuda = torch.version.cuda
+        build = "a CPU-only build of torch" if cuda is None else f"torch built for CUDA {cuda}"
+        raise UserError(
+            f"{what}: CUDA is not available on this machine ({build}, no GPU found); valid here: "
+            "--device auto or cpu with --gpus-per-trial 0, or --address to join a cluster with GPUs"
+        )
+    if gpus_per_trial > count:
+        raise UserError(
+            f"{named('resources', 'gpus_per_trial')} {gpus_per_trial:g}: this machine has {count} GPU(s); "
+            f"valid: up to {count}"
+        )
+
+
+def _check_ray_device(device: str, gpus_per_trial: float) -> None:
+    """Ray workers see only the GPUs Ray gives them."""
+    if device.startswith("cuda") and gpus_per_trial <= 0:
+        raise UserError(
+            f"{named('resources', 'device')} {device}: Ray workers see only the GPUs they are given; set "
+            f"{named('resources', 'gpus_per_trial')} (1, or 0.25 to share a GPU) or use --device auto"
+        )
 
 
 def check_training(arch: ArchConfig, recipe: TrainRecipe, budget: Budget, corpus: Any, device: str) -> None:

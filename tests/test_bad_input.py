@@ -25,6 +25,7 @@ from typing import Any
 
 import optuna
 import pytest
+import torch
 import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
@@ -165,6 +166,20 @@ def cases() -> list[Any]:
     case("unknown-flag", search("--trails", "5"), "--trails")
     case("local-with-address", search("--address", "auto"), ("--local", "--address"))
     case("local-with-workers", search("--workers", "3"), ("--local", "--workers"))
+    # one rule: a field given that has no effect in the chosen mode is refused, naming both
+    case("local-with-retries", search("--retries", "5"), ("--local", "--retries"))
+    case("local-with-worker-timeout", search("--worker-timeout", "60"), ("--local", "--worker-timeout"))
+    case("local-with-gpus", search("--gpus-per-trial", "1"), ("--local", "--gpus-per-trial"))
+    case("population-with-random", search("--sampler", "random", "--population", "8"), ("--population", "random"))
+    case("hurdle-percentile-without-hurdles", search("--hurdle-percentile", "30"), ("--hurdle-percentile", "hurdles"))
+    if not torch.cuda.is_available():  # a request this machine cannot meet: refused before anything exists
+        ray = [a for a in search() if a != "--local"]
+        case("device-cuda-without-cuda", search("--device", "cuda"), ("--device", "CUDA is not available"))
+        case("device-cuda-without-cuda-on-ray", ray + ["--device", "cuda"], ("--device", "CUDA is not available"))
+        case("gpus-without-cuda", ray + ["--gpus-per-trial", "1"], ("--gpus-per-trial", "CUDA is not available"))
+        for extra in (["--local"], ["--gpus-per-trial", "1"]):
+            case(f"confirm-cuda-without-cuda{extra[0]}", ["confirm", "--study", "s", "--storage", "{url}",
+                 "--device", "cuda", *extra], ("--device", "CUDA is not available"))
     case("study-name-with-slash", search("--study", "a/b"), "--study")
     # -- search: storage and directories --------------------------------------------------------
     case("storage-not-a-url", search("--storage", "runs.db"), "--storage")

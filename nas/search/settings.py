@@ -127,7 +127,11 @@ class SearchSettings:
         Creates nothing; the default corpus is fetched (once per process) here.
         """
         from nas.data import load_corpus
-        from nas.preflight import check_search
+        from nas.preflight import check_devices, check_search
+
+        # a device the trials' machine does not have would fail every trial: refused before anything exists
+        joined = self.address is not None and not self.local
+        check_devices(self.device, self.gpus_per_trial, on_ray=not self.local, this_machine=not joined)
 
         corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
