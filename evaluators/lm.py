@@ -40,6 +40,7 @@ from evaluators.step import TrainStep, compute_dtype
 from evaluators.trainlog import TrainLog, stderr_log
 from nas.data import load_corpus
 from nas.models import ArchConfig
+from nas.outputs import Planned
 from nas.spec import DEFAULT_BUDGET
 from nas.spec.training import Budget, TrainRecipe
 
@@ -58,7 +59,7 @@ def train_lm(
     eval_at: Sequence[float] = (),
     log_hparams: Mapping[str, Any] | None = None,
     threads: int | None = None,
-    save_to: str | os.PathLike[str] | None = None,
+    save_to: str | os.PathLike[str] | Planned | None = None,
     log: Callable[[str], None] | None = None,
     compile: bool = False,
 ) -> Result:

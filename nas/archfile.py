@@ -19,12 +19,11 @@ find and check the data again (``nas.commands.train.load_data``).
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from nas.errors import ConfigError
 from nas.models import ArchConfig
+from nas.outputs import Planned, write_output
 from nas.yamlsafe import dump_yaml, read_yaml
 
 __all__ = ["SECTIONS", "dump_yaml", "load_arch", "load_arch_file", "read_yaml", "save_arch",
@@ -61,22 +60,14 @@ def load_arch(path: str | os.PathLike[str]) -> ArchConfig:
 
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_text_atomic(path: str | os.PathLike[str] | Planned, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file (a command's
+    :class:`~nas.outputs.Planned` output: under the file-writing rule of :mod:`nas.outputs`)."""
+    write_output(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def save_arch(
-    path: str | os.PathLike[str], arch: ArchConfig, header: str | None = None, **sections: Any
+    path: str | os.PathLike[str] | Planned, arch: ArchConfig, header: str | None = None, **sections: Any
 ) -> None:
     """Write ``arch`` (and any other sections) as an architecture file; ``header`` becomes # comments."""
     unknown = sorted(set(sections) - set(SECTIONS))

@@ -8,7 +8,6 @@ checkpoint rebuilds its model from the file alone.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from torch import nn
 from nas.compute import check_fits
 from nas.errors import CheckpointError, ConfigError
 from nas.models import ArchConfig, build_model
+from nas.outputs import Planned, write_output
 
 FORMAT = "nas-lm-checkpoint/1"
 
@@ -35,7 +35,7 @@ def _plain(value: Any) -> Any:
 
 
 def save_checkpoint(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Planned,
     model: nn.Module,
     *,
     arch: ArchConfig | None = None,
@@ -46,16 +46,7 @@ def save_checkpoint(
     assert isinstance(arch, ArchConfig)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     doc = {"format": FORMAT, "arch": arch.to_dict(), "state_dict": state, **_plain(extra)}
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    os.close(fd)
-    try:
-        torch.save(doc, tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_output(path, lambda tmp: torch.save(doc, tmp))  # a command's Planned path: nas.outputs' rule
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:

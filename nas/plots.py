@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import UserError
 from nas.models import ACTIVATIONS, ATTENTION
+from nas.outputs import Planned, plan_output, write_output
 from nas.search.candidate import is_infeasible
 from nas.search.layers import layer_choices, slot_name, top_trials
 
@@ -57,10 +58,9 @@ def _cost_loss(trials: Sequence[FrozenTrial]) -> list[tuple[float, float, int]]:
     return out
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def _save(fig: Figure, target: Planned | str | os.PathLike[str]) -> Path:
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=110)
-    return path
+    return write_output(target, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
 
 
 def _trials(study: optuna.Study, state: TrialState) -> list[FrozenTrial]:
@@ -68,7 +68,7 @@ def _trials(study: optuna.Study, state: TrialState) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False, states=(state,)) if not is_infeasible(t)]
 
 
-def plot_pareto(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
+def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> Path:
     """Validation loss against forward FLOPs/token; the front is a step line through its trials."""
     fig = Figure(figsize=(7.5, 5), layout="constrained")
     ax = fig.add_subplot()
@@ -107,7 +107,7 @@ def plot_pareto(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
     ax.set_title(f"{study.study_name}: loss vs compute")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    return _save(fig, Path(path))
+    return _save(fig, path)
 
 
 def _stacked(
@@ -132,7 +132,7 @@ def _stacked(
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
-def plot_blocks(study: optuna.Study, path: str | os.PathLike[str], top: int = 10) -> Path:
+def plot_blocks(study: optuna.Study, path: Planned | str | os.PathLike[str], top: int = 10) -> Path:
     """How often each attention block and FFN activation appears at each layer among the top trials
     (a seq2seq study: the encoder's layers, then the decoder's)."""
     ranked = top_trials(study, top)
@@ -151,10 +151,10 @@ def plot_blocks(study: optuna.Study, path: str | os.PathLike[str], top: int = 10
     activations = [act[s] for s in slots]
     _stacked(ax2, activations, labels, ACTIVATIONS.names(), "FFN activation by layer, same trials")
     fig.suptitle(study.study_name)
-    return _save(fig, Path(path))
+    return _save(fig, path)
 
 
-def plot_history(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
+def plot_history(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> Path:
     """Loss of each trial by trial number, with the running best of the COMPLETE ones."""
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -195,21 +195,26 @@ def plot_history(study: optuna.Study, path: str | os.PathLike[str]) -> Path:
     ax.set_title(f"{study.study_name}: optimization history")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, Path(path))
+    return _save(fig, path)
 
 
-def plot_study(study: optuna.Study, out_dir: str | os.PathLike[str], top: int = 10) -> list[Path]:
-    """Write the three plots into ``out_dir`` (created if needed); returns their paths."""
+def plan_plots(out_dir: str | os.PathLike[str], force: bool = False) -> list[Planned]:
+    """The three files ``plot_study`` writes into ``out_dir``, checked under nas.outputs' rule
+    (creates nothing)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out_dir)!r}: exists and is not a directory")
+    return [plan_output(out / name, "--out", force=force, example=None) for name in FILES]
+
+
+def plot_study(study: optuna.Study, targets: Sequence[Planned], top: int = 10) -> list[Path]:
+    """Write the three plots (``targets``: :func:`plan_plots`); returns their paths."""
     if not _trials(study, TrialState.COMPLETE):
         counts = Counter(t.state.name for t in study.get_trials(deepcopy=False))
         have = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no trials"
         raise UserError(f"--study {study.study_name!r} has no COMPLETE trial to plot yet ({have})")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
     return [
-        plot_pareto(study, out / FILES[0]),
-        plot_blocks(study, out / FILES[1], top),
-        plot_history(study, out / FILES[2]),
+        plot_pareto(study, targets[0]),
+        plot_blocks(study, targets[1], top),
+        plot_history(study, targets[2]),
     ]

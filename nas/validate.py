@@ -144,6 +144,10 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
     if not str(path).strip():
         raise UserError(f"{what} is empty; give a directory")
     p = Path(path).expanduser()
+    for link in (p, *p.parents):  # a link to nothing: mkdir would fail later, after the work
+        if link.is_symlink() and not link.exists():
+            target = os.readlink(link)
+            raise UserError(f"{what} {str(path)!r}: {link} is a link to {target!r}, which does not exist")
     probe = p
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent

@@ -67,7 +67,7 @@ def cases() -> list[Any]:
     # -- confirm --report: checked before any run, like every output path
     case("confirm-report-under-a-file", confirm("--report", "notes.txt/r.md"), ("--report", "notes.txt"))
     case("confirm-report-empty", confirm("--report", ""), "--report")
-    case("confirm-report-someone-elses-file", confirm("--report", "notes.txt"), ("--report", "notes.txt", "not a confirm report"))
+    case("confirm-report-someone-elses-file", confirm("--report", "notes.txt"), ("--report", "notes.txt", "this tool did not write"))
     # -- an empty value is a mistake, never "use the default"
     case("search-storage-empty", search("--storage", ""), "--storage")
     case("search-runs-dir-empty", search("--runs-dir", ""), "--runs-dir")

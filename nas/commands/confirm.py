@@ -18,8 +18,8 @@ from nas.cli import prog_name
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import UserError
+from nas.outputs import Planned, plan_output, write_output
 from nas.spec.flags import add_spec_flags, apply, overrides
-from nas.validate import check_output_file
 
 DEFAULT_TOP = 3
 DEFAULT_SEEDS = 3
@@ -77,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help='print {"runs", "summary", "rank_correlation", ...} as JSON'
     )
     p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report with plots")
+    p.add_argument("--force", action="store_true", help="replace --report and its figures even if this tool "
+                   "did not write them")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -111,19 +113,15 @@ def _baselines(
     ]
 
 
-def _check_not_someone_elses(path: Path) -> None:
-    """Refuse to overwrite an existing file ``confirm`` did not write (a rerun rewrites its own report)."""
-    if not path.is_file():
-        return
-    from nas.confirm.markdown import REPORT_HEAD  # matplotlib: only when there is a file to look at
-
-    with path.open("rb") as f:
-        head = f.read(len(REPORT_HEAD.encode()))
-    if head != REPORT_HEAD.encode():
-        raise UserError(
-            f"--report {str(path)!r}: the file exists and is not a confirm report (it does not start with "
-            f"{REPORT_HEAD!r}); give a new file name, or remove the file"
-        )
+def plan_report(args: argparse.Namespace) -> list[Planned]:
+    """The report and the figures beside it (``STEM_compute.png``, ``STEM_deltas.png``), checked now
+    under nas.outputs' rule: new files, or what an earlier ``confirm`` wrote and nobody changed since."""
+    if args.report is None:
+        return []
+    report = plan_output(args.report, "--report", force=args.force, example="confirm.md")
+    stem = report.path.with_suffix("")
+    figures = [stem.with_name(f"{stem.name}_{kind}.png") for kind in ("compute", "deltas")]
+    return [report] + [plan_output(f, "--report (its figure)", force=args.force, example=None) for f in figures]
 
 
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
@@ -135,9 +133,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
     lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None
-    if args.report is not None:  # a rerun continues the confirmation and rewrites its report: no --force
-        check_output_file(args.report, "--report", example="confirm.md")
-        _check_not_someone_elses(Path(args.report))
+    plan_report(args)  # before anything is read: a report that cannot be written is refused first
     study, url = open_study(args)
     record, spec, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
@@ -243,17 +239,17 @@ def run(args: argparse.Namespace) -> int:
     from nas.confirm import build_report, run_confirmation
     from nas.confirm.markdown import plot, render
 
+    outputs = plan_report(args)  # checked again when written (a file that appears meanwhile is kept)
     settings, every, plan, url = build(args)
     with sigterm_stops_the_driver():
         study = run_confirmation(
             settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout
         )
     report = build_report(study, url)
-    if args.report:
-        path = Path(args.report)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        images = plot(report, report["baselines"], path.with_suffix(""))
-        path.write_text(render(report, report["baselines"], [p.name for p in images]), encoding="utf-8")
+    if outputs:
+        images = plot(report, report["baselines"], outputs[1:])
+        text = render(report, report["baselines"], [p.name for p in images])
+        write_output(outputs[0], lambda tmp: tmp.write_text(text, encoding="utf-8"))
     if args.json:
         keys = ("runs", "summary", "rank_correlation", "power_law", "verdicts")
         print(json.dumps(jsonable({k: report[k] for k in keys}), indent=2))

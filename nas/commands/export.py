@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-from pathlib import Path
 from typing import Any
 
 from optuna.trial import TrialState
@@ -22,11 +21,11 @@ from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_negative_int
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.outputs import Planned, plan_output
 from nas.redact import mask_url
 from nas.search.candidate import INFEASIBLE, is_infeasible
 from nas.search.lookup import state_name
 from nas.search.report import best_trial, get_trial, metrics_of, settings_of
-from nas.validate import check_output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,8 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_file(args.out, "--out", force=args.force, example="best.yaml")
-    out = Path(args.out)
+    out = plan_output(args.out, "--out", force=args.force, example="best.yaml")  # checked again when written
     study, url = open_study(args)
     if args.confirmed:
         return _export_confirmed(study, url, out)
@@ -97,20 +95,21 @@ def run(args: argparse.Namespace) -> int:
         source=source,
     )
     loss = trial.values[0]
-    print(f"wrote {out}: trial {trial.number} (val loss {loss:.4f}) {trial.user_attrs.get('summary', '')}")
+    summary = trial.user_attrs.get("summary", "")
+    print(f"wrote {out.path}: trial {trial.number} (val loss {loss:.4f}) {summary}")
     if not settings:
         print("note: the study records no recipe or budget; train --arch will use its defaults")
     if trial.user_attrs.get("threads"):  # train reuses the recorded thread count: loss reproduces exactly
-        print(f"retrain it with: {prog_name()} train --arch {out}")
+        print(f"retrain it with: {prog_name()} train --arch {out.path}")
     else:  # CPU sums depend on the thread count; workers use --cpus-per-trial threads (1 by default)
         print(
-            f"retrain it with: {prog_name()} train --arch {out} --threads 1  "
+            f"retrain it with: {prog_name()} train --arch {out.path} --threads 1  "
             "(on CPU, --threads equal to the search's --cpus-per-trial reproduces its loss exactly)"
         )
     return 0
 
 
-def _export_confirmed(search: Any, url: str, out: Path) -> int:
+def _export_confirmed(search: Any, url: str, out: Planned) -> int:
     """``--confirmed``: the confirmation's winner, its recipe (seed, lr) and budget at the deciding scale."""
     from nas.confirm.winner import confirmed_winner, header_lines, open_confirmation, recipe_and_budget
 
@@ -130,9 +129,9 @@ def _export_confirmed(search: Any, url: str, out: Path) -> int:
               budget=budget, data=settings.get("data"), metrics=metrics_of(trial), source=source,
               confirmed=confirmed)
     best = w["best"]
-    print(f"wrote {out}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
+    print(f"wrote {out.path}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
           f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}")
     if w["verdict"]:
         print(f"verdict: {w['verdict']}")
-    print(f"retrain it with: {prog_name()} train --arch {out}")
+    print(f"retrain it with: {prog_name()} train --arch {out.path}")
     return 0

@@ -27,14 +27,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how many of the lowest-loss trials blocks_by_layer.png counts (default: 10)",
     )
     p.add_argument("--json", action="store_true", help="print the files written as a JSON list")
+    p.add_argument("--force", action="store_true", help="replace PNG files of those names that this tool "
+                   "did not write")  # fmt: skip
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     check_writable_dir(args.out, "--out")
-    study, _ = open_study(args)
-    from nas.plots import plot_study  # matplotlib only when plotting
+    from nas.plots import plan_plots, plot_study  # matplotlib only when plotting
 
-    paths = [str(p) for p in plot_study(study, args.out, args.top)]
+    targets = plan_plots(args.out, args.force)  # a user's own pareto.png is kept (nas.outputs)
+    study, _ = open_study(args)
+    paths = [str(p) for p in plot_study(study, targets, args.top)]
     print(json.dumps(paths, indent=2) if args.json else "\n".join(paths))
     return 0

@@ -34,11 +34,12 @@ from nas.data import (
 )
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
+from nas.outputs import Planned, plan_output
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
 from nas.spec.flags import add_spec_flags, apply, overrides
-from nas.validate import MAX_THREADS, check_number, check_output_file, check_writable_dir
+from nas.validate import MAX_THREADS, check_number, check_writable_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -140,22 +141,25 @@ def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | No
     return None
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse an output path that cannot be written now, before any data is read or any step taken."""
+def check_outputs(args: argparse.Namespace) -> Planned | None:
+    """Refuse an output path that cannot be written now, before any data is read or any step taken;
+    the ``--save`` path as planned (nas.outputs: checked again when the weights are written)."""
+    save = None
     if args.save is not None:
-        check_output_file(args.save, "--save", force=args.force, example="model.pt")
+        save = plan_output(args.save, "--save", force=args.force, example="model.pt")
     if args.logdir is not None:
         check_writable_dir(args.logdir, "--logdir")
         if args.save is not None and Path(args.save).resolve() == Path(args.logdir).resolve():
             raise UserError(f"--save {args.save!r} is the --logdir directory; give the weights a file name "
                             f"such as {Path(args.logdir) / 'model.pt'}")  # fmt: skip
+    return save
 
 
 def run(args: argparse.Namespace) -> int:
     arch, spec, data = resolve(args)
     recipe, budget, device = spec.recipe, spec.budget, spec.resources.device
     threads = recorded_threads(args, device)
-    check_outputs(args)
+    save = check_outputs(args)
     corpus = load_data(args, data, arch)  # before any progress output: a missing corpus is one line
     file_vocab = arch.vocab_size
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
@@ -177,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             device=device,
             logdir=args.logdir,
             threads=threads,
-            save_to=args.save,
+            save_to=save,
             log=stderr_log,
             compile=spec.resources.compile,
         ).to_dict()

@@ -9,6 +9,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from nas.outputs import Planned, write_output
+
 #: how every report starts: ``confirm --report FILE`` overwrites only a file that starts so
 REPORT_HEAD = "# Confirmation of study "
 
@@ -170,14 +172,15 @@ def render(report: dict[str, Any], baselines: Sequence[str], images: Sequence[st
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _save(fig: Figure, path: Path) -> None:
+def _save(fig: Figure, target: Planned) -> Path:
     FigureCanvasAgg(fig)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    return write_output(target, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
 
 
-def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[Path]:
-    """``STEM_compute.png`` (loss vs training compute, min-max bars), ``STEM_deltas.png`` (paired deltas)."""
+def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Planned]) -> list[Path]:
+    """``targets``: where ``STEM_compute.png`` (loss vs training compute, min-max bars) and
+    ``STEM_deltas.png`` (paired deltas) go (:func:`nas.commands.confirm.plan_report`)."""
     out = []
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
@@ -205,9 +208,7 @@ def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[P
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (mean over seeds, min-max bars)")
     ax.legend(fontsize=8)
-    path = stem.with_name(stem.name + "_compute.png")
-    _save(fig, path)
-    out.append(path)
+    out.append(_save(fig, targets[0]))
     if baselines:
         rows = [r for r in report["summary"] if baselines[0] in r["delta_vs_baseline"]]
         fig = Figure(figsize=(max(7.0, 1.0 + 0.8 * len(rows)), 4.5))  # room for every label
@@ -223,7 +224,5 @@ def plot(report: dict[str, Any], baselines: Sequence[str], stem: Path) -> list[P
         # names such as synth_factorized_random are wider than a slot: slanted, they do not overlap
         ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(f"loss minus {baselines[0]}'s, same seed (mean, min-max)")
-        path = stem.with_name(stem.name + "_deltas.png")
-        _save(fig, path)
-        out.append(path)
+        out.append(_save(fig, targets[1]))
     return out

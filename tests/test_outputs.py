@@ -1,0 +1,131 @@
+"""The one file-writing rule (nas.outputs), walked over every command that takes an output path.
+
+A command writes new files, replaces only a file it wrote itself and that nobody changed since (or
+any file with ``--force``), and refuses anything else in one line, exit 2, the file left as it was.
+Checked again when the file is written: a file that appears meanwhile is kept, a full disk leaves
+the earlier file intact.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nas.commands.train
+from nas.cli import main
+from nas.errors import UserError
+from nas.outputs import plan_output, write_output
+
+TINY_SPACE = Path(__file__).resolve().parent / "search" / "tiny_space.yaml"
+ARCH = (
+    "arch: {d_model: 16, n_heads: 2, max_len: 16,\n"
+    "       layers: [{attention: mha, ffn: {activation: relu, mult: 2}}]}\n"
+)
+USERS = b"the user's own file\n"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory, corpus_dir: Path) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("outputs")
+    url = f"sqlite:///{root}/s.db"
+    argv = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", url, "--data", str(corpus_dir),
+            "--trials", "3", "--local", "--no-tensorboard", "--budget.steps", "2"]  # fmt: skip
+    assert main(argv) == 0
+    return {"url": url, "data": str(corpus_dir)}
+
+
+def _cmd(kind: str, study: dict[str, str], out: Path, tmp: Path) -> tuple[list[str], Path]:
+    """(argv, the file a user may already have where the command writes) for each writing command."""
+    s = ["--study", "s", "--storage", study["url"]]
+    if kind == "plot":
+        return ["plot", *s, "--out", str(out)], out / "history.png"
+    if kind == "export":
+        return ["export", *s, "--best", "--out", str(out / "w.yaml")], out / "w.yaml"
+    if kind == "train":
+        (tmp / "a.yaml").write_text(ARCH)
+        argv = ["train", "--arch", str(tmp / "a.yaml"), "--data", study["data"], "--budget.steps", "1",
+                "--save", str(out / "m.pt")]  # fmt: skip
+        return argv, out / "m.pt"
+    argv = ["confirm", *s, "--local", "--top", "1", "--seeds", "1", "--scales", "1", "--no-tensorboard",
+            "--report", str(out / "c.md")]  # fmt: skip
+    return argv, out / "c_compute.png"  # a figure written beside the report
+
+
+@pytest.mark.parametrize("kind", ["plot", "export", "train", "confirm"])
+def test_a_users_file_is_kept_and_only_force_replaces_it(kind, study, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    argv, theirs = _cmd(kind, study, out, tmp_path)
+    theirs.write_bytes(USERS)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did not write" in err[0] and "--force" in err[0], err
+    assert theirs.read_bytes() == USERS
+    assert main([*argv, "--force"]) == 0
+    assert theirs.read_bytes() != USERS
+
+
+@pytest.mark.parametrize("kind", ["plot", "export"])
+def test_a_command_replaces_what_it_wrote_itself(kind, study, tmp_path):
+    argv, written = _cmd(kind, study, tmp_path / "out", tmp_path)
+    assert main(argv) == 0 and written.is_file()
+    assert main(argv) == 0  # its own unchanged output: no --force needed
+    written.write_bytes(written.read_bytes() + b"\n# edited by the user\n")
+    assert main(argv) == 2  # changed since: the user's now
+    assert written.read_bytes().endswith(b"# edited by the user\n")
+
+
+def test_a_directory_or_a_link_to_nothing_in_the_way_is_one_line(study, tmp_path, capsys):
+    (tmp_path / "figs" / "pareto.png").mkdir(parents=True)
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    for out, words in (("figs", ("pareto.png", "is a directory")), ("gone", ("gone", "does not exist"))):
+        capsys.readouterr()
+        assert main(["plot", "--study", "s", "--storage", study["url"], "--out", str(tmp_path / out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and all(w in err[0] for w in words), err
+    assert (tmp_path / "figs" / "pareto.png").is_dir() and not (tmp_path / "nowhere").exists()
+
+
+def test_train_keeps_a_file_that_appears_at_save_while_it_trains(study, tmp_path, monkeypatch, capsys):
+    argv, save = _cmd("train", study, tmp_path, tmp_path)
+    real = nas.commands.train.train_lm
+
+    def meanwhile(*args: Any, **kwargs: Any) -> Any:
+        save.write_bytes(USERS)  # another training with the same --save, or the user, got there first
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nas.commands.train, "train_lm", meanwhile)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "appeared there while this ran" in err[-1] and "saved" not in err[-1]
+    assert save.read_bytes() == USERS
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".m")] == []  # no temporary left
+
+
+def test_a_full_disk_leaves_the_earlier_file_intact(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("old\n")
+    target = plan_output(path, "--out", force=True)
+
+    def no_room(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(UserError, match="no room to write it .*the earlier file is intact"):
+        write_output(target, no_room)
+    assert path.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]
+
+
+def test_a_file_changed_after_the_check_is_not_replaced(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("old\n")
+    target = plan_output(path, "--out", force=True)
+    path.write_text("changed by the user meanwhile\n")
+    with pytest.raises(UserError, match="changed while this ran"):
+        write_output(target, lambda tmp: tmp.write_text("new\n"))
+    assert path.read_text() == "changed by the user meanwhile\n"
