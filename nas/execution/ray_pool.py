@@ -114,6 +114,7 @@ class RayPool:
         trial_timeout: float | None = None,
     ) -> None:
         check_trial_resources(cpus_per_trial, gpus_per_trial)
+        self._asked = (n_workers, cpus_per_trial, dashboard)  # what restart() starts again
         if address and not _import_ray(local=False).is_initialized():
             check_speaks_grpc(address)  # Ray would retry a server that is not Ray for minutes
         ray = self.ray = _import_ray(local=address is None)
@@ -125,20 +126,54 @@ class RayPool:
             with keep_sigterm_handler(ray):
                 n_workers, self.notes = start_ray(ray, n_workers, cpus_per_trial, address, dashboard)
             self.started_ray = True
-        self.node_ip = ray.util.get_node_ip_address()
-        actor_cls = _actor_class(ray).options(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial)
         self.gpus_per_trial = gpus_per_trial
+        self.cpus_per_trial = cpus_per_trial
         if gpus_per_trial > 0:
             check_gpus(ray, gpus_per_trial, shutdown=self.started_ray)
+        self.deaths = 0  # trials whose worker died under them
+        self._start_slots(n_workers)
+
+    def _start_slots(self, n_workers: int) -> None:
+        self.node_ip = self.ray.util.get_node_ip_address()
+        actor_cls = _actor_class(self.ray).options(num_cpus=self.cpus_per_trial, num_gpus=self.gpus_per_trial)
         self.solo: list[tuple[Any, dict[str, Any]]] = []  # trials waiting for a GPU to themselves
         self.slots: list[Slot] = []
         for _ in range(n_workers):
-            slot = Slot(actor_cls.remote(max(1, int(cpus_per_trial))))
+            slot = Slot(actor_cls.remote(max(1, int(self.cpus_per_trial))))
             self._probe(slot)
             self.slots.append(slot)
         self.n_workers = n_workers
-        self.deaths = 0  # trials whose worker died under them
         self.given_up = 0  # slots dropped because their actor could not be (re)started
+
+    @property
+    def can_restart(self) -> bool:
+        """Whether this pool started the Ray it uses (so it may start it again); a joined cluster: no."""
+        return self.started_ray
+
+    def restart(self) -> list[str]:
+        """Start a new local Ray after the one this pool started died, with new workers.
+
+        Every trial the pool had is forgotten: the caller submits again what was running.
+        Returns lines for the user (workers capped).  A bare ``ray.shutdown()`` then
+        ``ray.init()`` is all it takes: Ray cleans up what is left of the dead node.
+        """
+        if not self.started_ray:
+            raise RuntimeError("restart() is for a Ray this pool started; a joined cluster is not restarted")
+        for slot in self.slots:
+            try:
+                self.ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - its node is gone: nothing left to stop
+                pass
+        self.slots = []
+        try:
+            self.ray.shutdown()
+        except Exception:  # noqa: BLE001 - the dead node's processes may be gone already
+            pass
+        n_workers, cpus_per_trial, dashboard = self._asked
+        with keep_sigterm_handler(self.ray):
+            n_workers, notes = start_ray(self.ray, n_workers, cpus_per_trial, None, dashboard)
+        self._start_slots(n_workers)
+        return notes
 
     # -- the pool interface -------------------------------------------------------------------
     def has_idle(self) -> bool:

@@ -57,6 +57,10 @@ from nas.search.twins import Twins
 METRIC_KEYS = (*METRICS, *RUN_FIELDS)
 
 
+#: how many times one run of a search starts its local Ray again after it died
+MAX_RAY_RESTARTS = 3
+
+
 class Driver:
     """Runs one search to ``settings.trials`` finished trials or ``settings.max_flops`` on a worker pool."""
 
@@ -78,6 +82,7 @@ class Driver:
         # trials whose architecture a worker is training right now: they wait for its result (its twin)
         self.waiting: dict[int, Waiting] = {}
         self.done = 0  # trials that count toward --trials
+        self.ray_restarts = 0  # local Rays started again after the one this search started died
         self.twins = Twins(METRIC_KEYS)  # the architectures measured so far (read from the study in _search)
         self.sampler = settings.sampler  # the sampler the study runs with, ``auto`` resolved (set by run)
         self.allowance = Allowance.of(settings)  # a continued study's spent FLOPs are read in run()
@@ -155,6 +160,8 @@ class Driver:
                 try:
                     finished = pool.wait(timeout=1.0)
                 except NoWorkersLeft as err:
+                    if self._restart_ray(pool, report):
+                        continue
                     n = len(self.running)
                     self._requeue_all(study, "no worker left to run it")
                     raise UserError(
@@ -170,6 +177,28 @@ class Driver:
             # are queued and run first when the search is continued.
             self._requeue_all(study, f"driver stopped ({type(err).__name__})")
             raise
+
+    def _restart_ray(self, pool: Pool, report: Reporter) -> bool:
+        """The local Ray this search started died (its raylet killed, say): start a new one and
+        run again what was running.  At most ``MAX_RAY_RESTARTS`` times per run; a joined cluster
+        (``--address``) is not this driver's to restart, so it keeps waiting, then stopping."""
+        if not getattr(pool, "can_restart", False) or self.ray_restarts >= MAX_RAY_RESTARTS:
+            return False
+        self.ray_restarts += 1
+        report.line(
+            f"the local Ray this search started lost every worker (its node died?); starting a new one "
+            f"(restart {self.ray_restarts} of {MAX_RAY_RESTARTS})"
+        )
+        started = time.monotonic()
+        for note in pool.restart():  # type: ignore[attr-defined] - RayPool only (can_restart)
+            report.line(note)
+        again = list(self.running)
+        self.retry = again  # the new workers run every trial that was running, first
+        report.line(
+            f"a new local Ray is up after {time.monotonic() - started:.0f} s; running again trial(s) "
+            f"{', '.join(map(str, again)) or '(none)'}"
+        )
+        return True
 
     def _confirm_lease(self) -> None:
         if self.lease is not None:  # None only for a Driver used without run() (tests)

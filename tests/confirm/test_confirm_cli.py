@@ -259,7 +259,7 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
         (["--top", "0"], "--top: must be a positive integer, got '0'"),
         (["--seeds", "0"], "--seeds: must be a positive integer, got '0'"),
         (["--baseline", "no_such.yaml"], "no_such.yaml: architecture file not found"),
-        (["--workers", "2"], "resources.local (--local) runs trials one at a time without Ray; drop resources.workers (--workers)"),
+        (["--workers", "2"], "resources.local (--local) runs trials one at a time in this process, without Ray; drop resources.workers (--workers)"),
     ],
 )
 def test_bad_flags_are_one_line_exit_2_and_create_nothing(studies, tmp_path, capsys, flags, message):

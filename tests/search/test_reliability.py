@@ -212,5 +212,5 @@ def test_trial_timeout_needs_ray_workers(tmp_path, text_corpus, capsys):
             "--data", str(text_corpus), "--local", "--trial-timeout", "5"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "resources.local (--local) runs trials one at a time without Ray; drop resources.trial_timeout (--trial-timeout)" in err[0]
+    assert len(err) == 1 and "resources.local (--local) runs trials one at a time in this process, without Ray; drop resources.trial_timeout (--trial-timeout)" in err[0]
     assert not (tmp_path / "s.db").exists()
