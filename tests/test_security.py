@@ -119,3 +119,25 @@ def test_a_local_ray_starts_on_loopback_without_a_dashboard(monkeypatch: pytest.
         ray_pool.RayPool(1)
     assert seen["address"] == "local" and seen["_node_ip_address"] == "127.0.0.1"
     assert seen["include_dashboard"] is False
+
+
+def test_a_storage_password_is_never_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from nas.cli import main
+    from nas.redact import mask_url
+
+    url = "postgresql://alice:s3cr%40t-pw@127.0.0.1:1/studies"  # nothing listens on port 1
+    for argv in (
+        ["search", "--storage", url, "--study", "s", "--local", "--evaluator", "proxy:params", "--trials", "1"],
+        ["best", "--study", "s", "--storage", url],
+        ["search", "--storage=" + url.replace("postgresql", "nosuchdb"), "--study", "s"],
+    ):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse
+            rc = exc.code
+        out, err = capsys.readouterr()
+        assert rc == 2
+        assert "s3cr" not in out + err and "t-pw" not in out + err, err
+        assert "alice:***@127.0.0.1" in out + err, err
+    assert mask_url(url) == "postgresql://alice:***@127.0.0.1:1/studies"
+    assert mask_url("sqlite:////tmp/a:b@c.db") == "sqlite:////tmp/a:b@c.db"  # a path, not a password
