@@ -93,8 +93,30 @@ def _check_ray_device(device: str, gpus_per_trial: float) -> None:
         )
 
 
+#: tokens of each split the degenerate-corpus check reads (a token file may hold billions)
+_SAMPLE = 1 << 20
+
+
+def check_not_degenerate(corpus: Any) -> None:
+    """Refuse a corpus whose tokens are all one id: every model predicts it perfectly (val_loss 0),
+    a "perfect" score a search would rank first.  Reads at most ``_SAMPLE`` tokens of each split."""
+    first = None
+    for split in ("train", "val"):
+        ids = getattr(corpus, split, None)
+        if ids is None or not hasattr(ids, "numel") or ids.numel() == 0:
+            return  # not a token corpus (seq2seq pairs), or an empty split that is refused elsewhere
+        first = ids[0] if first is None else first
+        if not (bool((ids[:_SAMPLE] == first).all()) and bool((ids[-_SAMPLE:] == first).all())):
+            return
+    raise UserError(
+        f"{getattr(corpus, 'name', 'the corpus')}: every token is the same id, so any model scores a "
+        "perfect validation loss of 0; check the tokenizer (it maps the text to one id) or the corpus"
+    )
+
+
 def check_training(arch: ArchConfig, recipe: TrainRecipe, budget: Budget, corpus: Any, device: str) -> None:
     """What ``train_lm`` would refuse, and a model too large for this machine, before anything is built."""
+    check_not_degenerate(corpus)
     seq_len = check_arch_fits(arch, recipe, corpus)
     limit, where = machine_memory(device)
     try:
@@ -113,6 +135,8 @@ def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus
     gives bigger models fewer steps, so only when even the cheapest gets none is
     every trial bound to fail).  Errors name the space file and its field.
     """
+    if trains:
+        check_not_degenerate(corpus)
     try:
         for arch, n_layers, n_encoder in one_layer_archs(space, largest=True):
             arch = arch.with_vocab(corpus.vocab_size)

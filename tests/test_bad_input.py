@@ -206,6 +206,11 @@ def cases() -> list[Any]:
     case("data-empty-file", search("--data", "empty.txt"), "empty.txt", {"empty.txt": ""})
     case("data-empty-directory", search("--data", "emptydir"), "emptydir")
     case("data-binary-only", search("--data", "bin"), ("bin", "no text files"), {"bin/x.dat": b"\x00\xff" * 64})
+    # one distinct token: every model would score a "perfect" val_loss 0, which a search ranks first
+    case("data-one-token-search", search("--data", "a.txt", "--evaluator", "lm"), ("a.txt", "same id"),
+         {"a.txt": "a" * 5000})
+    case("data-one-token-train", ["train", "--arch", "arch.yaml", "--data", "a.txt", "--steps", "1"],
+         ("a.txt", "same id"), {"a.txt": "a" * 5000})
     # -- search: the space file -----------------------------------------------------------------
     case("space-missing", search("--space", "nope.yaml"), "nope.yaml")
     case("space-is-a-directory", search("--space", "corpus"), "corpus")

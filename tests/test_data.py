@@ -63,6 +63,18 @@ def test_directory_reads_nested_text_and_skips_binary_and_hidden(tmp_path: Path)
     assert corpus.n_docs == 2
     assert corpus.val_docs == ("sub/b.md",)
     assert "héllo".encode() in bytes(corpus.train.tolist())
+    assert corpus.left_out == ("blob.bin (binary: holds NUL bytes (the document separator))",)
+    assert "left out 1 file(s): blob.bin" in corpus.describe()  # never silently
+
+
+def test_a_stray_byte_that_is_not_utf8_keeps_its_document(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"plain text " * 50 + b"caf\xe9 " + b"and more " * 50)  # one Latin-1 byte
+    (tmp_path / "b.txt").write_text("another document " * 40)
+    (tmp_path / "noise.dat").write_bytes(bytes(range(1, 256)) * 4)  # mostly invalid UTF-8: not text
+    corpus = load_corpus(tmp_path)
+    assert corpus.n_docs == 2  # a.txt kept whole, as bytes, not dropped for one byte
+    assert b"caf\xe9" in bytes(corpus.train.tolist()) + bytes(corpus.val.tolist())
+    assert len(corpus.left_out) == 1 and corpus.left_out[0].startswith("noise.dat (not UTF-8 text")
 
 
 def _missing(p: Path) -> Path:

@@ -53,6 +53,7 @@ class Corpus:
     bytes_per_token: float | None = 1.0
     fingerprint: str = ""  # computed from train and val when not given
     source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    left_out: tuple[str, ...] = ()  # files of a corpus directory left out, each with why
 
     def __post_init__(self) -> None:
         if not self.fingerprint:
@@ -66,10 +67,14 @@ class Corpus:
         """One line for logs: what was loaded and how much of it."""
         if self.is_bytes:
             held = f"{len(self.val_docs)} held-out documents" if self.val_docs else "last 10% held out"
-            return (
+            line = (
                 f"{self.name}: {self.n_docs} documents, {len(self.train):,} train bytes, "
                 f"{len(self.val):,} validation bytes ({held})"
             )
+            if self.left_out:  # never silently: each file left out, with why (the first few named)
+                more = f", and {len(self.left_out) - 3} more" if len(self.left_out) > 3 else ""
+                line += f"; left out {len(self.left_out)} file(s): {', '.join(self.left_out[:3])}{more}"
+            return line
         bpt = f", {self.bytes_per_token:.3g} bytes/token" if self.bytes_per_token else ""
         dtype = str(self.train.dtype).removeprefix("torch.")
         return (

@@ -22,6 +22,7 @@ machine) and the tokens are cached under ``$NAS_CACHE_DIR`` (default
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -113,20 +114,24 @@ def _load_path(path: Path) -> Corpus:
         return _corpus_from_docs(path, [(path.name, data)])
     if not path.is_dir():
         raise UserError(f"{path}: is neither a file nor a directory; --data takes {_VALID_SPECS}")
-    docs = []
+    docs, left_out = [], []
     for p in sorted(path.rglob("*")):
         rel = p.relative_to(path)
         if any(part.startswith(".") for part in rel.parts) or not p.is_file():
             continue
         data = _read(p)
-        if data and _is_text(data):
+        why = "empty" if not data else _not_text(data)
+        if why is None:
             docs.append((rel.as_posix(), data))
+        else:
+            left_out.append(f"{rel.as_posix()} ({why})")
     if not docs:
         raise UserError(
             f"{path}: no text files found (looked recursively for non-empty UTF-8 files); "
             f"--data takes {_VALID_SPECS}"
         )
-    return _corpus_from_docs(path, docs)
+    corpus = _corpus_from_docs(path, docs)
+    return dataclasses.replace(corpus, left_out=tuple(left_out), fingerprint=corpus.fingerprint)
 
 
 def _read(path: Path) -> bytes:
@@ -136,14 +141,22 @@ def _read(path: Path) -> bytes:
         raise UserError(f"{path}: cannot read corpus: {err.strerror or err}") from None
 
 
-def _is_text(data: bytes) -> bool:
+#: the share of bytes that may be invalid UTF-8 in a text file (a stray Latin-1 byte, a cut character):
+#: such a file is text and is kept whole, as bytes; above it, a file is taken for binary and left out
+MAX_INVALID = 0.01
+
+
+def _not_text(data: bytes) -> str | None:
+    """Why ``data`` is not a text document of the corpus (None: it is one)."""
     if SEPARATOR in data:
-        return False
+        return "binary: holds NUL bytes (the document separator)"
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        return False
-    return True
+        bad = data.decode("utf-8", errors="replace").count("\ufffd")
+        if bad > MAX_INVALID * len(data):
+            return f"not UTF-8 text: {bad:,} of {len(data):,} bytes invalid"
+    return None
 
 
 # -- the default corpus --------------------------------------------------------------------------

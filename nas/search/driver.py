@@ -94,8 +94,10 @@ class Driver:
         to the study until the end, and released on every way out.
         """
         s = self.s
-        s.check_environment()
+        corpus = s.check_environment()
         report = Reporter(s.trials, self.out, self.allowance.progress, self._pending)
+        for left_out in getattr(corpus, "left_out", ()):  # never silently
+            report.line(f"note: {s.data or 'the corpus'}: left out {left_out}")
         study = load_existing_study(s)  # refused here when another driver runs it
         try:
             if study is not None:

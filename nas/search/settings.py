@@ -121,10 +121,9 @@ class SearchSettings:
             raise UserError(f"search.max_flops (--max-flops) {self.max_flops:g} is less than one candidate's budget "
                             f"({self.budget}): no trial could start")  # fmt: skip
 
-    def check_environment(self) -> None:
-        """Refuse settings whose corpus, directories, storage or Ray address cannot work now.
-
-        Creates nothing; the default corpus is fetched (once per process) here.
+    def check_environment(self) -> Any:
+        """Refuse settings whose corpus, directories, storage or Ray address cannot work now;
+        returns the corpus.  Creates nothing; the default corpus is fetched (once per process) here.
         """
         from nas.data import load_corpus
         from nas.preflight import check_devices, check_search
@@ -146,6 +145,7 @@ class SearchSettings:
             check_output_file(db, f"--storage {self.storage!r}")
         if self.address is not None and not self.local:
             check_address(self.address)
+        return corpus
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a study to be continued."""
