@@ -46,7 +46,11 @@ def save_checkpoint(
     assert isinstance(arch, ArchConfig)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     doc = {"format": FORMAT, "arch": arch.to_dict(), "state_dict": state, **_plain(extra)}
-    write_output(path, lambda tmp: torch.save(doc, tmp))  # a command's Planned path: nas.outputs' rule
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: a full disk surfaces as the OSError (nas.outputs.no_room)
+            torch.save(doc, f)
+
+    write_output(path, save)  # a command's Planned path: nas.outputs' rule
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -70,7 +70,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
+        except Exception as err:  # noqa: BLE001 - only a fault of the machine is turned into one line
+            line = machine_fault(err)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            return 2
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def machine_fault(err: BaseException) -> str | None:
+    """One line for an error the machine caused (a full disk, a file-size limit), or None.
+
+    What the tool writes is atomic (nas.outputs, the caches) and the study records each
+    finished trial as it ends, so such a stop loses no finished work; the line says so.
+    """
+    from nas.outputs import no_room
+
+    full = no_room(err)
+    if full is not None:
+        where = f" ({full.filename})" if full.filename else ""
+        return (f"no room left to write{where}: {full.strerror}; free some space and run the same command "
+                "again (finished trials and files already written are kept)")  # fmt: skip
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:  # SQLite says it in words only
+        seen.add(id(cause))
+        text = str(cause)
+        if "database or disk is full" in text or "disk I/O error" in text:
+            what = "is full" if "is full" in text else "failed (disk I/O error: a full disk, a file-size limit or a bad disk)"
+            return (f"writing the study database {what}; free some space and run the same command again "
+                    "(finished trials are kept)")  # fmt: skip
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -44,6 +44,18 @@ from nas.validate import check_writable_dir
 _NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
+def no_room(err: BaseException | None) -> OSError | None:
+    """The "no room" OSError (full disk, quota, file-size limit) behind ``err``, if there is one:
+    libraries wrap it (torch.save in a RuntimeError, SQLAlchemy in its own errors)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _NO_ROOM:
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Planned:
     """An output path checked at the start, and what a write may replace there."""
@@ -149,11 +161,12 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
     try:
         try:
             write(tmp)
-        except OSError as err:
-            if err.errno in _NO_ROOM:
-                kept = "the earlier file is intact" if p.exists() else "nothing was written"
-                raise UserError(f"{shown}: no room to write it ({err.strerror}); {kept}") from None
-            raise
+        except Exception as err:
+            full = no_room(err)  # torch.save raises a RuntimeError whose context is the OSError
+            if full is None:
+                raise
+            kept = "the earlier file is intact" if p.exists() else "nothing was written"
+            raise UserError(f"{shown}: no room to write it ({full.strerror}); {kept}") from None
         appeared = f"{shown}: a file appeared there while this ran; it is left as it is ({target.hint})"
         if target.replaces is None:
             try:

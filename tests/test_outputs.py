@@ -129,3 +129,44 @@ def test_a_file_changed_after_the_check_is_not_replaced(tmp_path):
     with pytest.raises(UserError, match="changed while this ran"):
         write_output(target, lambda tmp: tmp.write_text("new\n"))
     assert path.read_text() == "changed by the user meanwhile\n"
+
+
+def _limited(tmp_path: Path, limit: int, argv: list[str]) -> Any:
+    """Run the CLI in a process whose files may not grow past ``limit`` bytes (RLIMIT_FSIZE: EFBIG)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # else the kernel kills the process instead of EFBIG
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from nas.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root)})  # fmt: skip
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="RLIMIT_FSIZE is POSIX")
+def test_a_full_disk_while_saving_a_model_is_one_line_and_the_earlier_model_is_kept(study, tmp_path):
+    argv, save = _cmd("train", study, tmp_path, tmp_path)
+    save.write_bytes(USERS)  # an earlier model the user keeps
+    done = _limited(tmp_path, 20_000, [*argv, "--force"])  # the checkpoint is larger than 20 kB
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr and "no room to write it" in err[-1] and "intact" in err[-1], err
+    assert save.read_bytes() == USERS
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".m")) == []
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="RLIMIT_FSIZE is POSIX")
+def test_a_full_disk_under_a_search_is_one_line_and_the_next_start_continues(tmp_path, corpus_dir):
+    argv = ["search", "--space", str(TINY_SPACE), "--study", "s", "--data", str(corpus_dir), "--local",
+            "--evaluator", "proxy:params", "--trials", "400", "--no-tensorboard"]  # fmt: skip
+    done = _limited(tmp_path, 300_000, argv)  # the study database cannot grow past 300 kB
+    assert done.returncode == 2, done.stderr[-2000:]
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and "study database" in err[0] and "Traceback" not in done.stderr, err
+    # with room again, the same command takes the study over and goes on
+    assert main([*argv[:-3], "--trials", "3", "--no-tensorboard", "--runs-dir", str(tmp_path / "runs")]) == 0

@@ -118,6 +118,10 @@ def written_whole(out: Path) -> Iterator[Path]:
     try:
         yield tmp
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
+        if out.exists():  # an entry left unfinished (its metadata file missing): this one replaces it
+            aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.broken.", dir=out.parent))
+            os.replace(out, aside / "entry")
+            shutil.rmtree(aside, ignore_errors=True)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

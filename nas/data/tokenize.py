@@ -102,7 +102,8 @@ def _write(out: Path, text: Corpus, tokenizer: Any, source: dict[str, str], tok_
     ids = []
     for part in (text.train, text.val):
         docs = bytes(part.numpy()).split(SEPARATOR)
-        ids.append(np.concatenate([_encode(tokenizer, d.decode("utf-8")) for d in docs]))
+        # errors="replace": a document may hold a few bytes that are not UTF-8 (nas.data.text keeps it)
+        ids.append(np.concatenate([_encode(tokenizer, d.decode("utf-8", errors="replace")) for d in docs]))
     val_bytes = len(bytes(text.val.numpy()).replace(SEPARATOR, b""))
     write_token_dir(
         out,
