@@ -29,15 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    study, _ = open_study(args)
+    study, url = open_study(args)
     if args.spec or args.trial is None:
         return _show_study(args, study)
     from nas.search.report import format_trial, get_trial, trial_detail
+    from nas.search.settings import tensorboard_dir
 
     detail = trial_detail(study, get_trial(study, args.trial))
-    if args.storage is None:  # the search's default layout keeps TensorBoard runs beside the study
-        tb = Path(args.runs_dir) / args.study / "tb" / f"trial_{args.trial:05d}"
-        detail["tensorboard"] = str(tb) if tb.is_dir() else None
+    tb = Path(tensorboard_dir(args.runs_dir, args.study, url)) / f"trial_{args.trial:05d}"
+    detail["tensorboard"] = str(tb) if tb.is_dir() else None
     if args.json:
         print(json.dumps(jsonable(detail), indent=2))
     else:

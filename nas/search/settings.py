@@ -17,6 +17,7 @@ since that can change between making the settings and running them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import socket
 from pathlib import Path
@@ -26,7 +27,7 @@ from nas.data import data_record
 from nas.errors import ConfigError, UserError
 from nas.search.hurdles import Hurdles
 from nas.search.space import SearchSpace
-from nas.search.storage import check_storage_url, is_memory_sqlite, sqlite_path
+from nas.search.storage import check_storage_url, default_storage, is_memory_sqlite, sqlite_path
 from nas.spec import Budget, Resources, SearchSection, Spec, TrainRecipe
 from nas.spec.sections import DEVICES, OBJECTIVES
 from nas.validate import check_output_file, check_study_name, check_writable_dir
@@ -88,7 +89,7 @@ class SearchSettings:
             hurdles=Hurdles(s.hurdles, percentile=s.hurdle_percentile, min_trials=s.hurdle_min_trials),
             workers=r.worker_count(os.cpu_count()), cpus_per_trial=r.cpus_per_trial,
             gpus_per_trial=r.gpus_per_trial, address=r.address, device=r.device, data=data,
-            tb_dir=str(Path(runs_dir) / study / "tb") if r.tensorboard else None, runs_dir=runs_dir,
+            tb_dir=tensorboard_dir(runs_dir, study, storage) if r.tensorboard else None, runs_dir=runs_dir,
             retries=r.retries, worker_timeout=r.worker_timeout, trial_timeout=r.trial_timeout,
             local=r.local, dashboard=r.dashboard, evaluator=s.evaluator, compile=r.compile, spec=spec,
         )  # fmt: skip
@@ -159,6 +160,16 @@ class SearchSettings:
             "seed": self.seed,
             "evaluator": self.evaluator,
         }
+
+
+def tensorboard_dir(runs_dir: str, study: str, storage: str) -> str:
+    """``RUNS_DIR/STUDY/tb``, the study's TensorBoard runs; a study kept in another storage than
+    the default gets a subdirectory of its own (``tb/storage-HASH``), so that two studies of one
+    name in two databases never write into the same runs."""
+    tb = Path(runs_dir) / study / "tb"
+    if storage != default_storage(runs_dir, study):
+        tb = tb / f"storage-{hashlib.sha256(storage.encode()).hexdigest()[:8]}"
+    return str(tb)
 
 
 def flag(field: str) -> str:

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from nas.cli import main
 from nas.search.report import leaderboard
+from nas.search.settings import tensorboard_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
@@ -51,8 +52,9 @@ def test_search_finishes_the_requested_trials_and_continues(tmp_path, text_corpu
     assert study.trials[1].user_attrs.get("seed_arch") == "primer_ez"
     out = capsys.readouterr().out
     assert "Pareto front" in out and "tensorboard --logdir" in out
-    # one TensorBoard run per trained trial
-    tb = tmp_path / "runs" / "s" / "tb"
+    # one TensorBoard run per trained trial; a study outside the default storage has runs of its own
+    tb = Path(tensorboard_dir(str(tmp_path / "runs"), "s", f"sqlite:///{tmp_path}/s.db"))
+    assert tb.parent == tmp_path / "runs" / "s" / "tb" and tb.name.startswith("storage-")
     assert len([p for p in tb.iterdir() if p.name.startswith("trial_")]) >= len(complete) - sum(
         "duplicate_of" in t.user_attrs for t in complete
     )
