@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import optuna
 
@@ -25,5 +26,29 @@ def add_study_args(parser: argparse.ArgumentParser) -> None:
 
 
 def open_study(args: argparse.Namespace) -> tuple[optuna.Study, str]:
-    """The existing study the flags name, and its storage URL; creates nothing."""
-    return open_existing_study(args.study, args.storage, args.runs_dir)
+    """The existing study the flags name, and its storage URL; creates nothing.
+
+    A study that is not a search's is shown, with one line on stderr saying what it is, so
+    that its rows are not read as a search's candidates (stdout stays for the data, --json).
+    """
+    study, url = open_existing_study(args.study, args.storage, args.runs_dir)
+    note = study_kind_note(study)
+    if note and args.command != "export":  # export refuses what it cannot export on its own terms
+        print(f"note: {note}", file=sys.stderr)
+    return study, url
+
+
+def study_kind_note(study: optuna.Study) -> str | None:
+    """What a study that is not a search's is (None: a search's)."""
+    from nas.cli import prog_name
+    from nas.search.study import CONFIRM_OF, SETTINGS
+
+    attrs = study.user_attrs
+    if CONFIRM_OF in attrs:
+        return (f"study {study.study_name!r} is the confirmation of study {attrs[CONFIRM_OF]!r}: each trial is "
+                f"one confirm run (an architecture at a scale and seed); `{prog_name()} confirm --study "
+                f"{attrs[CONFIRM_OF]}` summarises them")  # fmt: skip
+    if SETTINGS not in attrs:
+        return (f"study {study.study_name!r} was not made by this tool (it has no settings record): its "
+                "trials are shown as they are, without the search's architecture records")
+    return None

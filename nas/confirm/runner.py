@@ -32,6 +32,7 @@ from nas.search.candidate import trial_payload
 from nas.search.driver import Driver, Running, default_pool
 from nas.search.settings import SearchSettings
 from nas.search.study import (
+    CONFIRM_OF,
     REQUEUED,
     SETTINGS,
     check_settings,
@@ -44,7 +45,6 @@ from nas.search.study import (
 )
 from nas.validate import MAX_SEED
 
-CONFIRM_OF = "confirm_of"  # confirm study user attr: the search study it confirms
 ARCHS = "confirm_archs"  # confirm study user attr: [Entry.to_dict()], the ``arch`` param indexes it
 PLAN = "confirm_plan"  # confirm study user attr: what the last `confirm` asked for (see ``Plan``)
 
@@ -63,6 +63,8 @@ def scaled_budget(budget: Budget, scale: float) -> Budget:
 
 class ConfirmDriver(Driver):
     """The search driver, taking each trial's run from its fixed parameters instead of the space."""
+
+    CONFIRMATION = True
 
     def __init__(
         self,

@@ -64,6 +64,8 @@ MAX_RAY_RESTARTS = 3
 class Driver:
     """Runs one search to ``settings.trials`` finished trials or ``settings.max_flops`` on a worker pool."""
 
+    CONFIRMATION = False  # runs a confirm study's queued runs (nas.confirm.runner.ConfirmDriver)
+
     def __init__(
         self,
         settings: SearchSettings,
@@ -98,7 +100,7 @@ class Driver:
         report = Reporter(s.trials, self.out, self.allowance.progress, self._pending)
         for left_out in getattr(corpus, "left_out", ()):  # never silently
             report.line(f"note: {s.data or 'the corpus'}: left out {left_out}")
-        study = load_existing_study(s)  # refused here when another driver runs it
+        study = load_existing_study(s, self.CONFIRMATION)  # refused here when another driver runs it
         try:
             if study is not None:
                 self.lease, replaced = take_lease(study, self.lease_heartbeat)

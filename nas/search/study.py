@@ -33,6 +33,7 @@ from nas.spec import Spec, describe, differences, is_mutable
 REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
 SETTINGS = "settings"  # study user attr: SearchSettings.fingerprint() of the run that created it
 SPEC = "spec"  # study user attr: the experiment spec (nas.spec) of the study's latest run, whole
+CONFIRM_OF = "confirm_of"  # study user attr of a confirmation (made by `confirm`): the search study it confirms
 SAMPLER = "sampler"  # study user attr: the sampler (``auto`` resolved) the latest run of the study used
 #: what ``--sampler auto`` continues a study with that has no SAMPLER record: the default before the record
 UNRECORDED_SAMPLER = "nsga2"
@@ -114,7 +115,7 @@ def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: 
             )
 
 
-def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
+def load_existing_study(settings: SearchSettings, confirmation: bool = False) -> optuna.Study | None:
     """The study ``settings`` names if it exists (None otherwise), after checking it may be continued.
 
     Reads only: a missing SQLite file is not created, and a study run under other
@@ -128,6 +129,14 @@ def load_existing_study(settings: SearchSettings) -> optuna.Study | None:
     refuse_if_held(storage, settings.study)  # before any other check: another driver runs it now
     # RandomSampler: a placeholder until the study's own record says which sampler continues it (below)
     study = optuna.load_study(study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler())
+    if CONFIRM_OF in study.user_attrs and not confirmation:  # fixed runs: sampling into it would corrupt it
+        from nas.cli import prog_name
+
+        raise UserError(
+            f"--study {settings.study!r} is the confirmation of study {study.user_attrs[CONFIRM_OF]!r} (made by "
+            f"`confirm`), not a search; continue it with `{prog_name()} confirm --study "
+            f"{study.user_attrs[CONFIRM_OF]}`, or give a new --study name to search"
+        )
     if SETTINGS not in study.user_attrs:
         if _never_ran(study):  # its creation was interrupted: create_new_study replaces it
             return None

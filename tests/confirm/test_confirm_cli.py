@@ -314,3 +314,12 @@ def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch,
     assert runs and all(t.state == TrialState.COMPLETE for t in runs.values())
     assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(tmp_path / "w.yaml")]) == 0
     assert load_arch_file(tmp_path / "w.yaml")
+    # a confirm study is not a search: search refuses it untouched, the read commands say what it is
+    before = [(t.number, t.state, t.values) for t in _load(url, "one-confirm").trials]
+    capsys.readouterr()
+    assert main(["search", "--study", "one-confirm", "--storage", url, "--trials", "50", "--local"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is the confirmation of study 'one'" in err[0] and "confirm --study one" in err[0]
+    assert [(t.number, t.state, t.values) for t in _load(url, "one-confirm").trials] == before
+    assert main(["best", "--study", "one-confirm", "--storage", url]) == 0
+    assert "note: study 'one-confirm' is the confirmation of study 'one'" in capsys.readouterr().err
