@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nas.errors import ConfigError
+from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.outputs import Planned, write_output
 from nas.yamlsafe import dump_yaml, read_yaml
@@ -37,6 +37,14 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     raw = read_yaml(path, "architecture file")
     if not isinstance(raw, dict):
         raise ConfigError("must be a mapping with an 'arch' section", source=str(path))
+    if "arch" not in raw and ("globals" in raw or isinstance(raw.get("layers"), dict)):
+        from nas.cli import prog_name
+
+        raise UserError(
+            f"{path}: is a search space (it has {'globals' if 'globals' in raw else 'layers'}: menus), not an "
+            f"architecture; search it with `{prog_name()} search --space {path}`, or give --arch an "
+            "architecture file (a shipped one's name such as vanilla, or one `export` wrote)"
+        )
     if "layers" in raw and "arch" not in raw:
         raw = {"arch": raw}
     unknown = sorted(set(raw) - set(SECTIONS))

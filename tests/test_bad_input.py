@@ -266,6 +266,8 @@ def cases() -> list[Any]:
          {"bad.yaml": "arch: !!python/object:collections.OrderedDict {}\n"})
     case("train-arch-budget-in-file", ["train", "--arch", "bad.yaml"], ("bad.yaml", "budget.steps"),
          {"bad.yaml": ARCH + "budget: {steps: -1}\n"})
+    case("train-arch-is-a-space", ["train", "--arch", "space.yaml"], ("space.yaml", "is a search space", "--space"))
+    case("search-space-is-an-arch", search("--space", "arch.yaml"), ("arch.yaml", "architecture"))
     case("train-steps-zero", ["train", "--arch", "arch.yaml", "--steps", "0"], "--steps")
     case("train-data-missing", ["train", "--arch", "arch.yaml", "--data", "nowhere", "--steps", "1"], "nowhere")
     # -- best / show / export -------------------------------------------------------------------

@@ -96,7 +96,7 @@ def parse_list(
     text: str, flag: str, kind: type = float, bounds: tuple[float, float] | None = None
 ) -> list[Any]:
     """``"1,4,16"`` as numbers, each > 0 (``kind`` int: each >= 0) and within ``bounds``; a UserError
-    names ``flag``.  A value given twice counts once."""
+    names ``flag``.  A value given twice is refused (a typo, never silently merged)."""
     out = []
     for part in str(text).split(","):
         try:
@@ -112,8 +112,9 @@ def parse_list(
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
             raise UserError(f"{flag} {text!r}: each value must be in [{bounds[0]:g}, {bounds[1]:g}], "
                             f"got {part.strip()}")  # fmt: skip
-        if value not in out:
-            out.append(value)
+        if value in out:
+            raise UserError(f"{flag} {text!r}: lists {part.strip()} twice; give each value once")
+        out.append(value)
     return out
 
 

@@ -65,6 +65,13 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     """Validate a space's plain data (as read from YAML); errors name the YAML path."""
     if not isinstance(raw, Mapping):
         raise ConfigError("a search space must be a mapping with 'globals' and 'layers'")
+    if "arch" in raw or ("d_model" in raw and isinstance(raw.get("layers"), list)):
+        from nas.cli import prog_name
+
+        raise ConfigError(
+            f"is an architecture file, not a search space; train it with `{prog_name()} train --arch "
+            f"{source}`, or give --space a search space (a shipped one's name such as default)"
+        )
     _refuse_unknown(raw, TOP_KEYS, "")
     task = raw.get("task", "lm")
     if task not in TASKS:
