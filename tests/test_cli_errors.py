@@ -104,7 +104,7 @@ def cases() -> list[Any]:
     case("confirm-lrs-over-range", confirm("--lrs", "1e39"), "--lrs")
     case("confirm-scales-over-range", confirm("--scales", "1e300"), "--scales")
     case("confirm-scale-listed-twice", confirm("--scales", "1,4,1"), ("--scales", "1 twice"))
-    case("confirm-trial-listed-twice", confirm("--trial", "0,0"), ("--trial", "0 twice"))
+    case("confirm-trial-listed-twice", [*CONFIRM[:6], "--seeds", "1", "--trial", "0,0"], ("--trial", "0 twice"))
     case("confirm-baseline-other-task", confirm("--baseline", "s2s.yaml"), ("--baseline", "s2s.yaml", "seq2seq"),
          {"s2s.yaml": (Path(__file__).resolve().parents[1] / "examples" / "archs" / "seq2seq.yaml").read_text()})
     return c
