@@ -54,17 +54,27 @@ def _row(t: FrozenTrial, pareto: bool) -> dict[str, Any]:
 
 
 def leaderboard(study: optuna.Study, top: int | None = None) -> list[dict[str, Any]]:
-    """The Pareto front (multi-objective) or the best trials by loss (single objective)."""
+    """The Pareto front (multi-objective) or the best trials by loss (single objective).
+
+    One row per measurement: trials of the same architecture with the same values (a duplicate
+    reuses the first result; a retrain with the same seed gets it again) are listed in the first
+    one's ``also``, as the plots draw them as one point.
+    """
     complete = trained(study)  # a candidate over the caps has no result to rank
-    if len(study.directions) > 1:
+    multi = len(study.directions) > 1
+    if multi:
         # Optuna's best_trials leaves infeasible trials out of constrained studies already.
         front = {t.number for t in study.best_trials}
-        chosen = sorted((t for t in complete if t.number in front), key=lambda t: t.values[0])
-        rows = [_row(t, True) for t in chosen]
-    else:
-        chosen = sorted(complete, key=lambda t: t.values[0])
-        rows = [_row(t, False) for t in chosen]
-    return rows[:top] if top else rows
+        complete = [t for t in complete if t.number in front]
+    rows: dict[Any, dict[str, Any]] = {}
+    for t in sorted(complete, key=lambda t: (t.values[0], t.number)):
+        key = (t.user_attrs.get("arch_id") or ("trial", t.number), tuple(t.values))
+        if key in rows:
+            rows[key]["also"].append(t.number)
+        else:
+            rows[key] = {**_row(t, multi), "also": []}
+    out = list(rows.values())
+    return out[:top] if top else out
 
 
 def _human(n: float | None) -> str:
@@ -85,9 +95,10 @@ def format_table(rows: list[dict[str, Any]], with_origin: bool = False) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         mid = f"  {r.get('origin') or '-':<{width}}" if with_origin else ""
+        also = f"  (also trial {', '.join(map(str, r['also']))})" if r.get("also") else ""
         lines.append(
             f"{r['trial']:>5}  {r['val_loss']:>7.4f}  {r['val_ppl']:>7.2f}  {r['val_bpb']:>6.3f}  "
-            f"{_human(r['flops_per_token']):>9}  {_human(r['params']):>8}{mid}  {r['summary']}"
+            f"{_human(r['flops_per_token']):>9}  {_human(r['params']):>8}{mid}  {r['summary']}{also}"
         )
     return "\n".join(lines)
 
@@ -116,9 +127,9 @@ def format_leaderboard(study: optuna.Study, rows: list[dict[str, Any]]) -> str:
         facts.append(f"budget {value:g} {kind} per trial")
     lines = [f"study {study.study_name!r}: " + ", ".join(facts)]
     if len(study.directions) > 1:
-        lines.append(f"Pareto front (val loss vs FLOPs/token): {len(rows)} trial(s), lowest loss first")
+        lines.append(f"Pareto front (val loss vs FLOPs/token): {len(rows)} architecture(s), lowest loss first")
     else:
-        lines.append(f"best {len(rows)} trial(s) by val loss:")
+        lines.append(f"best {len(rows)} architecture(s) by val loss:")
     if not rows:
         lines.append("(no completed trial yet)")
         return "\n".join(lines)

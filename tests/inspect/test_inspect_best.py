@@ -18,29 +18,31 @@ def test_pareto_front_table(cli, multi: optuna.Study, runs) -> None:
     assert header[:6] == ["trial", "loss", "ppl", "bpb", "FLOPs/tok", "params"]
     numbers = [int(line.split()[0]) for line in lines[4:]]
     # Dominated: 0 (vanilla 2.50 vs its child 9 at 2.45, same FLOPs) and 2 (synth: 2.90, more FLOPs than 4).
-    assert numbers == [3, 1, 5, 9, 4]  # the front, lowest loss first
+    # the front, lowest loss first, one row per architecture: 5 measured 1's again (a duplicate)
+    assert numbers == [3, 1, 9, 4]
     row3 = lines[4]
     assert "2.2000" in row3 and "9.03" in row3 and "3.174" in row3  # loss, exp(loss), loss/ln 2
     assert "child of #1 (layers.0.attention)" in row3
     assert "[mix(mha+synth_random) gelux4] [mdha(k5) squared_relux2] [multi_branch silux4]" in row3
-    assert "seed primer_ez" in lines[5] and "same as #1" in lines[6]
+    assert "seed primer_ez" in lines[5] and lines[5].endswith("(also trial 5)")
 
 
 def test_leaderboard_single_objective_and_top(cli, single: optuna.Study, runs) -> None:
     rc, out, _ = cli("best", "--study", "single", "--runs-dir", runs, "--top", "3")
     assert rc == 0
     lines = out.splitlines()
-    assert "best 3 trial(s) by val loss" in lines[1]
-    assert [int(x.split()[0]) for x in lines[4:]] == [3, 1, 5]
+    assert "best 3 architecture(s) by val loss" in lines[1]
+    assert [int(x.split()[0]) for x in lines[4:]] == [3, 1, 9]
     rc, out, _ = cli("best", "--study", "single", "--runs-dir", runs)
-    assert [int(x.split()[0]) for x in out.splitlines()[4:]] == [3, 1, 5, 9, 0, 4, 2]  # every COMPLETE one
+    # every COMPLETE architecture (5, a duplicate of 1, is in 1's row)
+    assert [int(x.split()[0]) for x in out.splitlines()[4:]] == [3, 1, 9, 0, 4, 2]
 
 
 def test_json_rows(cli, multi: optuna.Study, runs) -> None:
     rc, out, _ = cli("best", "--study", "multi", "--runs-dir", runs, "--json")
     assert rc == 0
     rows = json.loads(out)
-    assert isinstance(rows, list) and [r["trial"] for r in rows] == [3, 1, 5, 9, 4]
+    assert isinstance(rows, list) and [r["trial"] for r in rows] == [3, 1, 9, 4]
     first = rows[0]
     assert first["val_loss"] == 2.2 and first["pareto"] is True
     assert abs(first["val_ppl"] - 9.025013499434122) < 1e-12
@@ -48,7 +50,7 @@ def test_json_rows(cli, multi: optuna.Study, runs) -> None:
     assert first["flops_per_token"] == multi.trials[3].values[1]
     assert first["params"] == multi.trials[3].user_attrs["params"]
     assert first["summary"].startswith("d48 h4 L3:")
-    assert rows[2]["duplicate_of"] == 1
+    assert rows[1]["also"] == [5]  # trial 5 reused trial 1's result (duplicate_of 1): one row
 
 
 def test_explicit_storage_url(cli, multi: optuna.Study, runs) -> None:
