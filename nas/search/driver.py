@@ -44,6 +44,7 @@ from nas.search.settings import SearchSettings
 from nas.search.study import (
     count_done,
     create_new_study,
+    drop_if_empty,
     load_existing_study,
     record_sampler,
     record_spec,
@@ -122,14 +123,20 @@ class Driver:
             try:
                 for note in getattr(pool, "notes", ()):
                     report.line(note)
+                created = study is None
                 if study is None:
                     study, seeds, self.lease = create_new_study(s, self.lease_heartbeat)
                     if seeds:
                         report.line(f"seeded the first generation with: {', '.join(seeds)}")
                 self.study = study
-                self.sampler = record_sampler(study, s)  # what ran, ``auto`` resolved
-                record_spec(study, s.spec)  # the spec of the latest run (only MUTABLE fields can differ)
-                self._search(study, pool, report)
+                try:
+                    self.sampler = record_sampler(study, s)  # what ran, ``auto`` resolved
+                    record_spec(study, s.spec)  # the spec of the latest run (only MUTABLE fields can differ)
+                    self._search(study, pool, report)
+                except BaseException:
+                    if created and not self.CONFIRMATION:
+                        drop_if_empty(study)  # this run made it and nothing finished: leave nothing behind
+                    raise
             finally:
                 pool.shutdown()
         finally:

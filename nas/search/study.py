@@ -242,6 +242,20 @@ def create_under_lease(
     return study, lease
 
 
+def drop_if_empty(study: optuna.Study) -> bool:
+    """Delete ``study`` (made by this run, under its lease) if no trial of it ever finished: a search
+    that failed or was stopped before its first result leaves no empty study behind."""
+    finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    if any(t.state in finished and not t.user_attrs.get(REQUEUED) for t in study.get_trials(deepcopy=False)):
+        return False
+    try:
+        # private: Study has no public accessor for its storage (see take_lease)
+        optuna.delete_study(study_name=study.study_name, storage=study._storage)
+    except Exception:  # noqa: BLE001 - the storage may be what failed; the next start continues it
+        return False
+    return True
+
+
 def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[DriverLease, Holder | None]:
     """This driver's lease on an existing ``study`` (renewing), and the gone holder it replaced, if any.
 
