@@ -188,6 +188,7 @@ def cases() -> list[Any]:
     case("storage-is-someone-elses-sqlite", search("--storage", "sqlite:///mine.db"), ("--storage", "mine.db"),
          {"mine.db": foreign_sqlite})
     case("storage-is-a-directory", search("--storage", "sqlite:///emptydir"), ("--storage", "emptydir"))
+    case("storage-percent-escape", search("--storage", "sqlite:///x%41.db"), ("--storage", "%41", "xA.db"))
     case("storage-in-memory", search("--storage", "sqlite://"), ("--storage", "in memory"))
     case("storage-memory-file", search("--storage", "sqlite:///:memory:"), ("--storage", "in memory"))
     case("storage-shared-memory", search("--storage", "sqlite:///file::memory:?cache=shared"),

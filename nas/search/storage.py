@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 import time
 import urllib.parse
@@ -147,6 +148,13 @@ def check_storage_url(url: str, read_only: bool = False) -> None:
         raise UserError(
             f"--storage {url!r}: SQLite URL options (?...) and file: URIs are not supported; "
             "valid: sqlite:///path/study.db"
+        )
+    escapes = set(re.findall(r"%[0-9A-Fa-f]{2}", url)) - {"%25", "%3F", "%3f"}
+    if escapes:  # SQLAlchemy decodes %XX: the file opened would not be the one typed
+        first = sorted(escapes)[0]
+        raise UserError(
+            f"--storage {url!r}: SQLite URLs decode {first} as {urllib.parse.unquote(first)!r}, so the file "
+            f"would be {path}; write the file name as it is (only % and ? need %25 and %3F)"
         )
     if not read_only:
         _check_sqlite_path(url)
