@@ -206,6 +206,8 @@ def cases() -> list[Any]:
     case("data-missing", search("--data", "nowhere"), "nowhere")
     case("data-empty-file", search("--data", "empty.txt"), "empty.txt", {"empty.txt": ""})
     case("data-empty-directory", search("--data", "emptydir"), "emptydir")
+    case("data-two-kinds-of-corpus", search("--data", "mixed"), ("mixed", "two kinds of corpus"),
+         {"mixed/train.bin": b"\x00" * 8, "mixed/train.src": "a b\n", "mixed/train.tgt": "b a\n"})
     case("data-binary-only", search("--data", "bin"), ("bin", "no text files"), {"bin/x.dat": b"\x00\xff" * 64})
     # one distinct token: every model would score a "perfect" val_loss 0, which a search ranks first
     case("data-one-token-search", search("--data", "a.txt", "--evaluator", "lm"), ("a.txt", "same id"),

@@ -42,6 +42,7 @@ from nas.data.parallel import (
     IGNORE_INDEX,
     N_SPECIALS,
     PARALLEL_META,
+    SIDES,
     ParallelCorpus,
     is_parallel_dir,
     load_parallel,
@@ -49,6 +50,8 @@ from nas.data.parallel import (
     task_of,
 )
 from nas.data.text import SEPARATOR, load_text, split_documents, validation_indices
+from nas.data.tokens import FILES as TOKEN_FILES
+from nas.data.tokens import META as TOKEN_META
 from nas.data.tokens import is_token_dir, load_token_dir, read_meta, write_token_dir
 from nas.errors import UserError
 
@@ -70,6 +73,15 @@ def _check_spec(spec: str | os.PathLike[str] | None) -> None:
             f"--data is empty; give '{DEFAULT_CORPUS}', a text file, a directory of text files, "
             f"a token-file directory, '{DEFAULT_PARALLEL}' or a parallel corpus directory "
             "(or leave it out for the default)"
+        )
+    if spec is None or str(spec) in (DEFAULT_CORPUS, DEFAULT_PARALLEL):
+        return
+    path = Path(spec).expanduser()
+    if is_token_dir(path) and is_parallel_dir(path):  # which one was meant? never guessed silently
+        have = sorted(p.name for p in path.iterdir() if p.name in (*TOKEN_FILES, TOKEN_META, *SIDES, PARALLEL_META))
+        raise UserError(
+            f"{spec}: holds two kinds of corpus ({', '.join(have)}): token files (train.bin, val.bin, "
+            "meta.json) and a parallel corpus (train.src, train.tgt, ...); give a directory that holds one"
         )
 
 
