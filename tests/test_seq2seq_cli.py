@@ -165,3 +165,17 @@ def test_the_blocks_plot_has_a_bar_per_encoder_and_decoder_layer() -> None:
     lm = {"layers": arch["layers"]}
     lm_choices = layer_choices(SimpleNamespace(user_attrs={"arch": lm}))
     assert [slot_name(slot, False) for slot, _, _ in lm_choices] == ["0", "1"]
+
+
+def test_a_parallel_corpus_without_a_space_searches_the_seq2seq_space(
+    tmp_path: Path, parallel: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import optuna
+
+    runs = tmp_path / "runs"
+    argv = ["search", "--data", str(parallel), "--study", "p", "--trials", "1", "--local", "--runs-dir", str(runs),
+            "--budget.steps", "2", "--no-tensorboard", "--evaluator", "proxy:params"]  # fmt: skip
+    assert main(argv) == 0
+    assert "searching the shipped seq2seq space" in capsys.readouterr().out  # said, not silent
+    study = optuna.load_study(study_name="p", storage=f"sqlite:///{runs}/p/study.db")
+    assert study.user_attrs["spec"]["task"] == "seq2seq"

@@ -69,6 +69,14 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
     else:
         spec, space = load_spec(resolve_space_path(args.space))
     spec = apply(spec, given)
+    if args.space is None and stored is None and space.task == "lm":
+        from nas.data import task_of
+
+        if task_of(spec.data.corpus) == "seq2seq":  # the default space is an lm space: take the seq2seq one
+            print(f"note: --data {spec.data.corpus} is a parallel corpus: searching the shipped seq2seq space "
+                  "(--space names another)", flush=True)  # fmt: skip
+            spec, space = load_spec(resolve_space_path("seq2seq"))
+            spec = apply(spec, given)
     if args.study is None:  # the space's name names the study: an error points at the file
         try:
             check_study_name(space.name, "name")
