@@ -37,11 +37,11 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     raw = read_yaml(path, "architecture file")
     if not isinstance(raw, dict):
         raise ConfigError("must be a mapping with an 'arch' section", source=str(path))
-    if "arch" not in raw and ("globals" in raw or isinstance(raw.get("layers"), dict)):
+    if "arch" not in raw and "d_model" not in raw and {"globals", "seed_archs", "search"} & set(raw):
         from nas.cli import prog_name
 
         raise UserError(
-            f"{path}: is a search space (it has {'globals' if 'globals' in raw else 'layers'}: menus), not an "
+            f"{path}: is a search space (it has a globals: section), not an "
             f"architecture; search it with `{prog_name()} search --space {path}`, or give --arch an "
             "architecture file (a shipped one's name such as vanilla, or one `export` wrote)"
         )

@@ -97,8 +97,14 @@ def machine_fault(err: BaseException) -> str | None:
         seen.add(id(cause))
         text = str(cause)
         if "database or disk is full" in text or "disk I/O error" in text:
-            what = "is full" if "is full" in text else "failed (disk I/O error: a full disk, a file-size limit or a bad disk)"
+            what = "is full" if "is full" in text else (
+                "failed (disk I/O error: a full disk, a file-size limit or a bad disk)"
+            )
             return (f"writing the study database {what}; free some space and run the same command again "
                     "(finished trials are kept)")  # fmt: skip
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

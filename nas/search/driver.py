@@ -58,6 +58,10 @@ from nas.search.twins import Twins
 METRIC_KEYS = (*METRICS, *RUN_FIELDS)
 
 
+class Resumable(UserError):
+    """The search stopped with its unfinished trials re-queued: the same command continues it."""
+
+
 #: how many times one run of a search starts its local Ray again after it died
 MAX_RAY_RESTARTS = 3
 
@@ -133,9 +137,11 @@ class Driver:
                     self.sampler = record_sampler(study, s)  # what ran, ``auto`` resolved
                     record_spec(study, s.spec)  # the spec of the latest run (only MUTABLE fields can differ)
                     self._search(study, pool, report)
-                except BaseException:
-                    if created and not self.CONFIRMATION:
-                        drop_if_empty(study)  # this run made it and nothing finished: leave nothing behind
+                except Exception as err:
+                    # this run made it, nothing finished, and it failed (not a stop the user asked for, nor
+                    # "no worker left", which re-queues for the same command): leave nothing behind
+                    if created and not self.CONFIRMATION and not isinstance(err, (Resumable, LeaseLost)):
+                        drop_if_empty(study)
                     raise
             finally:
                 pool.shutdown()
@@ -175,7 +181,7 @@ class Driver:
                         continue
                     n = len(self.running)
                     self._requeue_all(study, "no worker left to run it")
-                    raise UserError(
+                    raise Resumable(
                         f"{err}; {n} unfinished trial(s) re-queued, finished ones are kept: "
                         "run the same command again to continue"
                     ) from None

@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,10 @@ class SearchSettings:
         from nas.preflight import check_devices, check_search
 
         # a device the trials' machine does not have would fail every trial: refused before anything exists
-        joined = self.address is not None and not self.local
+        # joined: a cluster's GPUs are checked by the pool once joined (so is a Ray this process already
+        # runs, which the pool uses as it is: a library caller's, or the tests' cluster)
+        ray = sys.modules.get("ray")
+        joined = not self.local and (self.address is not None or bool(ray and ray.is_initialized()))
         check_devices(self.device, self.gpus_per_trial, on_ray=not self.local, this_machine=not joined)
 
         corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial

@@ -55,6 +55,14 @@ class ScriptedPool:
         pass
 
 
+@pytest.fixture(autouse=True)
+def gpus_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted pool plays GPU workers on this machine: its device check would refuse them."""
+    import nas.preflight
+
+    monkeypatch.setattr(nas.preflight, "check_devices", lambda *args, **kwargs: None)
+
+
 def search(tmp_path: Path, corpus: Path, pool: ScriptedPool, gpus: str) -> list[optuna.trial.FrozenTrial]:
     args = build_parser().parse_args([
         "search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",

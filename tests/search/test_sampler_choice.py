@@ -98,8 +98,9 @@ def test_the_cli_refuses_an_unknown_sampler_in_one_line(tmp_path, corpus, capsys
 def test_each_continuation_draws_new_candidates_not_the_last_ones_again(tmp_path, corpus, sampler):
     # Each run rebuilds the sampler; seeded alike every time, it drew the same candidates
     # as the previous continuation (all duplicates, for random search and a first generation).
+    population = () if sampler == "random" else ("--population", "20")  # random has none (refused)
     for n in (4, 8, 12):
-        assert search(tmp_path, corpus, "--trials", str(n), "--sampler", sampler, "--population", "20") == 0
+        assert search(tmp_path, corpus, "--trials", str(n), "--sampler", sampler, *population) == 0
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     params = [t.params for t in sorted(study.trials, key=lambda t: t.number)]
     assert len(params) == 12 and params[8:12] != params[4:8]

@@ -109,26 +109,19 @@ def test_read_only_commands_cannot_write(tmp_path, corpus):
     assert not (tmp_path / "missing.db").exists()
 
 
-def test_a_search_stopped_before_its_first_result_leaves_no_study(tmp_path, corpus, monkeypatch):
+def test_a_search_that_fails_before_its_first_result_leaves_no_study(tmp_path, corpus, monkeypatch):
     import nas.execution.local_pool as local_pool
 
-    def stopped(payload: Any) -> Any:
-        raise KeyboardInterrupt  # Ctrl-C while the first candidate trains
+    def broken(payload: Any) -> Any:
+        raise RuntimeError("a fault outside any candidate")  # not a trial's failure: the run's
 
-    monkeypatch.setattr(local_pool, "run_trial", stopped)
-    assert search(tmp_path, corpus, "--trials", "3") == 130
+    monkeypatch.setattr(local_pool, "run_trial", broken)
+    with pytest.raises(RuntimeError):
+        search(tmp_path, corpus, "--trials", "3")
     assert optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db").get_all_studies() == []
     monkeypatch.undo()
     assert search(tmp_path, corpus, "--trials", "2") == 0  # a first result: kept from then on
-    real = local_pool.run_trial
-    calls = []
-
-    def second_stops(payload: Any) -> Any:
-        calls.append(1)
-        if len(calls) > 1:
-            raise KeyboardInterrupt
-        return real(payload)
-
-    monkeypatch.setattr(local_pool, "run_trial", second_stops)
-    assert search(tmp_path, corpus, "--trials", "5") == 130
-    assert len([t for t in load(tmp_path).trials if t.state == TrialState.COMPLETE]) >= 3
+    monkeypatch.setattr(local_pool, "run_trial", broken)
+    with pytest.raises(RuntimeError):
+        search(tmp_path, corpus, "--trials", "5")
+    assert len([t for t in load(tmp_path).trials if t.state == TrialState.COMPLETE]) == 2
