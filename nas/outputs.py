@@ -63,7 +63,7 @@ class Planned:
     path: Path
     what: str  # the flag that named it, for messages: "--out", "--save"
     replaces: str | None  # SHA-256 of the file there at the start (this tool's, or forced); None: none was
-    hint: str  # how the user may allow replacing a file: "pass --force" or "choose another --out"
+    hint: str  # how the user may allow replacing a file ("pass --force to replace it")
 
 
 def _digest(path: Path) -> str:

@@ -466,6 +466,8 @@ def in_case_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         raise AssertionError("a bad-input case got past validation to the worker pool")
 
     monkeypatch.setattr(nas.search.driver, "default_pool", no_pool)
+    if "ray" in sys.modules:  # as a fresh CLI process sees it: no Ray up (the suite's shared one is not the case's)
+        monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
     return tmp_path
 
 
