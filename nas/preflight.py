@@ -13,6 +13,7 @@ them to a whole search space, and reads the machine's memory.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any
 
@@ -20,6 +21,7 @@ from evaluators.budget import check_arch_fits, check_windows, plan_steps, plan_t
 from nas.compute import check_fits, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.search.candidate import over_caps
 from nas.search.combinations import one_layer_archs
 from nas.search.space import SearchSpace
 from nas.spec.sections import named
@@ -144,17 +146,20 @@ def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus
             check_fits(arch, recipe.batch_size, seq_len, n_layers=n_layers + n_encoder)
             if trains:
                 check_windows(corpus, seq_len)
-        if not trains:
-            return
-        cheapest = None
+        cheapest, least = None, [math.inf, math.inf]  # least params and FLOPs/token of any candidate
         for arch, n_layers, n_encoder in one_layer_archs(space, largest=False):
             arch = dataclasses.replace(arch, layers=arch.layers * n_layers, vocab_size=corpus.vocab_size,
                                        encoder_layers=arch.encoder_layers * n_encoder)  # fmt: skip
-            seq_len = check_arch_fits(arch, recipe, corpus)
+            seq_len = check_arch_fits(arch, recipe, corpus) if trains else (recipe.seq_len or arch.max_len)
             cost = compute(arch, seq_len)
+            least = [min(least[0], cost.params), min(least[1], cost.fwd_flops_per_token)]
             if cheapest is None or cost.train_flops_per_token < cheapest[0].train_flops_per_token:
                 cheapest = (cost, seq_len)
-        if cheapest is not None:
+        over = over_caps(space.constraints, int(least[0]), least[1]) if cheapest is not None else []
+        if over:  # every trial would be told "over cap" and none trained
+            raise ConfigError(f"no candidate of the space meets them: the smallest has {'; '.join(over)}; "
+                              "raise the cap or offer smaller choices", "constraints")  # fmt: skip
+        if cheapest is not None and trains:
             plan_steps(budget, cheapest[0], recipe.batch_size, cheapest[1])
     except ConfigError as err:
         raise ConfigError(err.message, _space_path(err.path, space, corpus), space.source) from None

@@ -248,6 +248,8 @@ def cases() -> list[Any]:
     case("yaml-recipe-unknown-key", search(), ("space.yaml", "recipe.lrate"),
          {"space.yaml": space("recipe", {"lrate": 0.1})})
     case("yaml-recipe-negative-lr", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {"lr": -1})})
+    case("yaml-cap-no-candidate-meets", search(), ("space.yaml", "constraints", "no candidate"),
+         {"space.yaml": space("constraints", {"max_params": 10})})
     case("yaml-negative-cap", search(), ("space.yaml", "constraints.max_params"),
          {"space.yaml": space("constraints", {"max_params": -5})})
     case("yaml-unknown-seed-arch", search(), ("space.yaml", "seed_archs"), {"space.yaml": space("seed_archs", ["gpt2"])})

@@ -225,11 +225,15 @@ class Driver:
         trials = [r.trial for r in self.running.values()] + [w.trial for w in self.waiting.values()]
         self.running.clear()
         self.waiting.clear()
-        for trial in trials:
-            try:
+        try:
+            for trial in trials:
                 requeue(study, trial, reason)
-            except Exception:  # noqa: BLE001 - the storage may be what failed; the next start recovers them
-                return
+            # Under the lease every RUNNING trial is this driver's: one asked a moment before a signal
+            # came (study.ask() returned, or was returning, outside _launch's handler) is re-queued too.
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                requeue(study, t, reason)
+        except Exception:  # noqa: BLE001 - the storage may be what failed; the next start recovers them
+            return
 
     # -- launching ------------------------------------------------------------------------
     def _fill(self, study: optuna.Study, pool: Pool, report: Reporter) -> None:
