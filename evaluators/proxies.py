@@ -90,8 +90,8 @@ class SleepEvaluator:
     """Waits ``seconds``, then scores like the ``params`` proxy (for orchestration benchmarks and tests)."""
 
     def __init__(self, seconds: float, seq_len: int | None = None) -> None:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-            raise ConfigError(f"must be a number of seconds >= 0, got {seconds!r}", "sleep")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+            raise ConfigError(f"must be a finite number of seconds >= 0, got {seconds!r}", "sleep")
         self.seconds = float(seconds)
         self.proxy = ProxyEvaluator("params", seq_len)
 

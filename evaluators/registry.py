@@ -11,6 +11,7 @@ plus one entry in :data:`EVALUATORS`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,8 +47,8 @@ def _seconds(arg: str | None) -> dict[str, Any]:
         seconds = float(arg or "")
     except ValueError:
         seconds = -1.0
-    if not seconds >= 0:
-        raise ValueError("SECONDS must be a number >= 0")
+    if not (seconds >= 0 and math.isfinite(seconds)):  # inf: every trial would wait forever
+        raise ValueError("SECONDS must be a finite number >= 0")
     return {"sleep": seconds}
 
 

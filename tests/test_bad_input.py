@@ -159,6 +159,7 @@ def cases() -> list[Any]:
     case("sampler-unknown", search("--sampler", "genetic"), "--sampler")
     case("objective-unknown", search("--objective", "speed"), "--objective")
     case("evaluator-unknown", search("--evaluator", "proxy:vibes"), "--evaluator")
+    case("evaluator-sleep-forever", search("--evaluator", "sleep:inf"), ("--evaluator", "finite"))
     case("retries-negative", search("--retries", "-1"), "--retries")
     case("seed-negative", search("--seed", "-1"), "--seed")
     case("population-zero", search("--population", "0"), "--population")
