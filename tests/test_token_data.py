@@ -216,6 +216,16 @@ def test_tokenizer_makes_cached_token_files_once(tokenizer: Path, corpus_dir: Pa
     assert again.fingerprint == corpus.fingerprint and again.record()["tokenizer"] == str(moved.resolve())
 
 
+def test_a_cache_entry_left_without_its_metadata_is_made_again(tokenizer: Path, corpus_dir: Path) -> None:
+    spec = Path(resolve_data(str(corpus_dir), str(tokenizer)))
+    good = load_corpus(spec).fingerprint
+    (spec / "meta.json").unlink()  # a tokenization cut short, or a meta.json removed by hand
+    (spec / "train.bin").write_bytes(b"half")
+    assert Path(resolve_data(str(corpus_dir), str(tokenizer))) == spec  # no traceback: rebuilt in place
+    assert load_corpus(spec).fingerprint == good
+    assert sorted(p.name for p in spec.parent.iterdir() if p.name.startswith(".")) == []  # nothing left aside
+
+
 def test_tokenizer_errors(tokenizer: Path, corpus_dir: Path, tmp_path: Path, monkeypatch) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
