@@ -84,17 +84,14 @@ def machine_fault(err: BaseException) -> str | None:
     What the tool writes is atomic (nas.outputs, the caches) and the study records each
     finished trial as it ends, so such a stop loses no finished work; the line says so.
     """
-    from nas.outputs import no_room
+    from nas.outputs import causes, no_room
 
     full = no_room(err)
     if full is not None:
         where = f" ({full.filename})" if full.filename else ""
         return (f"no room left to write{where}: {full.strerror}; free some space and run the same command "
                 "again (finished trials and files already written are kept)")  # fmt: skip
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:  # SQLite says it in words only
-        seen.add(id(cause))
+    for cause in causes(err):  # SQLite says it in words only
         text = str(cause)
         if "database or disk is full" in text or "disk I/O error" in text:
             what = "is full" if "is full" in text else (
@@ -102,7 +99,6 @@ def machine_fault(err: BaseException) -> str | None:
             )
             return (f"writing the study database {what}; free some space and run the same command again "
                     "(finished trials are kept)")  # fmt: skip
-        cause = cause.__cause__ or cause.__context__
     return None
 
 

@@ -34,26 +34,32 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nas.errors import UserError
-from nas.validate import check_writable_dir
+from nas.validate import check_file_name, check_writable_dir
+
+#: how a user may allow replacing a file (every command that writes one has --force)
+HINT = "pass --force to replace it"
 
 #: errors that mean "no room": a full disk, a quota, a file-size limit
 _NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
-def no_room(err: BaseException | None) -> OSError | None:
-    """The "no room" OSError (full disk, quota, file-size limit) behind ``err``, if there is one:
-    libraries wrap it (torch.save in a RuntimeError, SQLAlchemy in its own errors)."""
+def causes(err: BaseException | None) -> Iterator[BaseException]:
+    """``err`` and what it was raised from or while handling, innermost last (each once)."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in _NO_ROOM:
-            return err
+        yield err
         err = err.__cause__ or err.__context__
-    return None
+
+
+def no_room(err: BaseException | None) -> OSError | None:
+    """The "no room" OSError (full disk, quota, file-size limit) behind ``err``, if there is one:
+    libraries wrap it (torch.save in a RuntimeError, SQLAlchemy in its own errors)."""
+    return next((e for e in causes(err) if isinstance(e, OSError) and e.errno in _NO_ROOM), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +69,6 @@ class Planned:
     path: Path
     what: str  # the flag that named it, for messages: "--out", "--save"
     replaces: str | None  # SHA-256 of the file there at the start (this tool's, or forced); None: none was
-    hint: str  # how the user may allow replacing a file ("pass --force to replace it")
 
 
 def _digest(path: Path) -> str:
@@ -116,32 +121,19 @@ def plan_output(
     ``example``: a file name to suggest when a directory is given (None: the command chose the
     name, as ``plot`` does).  Pass ``path`` as the user typed it: a trailing slash means a directory.
     """
-    if not str(path).strip():
-        raise UserError(f"{what} is empty; give a file name")
-    p = Path(path).expanduser()
+    p = check_file_name(path, what, example)
     shown = f"{what} {str(path)!r}"
-    if p.is_symlink() and not p.exists():
-        raise UserError(f"{shown}: is a link to {os.readlink(p)!r}, which does not exist; give a file name")
-    if p.is_dir() or str(path).endswith(os.sep):
-        if example is None:  # a name the command chose (plot's pareto.png): the user cannot rename it
-            raise UserError(f"{shown}: is a directory where this command writes a file; move it away or "
-                            f"choose another {what}")  # fmt: skip
-        raise UserError(f"{shown}: is a directory; give a file name such as {p / example}")
-    if p.exists() and not p.is_file():  # a device (/dev/null) or a pipe would be replaced by a file
-        raise UserError(f"{shown}: exists and is not a regular file (a device, a pipe or a socket); "
-                        "give the name of a file")  # fmt: skip
-    hint = "pass --force to replace it"
     replaces = None
     if p.exists():
         if not (force or written_here(p)):
             raise UserError(
-                f"{shown}: a file is there that this tool did not write (or that changed since); {hint}"
+                f"{shown}: a file is there that this tool did not write (or that changed since); {HINT}"
             )
         if not os.access(p, os.W_OK):
             raise UserError(f"{shown}: the file exists and is not writable")
         replaces = _digest(p)
     check_writable_dir(p.parent, what)
-    return Planned(p, what, replaces, hint)
+    return Planned(p, what, replaces)
 
 
 def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
@@ -150,10 +142,9 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
     A plain path (library use: ``nas.save_arch``, ``save_checkpoint``) is written atomically
     over whatever is there: the caller decided; a command's outputs are :class:`Planned`.
     """
-    if not isinstance(target, Planned):
-        return _replace(Path(target), write)
-    p = target.path
-    shown = f"{target.what} {str(p)!r}"
+    planned = target if isinstance(target, Planned) else None
+    p = planned.path if planned is not None else Path(target)
+    shown = f"{planned.what if planned is not None else 'output'} {str(p)!r}"
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=p.suffix, dir=p.parent)
     os.close(fd)
@@ -163,12 +154,15 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
             write(tmp)
         except Exception as err:
             full = no_room(err)  # torch.save raises a RuntimeError whose context is the OSError
-            if full is None:
+            if full is None or planned is None:
                 raise
             kept = "the earlier file is intact" if p.exists() else "nothing was written"
             raise UserError(f"{shown}: no room to write it ({full.strerror}); {kept}") from None
-        appeared = f"{shown}: a file appeared there while this ran; it is left as it is ({target.hint})"
-        if target.replaces is None:
+        if planned is None:
+            os.replace(tmp, p)
+            return p
+        appeared = f"{shown}: a file appeared there while this ran; it is left as it is ({HINT})"
+        if planned.replaces is None:
             try:
                 os.link(tmp, p)  # fails if the name was taken meanwhile: exclusive creation
             except FileExistsError:
@@ -180,26 +174,12 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
                     raise UserError(appeared) from None
                 os.replace(tmp, p)
         else:
-            if not p.is_file() or _digest(p) != target.replaces:
+            if not p.is_file() or _digest(p) != planned.replaces:
                 raise UserError(f"{shown}: the file there changed while this ran; it is left as it is "
-                                f"({target.hint})")  # fmt: skip
+                                f"({HINT})")  # fmt: skip
             os.replace(tmp, p)
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
     _remember(p)
-    return p
-
-
-def _replace(p: Path, write: Callable[[Path], None]) -> Path:
-    """Write ``p`` through a temporary file and rename (a reader never sees half a file)."""
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=p.suffix, dir=p.parent)
-    os.close(fd)
-    try:
-        write(Path(name))
-        os.replace(name, p)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
     return p

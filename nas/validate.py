@@ -161,23 +161,32 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
         raise UserError(f"{what} {str(path)!r}: cannot write in {probe} ({err.strerror or err})") from None
 
 
-def check_output_file(path: str | os.PathLike[str], what: str, *, force: bool = True, example: str = "out") -> None:
-    """Refuse a file path a command will write, before it does any work (creates nothing).
-
-    ``force`` False: an existing file is refused too (the command's ``--force`` overwrites it).
-    ``example`` is the file name a message suggests inside a directory given instead of a file.
-    Pass ``path`` as the user typed it: ``Path`` drops the trailing slash that says "a directory".
-    """
+def check_file_name(path: str | os.PathLike[str], what: str, example: str | None = "out") -> Path:
+    """Refuse a path that cannot name an output file (empty, a link to nothing, a directory, a device);
+    returns it as a Path.  ``example``: a file name to suggest inside a directory given instead of a
+    file (None: the command chose the name, as ``plot`` does).  Pass ``path`` as the user typed it:
+    ``Path`` drops the trailing slash that says "a directory"."""
     if not str(path).strip():
         raise UserError(f"{what} is empty; give a file name")
     p = Path(path).expanduser()
+    shown = f"{what} {str(path)!r}"
+    if p.is_symlink() and not p.exists():
+        raise UserError(f"{shown}: is a link to {os.readlink(p)!r}, which does not exist; give a file name")
     if p.is_dir() or str(path).endswith(os.sep):
-        raise UserError(f"{what} {str(path)!r}: is a directory; give a file name such as {p / example}")
+        if example is None:  # a name the command chose (plot's pareto.png): the user cannot rename it
+            raise UserError(f"{shown}: is a directory where this command writes a file; move it away or "
+                            f"choose another {what}")  # fmt: skip
+        raise UserError(f"{shown}: is a directory; give a file name such as {p / example}")
     if p.exists() and not p.is_file():  # writers replace the path: a device (/dev/null) would be replaced too
-        raise UserError(f"{what} {str(path)!r}: exists and is not a regular file (a device, a pipe or a "
-                        "socket); give the name of a file")  # fmt: skip
-    if p.exists() and not force:
-        raise UserError(f"{what} {str(path)!r}: file exists; pass --force to overwrite it")
+        raise UserError(f"{shown}: exists and is not a regular file (a device, a pipe or a socket); "
+                        "give the name of a file")  # fmt: skip
+    return p
+
+
+def check_output_file(path: str | os.PathLike[str], what: str, *, example: str = "out") -> None:
+    """Refuse a file path a command will write (and may replace), before it does any work (creates
+    nothing).  A command's user-facing outputs go through :func:`nas.outputs.plan_output` instead."""
+    p = check_file_name(path, what, example)
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{what} {str(path)!r}: the file exists and is not writable")
     check_writable_dir(p.parent, what)
