@@ -135,6 +135,18 @@ def finite_or_none(value: Any, key: Any = None) -> Any:
     return value
 
 
+def yaml_number(value: Any, *, keep_non_finite: bool = False) -> Any:
+    """YAML 1.1 reads 1e12 (no dot, no exponent sign) as a string: the number it means; any other
+    value as it is (``keep_non_finite``: "inf" and "nan" stay strings, for checks that refuse text)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return value if keep_non_finite and not math.isfinite(number) else number
+
+
 def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
     """Refuse ``path`` unless it is, or can be created as, a writable directory; leaves nothing behind.
 

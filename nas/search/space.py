@@ -24,7 +24,7 @@ from nas.search.combinations import chosen_options, product
 from nas.search.params import Param, label
 from nas.search.sampling import SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
 from nas.spec import SPEC_KEYS, Spec
-from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr
+from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr, yaml_number
 from nas.yamlsafe import read_yaml
 
 __all__ = [
@@ -199,12 +199,7 @@ def _parse_constraints(constraints: Any) -> dict[str, float]:
     _refuse_unknown(constraints, CONSTRAINT_KEYS, "constraints")
     out = {}
     for key, v in constraints.items():
-        if isinstance(v, str):  # YAML reads 1e6 (no dot) as a string
-            try:
-                v = float(v)
-            except ValueError:
-                pass
-        out[key] = float(check_number(v, f"constraints.{key}", low=0, low_open=True))
+        out[key] = float(check_number(yaml_number(v), f"constraints.{key}", low=0, low_open=True))
     return out
 
 

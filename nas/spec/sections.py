@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.validate import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_number
+from nas.validate import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_number, yaml_number
 
 OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
 SAMPLERS = ("auto", "nsga2", "evolution", "tpe", "random")
@@ -116,21 +116,10 @@ class Section:
         unknown = sorted(str(k) for k in set(raw) - set(names))
         if unknown:
             raise ConfigError(f"unknown key; valid keys: {', '.join(names)}", f"{cls.NAME}.{unknown[0]}")
-        return cls(**{k: _number_text(v) for k, v in raw.items()})
+        return cls(**{k: yaml_number(v, keep_non_finite=True) for k, v in raw.items()})
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
-
-
-def _number_text(value: Any) -> Any:
-    """YAML reads 1e12 (no dot) as a string: a number it is."""
-    if isinstance(value, str):
-        try:
-            number_ = float(value)
-        except ValueError:
-            return value
-        return number_ if math.isfinite(number_) else value
-    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.validate import FP32_MAX, MAX_DIM, MAX_SEED, check_number
+from nas.validate import FP32_MAX, MAX_DIM, MAX_SEED, check_number, yaml_number
 
 BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
 #: Which parameters AdamW decays (evaluators/step.py, docs/training.md).
@@ -38,11 +38,7 @@ class Budget:
         if not isinstance(raw, Mapping) or len(raw) != 1:
             raise ConfigError(f"must have exactly one of {', '.join(BUDGET_KINDS)}, got {raw!r}", "budget")
         ((kind, value),) = raw.items()
-        if isinstance(value, str):  # YAML reads 1e12 (no dot, no exponent sign) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
+        value = yaml_number(value)
         if kind == "steps" and isinstance(value, float) and value.is_integer():  # steps: 1e3
             value = int(value)
         return cls(str(kind), value)
