@@ -26,27 +26,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from evaluators.stopping import fraction_key, missed
 
-__all__ = ["INTERMEDIATE", "Hurdles", "fraction_key", "hurdle_summary", "missed", "parse_fractions"]
+__all__ = ["INTERMEDIATE", "Hurdles", "fraction_key", "hurdle_summary", "missed"]
 
 INTERMEDIATE = "intermediate"  # user attr: {"0.25": loss, ...}
-
-
-def parse_fractions(text: str) -> tuple[float, ...]:
-    """``"0.25,0.5"`` -> (0.25, 0.5); each strictly between 0 and 1, increasing."""
-    items = [x.strip() for x in text.split(",")]
-    if not any(items):
-        raise ValueError("give at least one fraction, like 0.25,0.5")
-    if not all(items):  # "0.5," is a typo, not one hurdle
-        raise ValueError(f"an empty item in {text!r}; give comma-separated fractions like 0.25,0.5")
-    try:
-        values = tuple(float(x) for x in items)
-    except ValueError:
-        raise ValueError(f"expected comma-separated fractions like 0.25,0.5, got {text!r}") from None
-    if any(not 0.0 < v < 1.0 for v in values):
-        raise ValueError(f"each fraction must be between 0 and 1 (exclusive), got {text!r}")
-    if list(values) != sorted(set(values)):
-        raise ValueError(f"fractions must be increasing and distinct, got {text!r}")
-    return values
 
 
 @dataclasses.dataclass(frozen=True)

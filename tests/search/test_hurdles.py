@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from nas.search.hurdles import Hurdles, missed, parse_fractions
+from nas.search.hurdles import Hurdles, missed
 
 
 def finished(loss_at_half, state=TrialState.COMPLETE):
@@ -27,18 +26,6 @@ def test_hurdle_waits_for_enough_trials_and_ignores_failures():
     trials = [finished(1.0), finished(2.0), create_trial(state=TrialState.FAIL, user_attrs={"intermediate": {"0.5": 0.1}})]
     assert Hurdles((0.5,), min_trials=3).thresholds(trials) == {}
     assert not missed({}, 0.5, 100.0)
-
-
-@pytest.mark.parametrize("text", ["", "0", "1", "0.5,0.25", "a,b", "0.3,0.3", "-0.1"])
-def test_bad_fractions_are_refused(text):
-    with pytest.raises(ValueError):
-        parse_fractions(text)
-
-
-def test_fractions_parse():
-    assert parse_fractions("0.25, 0.5") == (0.25, 0.5)
-    assert optuna  # the trials above are real Optuna FrozenTrials
-
 
 
 def test_a_hurdle_can_stand_from_the_first_trial():
