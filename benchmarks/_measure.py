@@ -28,10 +28,11 @@ def measure(space_path: Path, table_path: Path, n_archs: int, budget_flops: floa
     """Train ``n_archs`` architectures drawn uniformly (within the caps) from a space; write the table."""
     import torch
 
-    from evaluators import Budget, TrainRecipe, train_lm
+    from evaluators.lm import train_lm
     from nas.compute import compute
     from nas.data import load_corpus
-    from nas.search.space import load_space
+    from nas.search.space.load import load_space
+    from nas.spec.training import Budget, TrainRecipe
 
     torch.set_num_threads(threads)
     space = load_space(space_path)

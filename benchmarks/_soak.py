@@ -28,7 +28,8 @@ from optuna.trial import TrialState
 
 from benchmarks._doc import command, machine
 from nas.execution.chaos import WorkerKiller, is_trial_worker
-from nas.search.study import REQUEUED, count_done
+from nas.search.storage.records import REQUEUED
+from nas.search.storage.study import count_done
 
 ROOT = Path(__file__).resolve().parents[1]
 

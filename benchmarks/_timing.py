@@ -16,7 +16,7 @@ def timed_search(argv: list[str]) -> tuple[Any, dict[str, float]]:
     """
     from nas.cli import build_parser
     from nas.commands.search import build_settings
-    from nas.search import driver as drv
+    from nas.search.driver import loop as drv
 
     settings = build_settings(build_parser().parse_args(argv))
     marks: dict[str, float] = {"start": time.perf_counter()}

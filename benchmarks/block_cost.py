@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _doc  # noqa: E402
 
 import nas  # noqa: E402
-from evaluators import TrainRecipe  # noqa: E402
 from evaluators.lm import TrainStep  # noqa: E402
 from nas.data import get_batch, load_corpus  # noqa: E402
+from nas.spec.training import TrainRecipe  # noqa: E402
 
 SECTION = "block_cost"
 D_MODEL, N_HEADS, N_LAYERS, BATCH = 256, 4, 4, 8

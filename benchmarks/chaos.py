@@ -47,7 +47,8 @@ from benchmarks._soak import family, soak  # noqa: E402
 from nas.cli import build_parser  # noqa: E402
 from nas.commands.search import build_settings  # noqa: E402
 from nas.execution.chaos import WorkerKiller  # noqa: E402
-from nas.search.driver import Driver, default_pool  # noqa: E402
+from nas.search.driver.inflight import default_pool  # noqa: E402
+from nas.search.driver.loop import Driver  # noqa: E402
 
 SECTION = "chaos"
 DOC = ROOT / "docs" / "reliability.md"

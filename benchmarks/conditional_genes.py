@@ -42,7 +42,7 @@ SPACE = ROOT / "search_spaces" / "primer.yaml"
 def make(kind: str, population: int, seed: int) -> Any:
     import optuna
 
-    from nas.search.nsga import UnionNSGAIISampler
+    from nas.search.samplers.nsga import UnionNSGAIISampler
 
     if kind == "optuna":
         return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
@@ -58,9 +58,9 @@ def run(kind: str, seed: int, trials: int, objective: StandIn) -> tuple[Counter[
     import optuna
 
     from nas.compute import compute
-    from nas.search.nsga import record_random_draws
-    from nas.search.samplers import default_population
-    from nas.search.space import load_space
+    from nas.search.samplers.build import default_population
+    from nas.search.samplers.nsga import record_random_draws
+    from nas.search.space.load import load_space
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(SPACE)

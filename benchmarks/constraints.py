@@ -46,9 +46,9 @@ def over_cap_flags(sampler: str, seed: int, trials: int, objective: Any = None) 
     from optuna.trial import TrialState
 
     from nas.compute import compute
-    from nas.search.candidate import constraint_values, over_caps, tell_infeasible
-    from nas.search.samplers import make_sampler
-    from nas.search.space import load_space
+    from nas.search.samplers.build import make_sampler
+    from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible
+    from nas.search.space.load import load_space
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = dataclasses.replace(load_space(SPACE), constraints=CAP)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
-import nas.search.driver  # noqa: E402
+import nas.search.driver.loop  # noqa: E402
 from benchmarks._doc import provenance, write_section  # noqa: E402
 from nas.cli import main  # noqa: E402
 from tests.contract_fuzz import Outcome, arch_cases, flag_cases, run_case, space_cases  # noqa: E402
@@ -53,14 +53,14 @@ def main_() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     args = parser.parse_args()
-    local_pool = nas.search.driver.default_pool
+    local_pool = nas.search.driver.loop.default_pool
 
     def no_ray(s: object) -> object:
         if not getattr(s, "local", False):
             raise AssertionError("a fuzz case started the Ray pool")
         return local_pool(s)  # type: ignore[arg-type]
 
-    nas.search.driver.default_pool = no_ray  # type: ignore[assignment]
+    nas.search.driver.loop.default_pool = no_ray  # type: ignore[assignment]
     rows, broken_lines, t0 = [], [], time.perf_counter()
     for name, strategy in KINDS.items():
         start = time.perf_counter()

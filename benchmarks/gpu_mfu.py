@@ -30,8 +30,8 @@ import torch  # noqa: E402
 
 import nas  # noqa: E402
 from benchmarks._doc import command, write_section  # noqa: E402
-from evaluators import TrainRecipe  # noqa: E402
 from evaluators.lm import TrainStep  # noqa: E402
+from nas.spec.training import TrainRecipe  # noqa: E402
 
 PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
 

@@ -130,8 +130,8 @@ def run_search(name: str, seed: int, runs: Path) -> dict[str, Any]:
     """One search in this process (as the CLI builds it); returns its trials as plain data."""
     from nas.cli import build_parser
     from nas.commands.search import build_settings
-    from nas.search.driver import Driver
-    from nas.search.hurdles import Hurdles
+    from nas.search.driver.loop import Driver
+    from nas.search.samplers.hurdles import Hurdles
 
     flags = SEARCHES[name][1]
     args = build_parser().parse_args([

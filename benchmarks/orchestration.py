@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Per-trial overhead of the search driver (Optuna ask-and-tell + Ray actors), with trials that only sleep.
 
-Each measurement runs ``nas.search.driver.Driver`` exactly as ``run_search.py
+Each measurement runs ``nas.search.driver.loop.Driver`` exactly as ``run_search.py
 search`` does (the default space ``search_spaces/default.yaml``, NSGA-II,
 SQLite storage in a fresh temporary directory, local Ray, no TensorBoard),
 with the hidden ``sleep:S`` evaluator: a worker sleeps S seconds and returns
@@ -67,7 +67,7 @@ def measure(
     trials: int, workers: int, sleep: float, extra: tuple[str, ...], rollback: bool
 ) -> dict[str, Any]:
     """One search in this process; returns its timings."""
-    from nas.search import storage
+    from nas.search.storage import urls as storage
 
     if rollback:  # what the driver did before it switched SQLite to WAL (see fast_sqlite_commits)
         storage.fast_sqlite_commits = lambda rdb: None
@@ -200,7 +200,7 @@ def main() -> int:
         f"process; the short configurations take turns over {args.repeats} rounds (medians; *range* is "
         "min - max). *rollback journal (before)* is the driver with SQLite's default journal, as it "
         "was before this benchmark (every commit waits for an fsync; see `fast_sqlite_commits` in "
-        "`nas/search/storage.py`).\n\n"
+        "`nas/search/storage/urls.py`).\n\n"
         f"{md}\n\n{estimate}\n\n{verdict}\n\n"
         "Where the time of a `sleep:0` trial goes (one worker, measured by wrapping the driver's "
         "methods): about half is Optuna itself (`ask` about 5 ms, sampling about 12 ms for the default "

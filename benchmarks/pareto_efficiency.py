@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _doc  # noqa: E402
 import search_efficiency as se  # noqa: E402
 
-from nas.search.samplers import resolve_sampler  # noqa: E402
+from nas.search.samplers.build import resolve_sampler  # noqa: E402
 
 SECTION = "pareto_efficiency"
 SAMPLERS = ("random", "evolution", "nsga2", "tpe", "optuna_tpe")

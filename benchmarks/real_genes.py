@@ -6,7 +6,7 @@ parameter values a sampler draws at random (``sample_independent``) instead
 of from what it learned.  This runs the searches of ``benchmarks/real_samplers.py``
 again (the same capped default space, seeds, trials and budget, real training,
 one trial at a time on one thread: the same trial sequences) with the sampler
-instrumented (``nas.search.nsga.record_random_draws``) and reports, after the
+instrumented (``nas.search.samplers.nsga.record_random_draws``) and reports, after the
 first ``population`` trials, the share of conditional genes
 (``layers.N.attention.BLOCK.OPTION``) and of always-present genes drawn at
 random.  Run::
@@ -42,12 +42,12 @@ def run(
     space: Path, sampler: str, seed: int, trials: int, budget: float, runs: Path
 ) -> tuple[Counter, Counter, str]:
     """(drawn at random, all values) by kind of gene, over the trials after the start-up ones."""
-    import nas.search.study as study_mod
+    import nas.search.storage.study as study_mod
     from nas.cli import build_parser
     from nas.commands.search import build_settings
-    from nas.search.driver import Driver
-    from nas.search.nsga import record_random_draws
-    from nas.search.samplers import default_population
+    from nas.search.driver.loop import Driver
+    from nas.search.samplers.build import default_population
+    from nas.search.samplers.nsga import record_random_draws
 
     made: dict[str, Any] = {}
     original = study_mod.make_sampler
@@ -80,7 +80,7 @@ def run(
 
 def main() -> int:
     args = parse_args(__doc__)
-    from nas.search.samplers import default_population
+    from nas.search.samplers.build import default_population
 
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []

@@ -64,7 +64,7 @@ def run_search(
     """One search through the CLI; returns, per trial in order, its loss (inf unless trained) and cap."""
     import optuna
 
-    from nas.search.candidate import is_infeasible
+    from nas.search.storage.records import is_infeasible
 
     study = f"{sampler}-{seed}"
     cmd = [sys.executable, str(ROOT / "run_search.py"), "search", "--space", str(space),

@@ -18,11 +18,11 @@ cheap, deterministic stand-in objective built from real losses:
    landscape is not exactly additive.  It is a surrogate, not a language-model
    loss: it ranks samplers on a landscape shaped like the real one.
 
-Each search mirrors the driver (``nas.search.driver``) without Ray, on a single
+Each search mirrors the driver (``nas.search.driver.loop``) without Ray, on a single
 objective (the loss): the space's seed architectures first, candidates over
 the space's caps ended FAIL (the default space has none) and duplicates given
 their twin's value (each still counts as a trial).  The samplers: ours from
-``nas.search.samplers.make_sampler`` with their default population for a
+``nas.search.samplers.build.make_sampler`` with their default population for a
 search of N trials (``tpe`` is what the CLI's default, ``auto``, runs), random search, and the
 peers of ``benchmarks/_peers.py``: Optuna's TPE (multivariate, grouped) and
 Syne Tune's regularized evolution (optional: skipped, with a printed line,
@@ -60,12 +60,12 @@ import _doc  # noqa: E402
 import _peers  # noqa: E402
 from _measure import measure  # noqa: E402
 
-from nas.search.samplers import resolve_sampler  # noqa: E402
+from nas.search.samplers.build import resolve_sampler  # noqa: E402
 
 SECTION = "search_efficiency"
 SPACE = ROOT / "search_spaces" / "default.yaml"
 TABLE = ROOT / "benchmarks" / "data" / "default_space_losses.json"
-#: ours (nas.search.samplers.make_sampler), then the peers a user could pick instead (benchmarks/_peers.py)
+#: ours (nas.search.samplers.build.make_sampler), then the peers a user could pick instead (benchmarks/_peers.py)
 SAMPLERS = ("random", "evolution", "nsga2", "tpe", "optuna_tpe", "syne_rea")
 OURS = ("evolution", "nsga2", "tpe")
 #: what the CLI's default (``--sampler auto``) runs in a single-objective study (``--objective loss``)
@@ -166,9 +166,9 @@ def search(sampler: str, seed: int, n: int, limit: int, objective: StandIn, targ
     from optuna.trial import TrialState
 
     from nas.compute import compute
-    from nas.search.samplers import default_population, make_sampler
-    from nas.search.space import load_space
-    from nas.search.study import enqueue_seed_archs
+    from nas.search.samplers.build import default_population, make_sampler
+    from nas.search.space.load import load_space
+    from nas.search.storage.study import enqueue_seed_archs
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(SPACE)
@@ -284,7 +284,7 @@ def _body(objective: StandIn, table: dict[str, Any], targets: dict[int, float], 
         "Each search mirrors the driver without Ray: single objective (the stand-in loss), the space's "
         "seed architectures (vanilla, Primer-EZ) first, candidates over the space's caps ended FAIL and "
         "duplicates given their twin's value (both still count as trials). *Ours*: "
-        "`nas.search.samplers.make_sampler` with its default population for a search of N trials (its "
+        "`nas.search.samplers.build.make_sampler` with its default population for a search of N trials (its "
         "`tpe` is Optuna's TPE with `multivariate=True, group=True, constant_liar=True` and min(5, "
         "population) random start-up trials, the space's seed architectures among them); "
         f"`{DEFAULT}` is what the CLI's default, `--sampler auto`, runs in a single-objective study "
@@ -320,7 +320,7 @@ def main() -> int:
         measure(SPACE, TABLE, args.n_archs, args.budget_flops, args.threads, seed=2024)
         return 0
 
-    from nas.search.space import load_space
+    from nas.search.space.load import load_space
 
     samplers = [s for s in args.samplers.split(",") if s]
     unknown = sorted(set(samplers) - set(SAMPLERS))

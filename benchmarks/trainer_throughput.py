@@ -44,9 +44,9 @@ from _doc import write_section  # noqa: E402
 from minimal_gpt import GPTConfig, MinimalGPT, plain_train_step  # noqa: E402
 
 import nas  # noqa: E402
-from evaluators import Budget, TrainRecipe, train_lm  # noqa: E402
-from evaluators.lm import TrainStep  # noqa: E402
+from evaluators.lm import TrainStep, train_lm  # noqa: E402
 from nas.data import get_batch, load_corpus  # noqa: E402
+from nas.spec.training import Budget, TrainRecipe  # noqa: E402
 
 SECTION = "trainer_throughput"
 B, T = 16, 128

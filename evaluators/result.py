@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nas.compute import Compute
-from nas.models import ArchConfig
+if TYPE_CHECKING:  # torch: the read side (best, show) imports this module for its field names
+    from nas.compute import Compute
+    from nas.models import ArchConfig
 
 _METRIC = {"group": "metric"}  # recorded on every trial and shown by `best` / `show`
 _RUN = {"group": "run"}  # recorded on every trial: how the metrics were measured

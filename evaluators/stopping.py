@@ -1,6 +1,6 @@
 """The hurdle check a worker runs while a candidate trains (no Optuna, no search here).
 
-The search (``nas.search.hurdles``) decides where the hurdles stand and how
+The search (``nas.search.samplers.hurdles``) decides where the hurdles stand and how
 high; it sends the worker ``{fraction key: loss threshold}``.  The worker only
 needs to name a fraction the way the driver does and to compare a loss with its
 threshold, so that much lives here, below both the search and the workers.

@@ -3,7 +3,7 @@
 Layout (every key but ``arch`` optional)::
 
     arch:    {d_model: 128, n_heads: 4, max_len: 128, layers: [...]}   # ArchConfig.to_dict()
-    recipe:  {batch_size: 16, lr: 0.003, ...}                         # evaluators.TrainRecipe
+    recipe:  {batch_size: 16, lr: 0.003, ...}                         # nas.spec.training.TrainRecipe
     budget:  {steps: 200}                                             # one of steps/tokens/flops/seconds
     data:    {corpus: shakespeare, vocab_size: 256, fingerprint: ...}  # written by export; or a name/path
     metrics: {val_loss: ...}                                          # measured, written by export

@@ -39,14 +39,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command`` alone (one of COMMANDS).
+
+    A command's module imports what it runs (the trainer, torch, Ray) at import time, so
+    ``best`` would pay for ``train``'s imports if every command were registered on every call.
+    """
     parser = _Parser(
         prog=prog_name(),
         description="Neural-architecture search for Transformer language models. "
         "With no command, runs the demo search (default space, default corpus, local Ray).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in COMMANDS if command not in COMMANDS else (command,):
         module = importlib.import_module(f"nas.commands.{name}")
         module.register(sub)
     return parser
@@ -54,9 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     if argv in ([], ["search"]):  # the demo: the shipped default space, whose spec sets its trials and hurdles
         argv = ["search", "--demo"]
+    parser = build_parser(argv[0])
     with redacted_output(argv):  # a storage URL's password is never printed (nas.redact)
         args = parser.parse_args(argv)
         if getattr(args, "func", None) is None:

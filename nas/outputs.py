@@ -79,9 +79,13 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _record(path: Path) -> Path:
-    from nas.data.corpus import cache_dir
+def cache_dir() -> Path:
+    """Where the tool caches what it derived (tokenized corpora, records of files it wrote): ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
+    env = os.environ.get("NAS_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "nas-lm"
 
+
+def _record(path: Path) -> Path:
     key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:32]
     return cache_dir() / "written" / f"{key}.json"
 

@@ -8,6 +8,7 @@ the loss of every trial in order with the running best.
 from __future__ import annotations
 
 import os
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,10 +20,9 @@ from matplotlib.figure import Figure
 from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import UserError
-from nas.models import ACTIVATIONS, ATTENTION
 from nas.outputs import Planned, plan_output, write_output
-from nas.search.candidate import is_infeasible
-from nas.search.layers import layer_choices, slot_name, top_trials
+from nas.search.reports.layers import layer_choices, slot_name, top_trials
+from nas.search.storage.records import is_infeasible
 
 FILES = ("pareto.png", "blocks_by_layer.png", "history.png")
 
@@ -110,20 +110,22 @@ def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> 
     return _save(fig, path)
 
 
-def _stacked(
-    ax: Any, counts: list[Counter[str]], labels: list[str], palette: Sequence[str], title: str
-) -> None:
-    """One bar per layer, stacked by name; a name keeps its colour across studies (its registry index)."""
+def _colour(name: str) -> Any:
+    """A block's colour, the same in every study and every figure: from its name alone, so that the
+    read side need not import the block registry (torch)."""
     import matplotlib
 
-    cmap = matplotlib.colormaps["tab10"]
+    return matplotlib.colormaps["tab20"](zlib.crc32(name.encode()) % 20)
+
+
+def _stacked(ax: Any, counts: list[Counter[str]], labels: list[str], title: str) -> None:
+    """One bar per layer, stacked by name; a name keeps its colour across studies (:func:`_colour`)."""
     names = sorted({n for c in counts for n in c})
     xs = list(range(len(counts)))
     bottom = [0] * len(counts)
     for name in names:
         heights = [c.get(name, 0) for c in counts]
-        colour = cmap(palette.index(name) % 10) if name in palette else "0.5"
-        ax.bar(xs, heights, bottom=bottom, color=colour, label=name, width=0.7)
+        ax.bar(xs, heights, bottom=bottom, color=_colour(name), label=name, width=0.7)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_xticks(xs, labels)
     ax.set_xlabel("layer")
@@ -147,9 +149,9 @@ def plot_blocks(study: optuna.Study, path: Planned | str | os.PathLike[str], top
     fig = Figure(figsize=(8 + 0.3 * max(0, len(slots) - 8), 6.5), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1)
     title = f"attention block by layer among the top {len(ranked)} trials by loss"
-    _stacked(ax1, [att[s] for s in slots], labels, ATTENTION.names(), title)
+    _stacked(ax1, [att[s] for s in slots], labels, title)
     activations = [act[s] for s in slots]
-    _stacked(ax2, activations, labels, ACTIVATIONS.names(), "FFN activation by layer, same trials")
+    _stacked(ax2, activations, labels, "FFN activation by layer, same trials")
     fig.suptitle(study.study_name)
     return _save(fig, path)
 

@@ -21,9 +21,9 @@ from evaluators.budget import check_arch_fits, check_windows, plan_steps, plan_t
 from nas.compute import check_fits, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
-from nas.search.candidate import over_caps
-from nas.search.combinations import one_layer_archs
-from nas.search.space import SearchSpace
+from nas.search.space.candidate import over_caps
+from nas.search.space.combinations import one_layer_archs
+from nas.search.space.load import SearchSpace
 from nas.spec.sections import named
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_TRAIN_BYTES

@@ -30,7 +30,7 @@ import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-import nas.search.driver
+import nas.search.driver.loop
 from nas.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -468,7 +468,7 @@ def in_case_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     def no_pool(settings: Any) -> Any:
         raise AssertionError("a bad-input case got past validation to the worker pool")
 
-    monkeypatch.setattr(nas.search.driver, "default_pool", no_pool)
+    monkeypatch.setattr(nas.search.driver.loop, "default_pool", no_pool)
     if "ray" in sys.modules:  # as a fresh CLI process sees it: no Ray up (the suite's shared one is not the case's)
         monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
     return tmp_path

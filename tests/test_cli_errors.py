@@ -118,8 +118,8 @@ def test_probe_case(argv: list[str], expect: tuple[str, ...], files: dict[str, A
 
 @pytest.mark.parametrize("value", [0.5, 2.5])
 def test_a_steps_budget_is_a_whole_number_of_steps(value: float) -> None:
-    from evaluators import Budget
     from nas.errors import ConfigError
+    from nas.spec.training import Budget
 
     with pytest.raises(ConfigError, match="budget.steps: must be a positive integer"):
         Budget("steps", value)

@@ -10,9 +10,10 @@ import torch
 from synthetic_text import write_parallel_corpus
 
 import nas
-from evaluators import Budget, TrainRecipe, train_lm
+from evaluators.lm import train_lm
 from nas.archfile import load_arch_file
 from nas.data import load_corpus
+from nas.spec.training import Budget, TrainRecipe
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "examples" / "archs").glob("*.yaml"))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import nas.search.driver
+import nas.search.driver.loop
 from nas.cli import main
 from tests.contract_fuzz import arch_cases, flag_cases, run_case, space_cases
 
@@ -21,14 +21,14 @@ FUZZ = settings(max_examples=15, deadline=None, derandomize=True, database=None,
 
 @pytest.fixture(autouse=True)
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    local_pool = nas.search.driver.default_pool
+    local_pool = nas.search.driver.loop.default_pool
 
     def no_ray_pool(settings: Any) -> Any:  # every case runs with --local: Ray must never start
         if not settings.local:
             raise AssertionError("a fuzz case started the Ray pool")
         return local_pool(settings)
 
-    monkeypatch.setattr(nas.search.driver, "default_pool", no_ray_pool)
+    monkeypatch.setattr(nas.search.driver.loop, "default_pool", no_ray_pool)
 
 
 @FUZZ

@@ -56,14 +56,14 @@ def test_non_finite_path_finds_the_first_and_visits_shared_values_once() -> None
 @pytest.mark.parametrize("field,value", [("lr", math.nan), ("beta1", 1.0), ("beta2", -0.1), ("seed", 2**32),
                                          ("batch_size", 0), ("min_lr_ratio", 2), ("lr", 1e308)])
 def test_a_recipe_built_in_python_is_held_to_the_same_rules(field: str, value: Any) -> None:
-    from evaluators import TrainRecipe
+    from nas.spec.training import TrainRecipe
 
     with pytest.raises(ConfigError, match=f"recipe.{field}"):
         TrainRecipe(**{field: value})
 
 
 def test_a_space_built_in_python_refuses_non_finite_choices() -> None:
-    from nas.search.space import parse_space
+    from nas.search.space.load import parse_space
 
     raw = {"globals": {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16},
            "layers": {"attention": {"mdha": {"kernel": [2, math.inf]}}}}

@@ -13,7 +13,7 @@ import torch
 from nas.archfile import load_arch_file, read_yaml
 from nas.checkpoint import load_checkpoint
 from nas.errors import UserError
-from nas.search.space import load_space
+from nas.search.space.load import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*ROOT.glob("nas/**/*.py"), *ROOT.glob("evaluators/**/*.py"), ROOT / "run_search.py"])

@@ -153,7 +153,7 @@ def test_greedy_samples_decode_the_sources_as_training_lays_them_out(
 def test_the_blocks_plot_has_a_bar_per_encoder_and_decoder_layer() -> None:
     from types import SimpleNamespace
 
-    from nas.search.layers import layer_choices, slot_name
+    from nas.search.reports.layers import layer_choices, slot_name
 
     enc = {"attention": {"type": "synth_random"}, "ffn": {"activation": "gelu"}}
     dec = {"attention": {"type": "mha"}, "ffn": {"activation": "relu"}}

@@ -7,7 +7,7 @@ import json
 
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, positive_int
-from nas.search.report import format_leaderboard, leaderboard
+from nas.search.reports.tables import format_leaderboard, leaderboard
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     study, _ = open_study(args)
     if args.by_layer:
-        from nas.search.layers import by_layer, format_by_layer
+        from nas.search.reports.layers import by_layer, format_by_layer
 
         table = by_layer(study, args.top or 10)
         print(json.dumps(table, indent=2) if args.json else format_by_layer(table))

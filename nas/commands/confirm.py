@@ -128,7 +128,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
     from nas.confirm.plan import LR_RANGE, SCALE_RANGE, build_entries, finalists, parse_list
-    from nas.search.study import open_storage, study_exists
+    from nas.search.storage.records import study_exists
+    from nas.search.storage.urls import open_storage
 
     scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
     lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
@@ -191,9 +192,8 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from its record and its space file (which must not have changed).
     """
     from nas.confirm import CONFIRM_OF
-    from nas.search.report import settings_of
-    from nas.search.space import load_spec, spec_of
-    from nas.search.study import stored_spec
+    from nas.search.space.load import load_spec, spec_of
+    from nas.search.storage.records import settings_of, stored_spec
     from nas.shipped import space_path
     from nas.spec import Budget, TrainRecipe
 
@@ -223,7 +223,7 @@ def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: A
               seed0: int) -> Any:  # fmt: skip
     """The confirmation's own settings: the search's spec, one run at a time from a queue, the
     resources this command was given."""
-    from nas.search.settings import SearchSettings
+    from nas.search.driver.settings import SearchSettings
     from nas.spec import Resources
 
     resources = apply(spec.replace(resources=Resources()), overrides(args)).resources

@@ -23,9 +23,10 @@ from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.outputs import Planned, plan_output
 from nas.redact import mask_url
-from nas.search.candidate import INFEASIBLE, is_infeasible
-from nas.search.lookup import state_name
-from nas.search.report import best_trial, get_trial, metrics_of, settings_of
+from nas.search.reports.lookup import get_trial
+from nas.search.reports.tables import best_trial
+from nas.search.reports.trial import metrics_of
+from nas.search.storage.records import INFEASIBLE, is_infeasible, settings_of, state_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -18,8 +18,8 @@ from nas.spec.flags import add_spec_flags, apply, overrides
 from nas.validate import check_study_name
 
 if TYPE_CHECKING:
-    from nas.search.settings import SearchSettings
-    from nas.search.space import SearchSpace
+    from nas.search.driver.settings import SearchSettings
+    from nas.search.space.load import SearchSpace
 
 #: a search_spaces/default.yaml in the working directory wins; else the shipped one (nas.shipped)
 DEFAULT_SPACE = "search_spaces/default.yaml"
@@ -58,8 +58,8 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
     The file ``--space`` names, or, without it, the spec a study of that name keeps
     (a continuation needs no file), else the shipped default; then the flags on top.
     """
-    from nas.search.space import load_spec, spec_of
-    from nas.search.storage import default_storage
+    from nas.search.space.load import load_spec, spec_of
+    from nas.search.storage.urls import default_storage
 
     given = overrides(args)
     runs = Path(args.runs_dir)
@@ -91,8 +91,8 @@ def _stored_spec(args: argparse.Namespace) -> Spec | None:
     """The spec kept by the study ``--study`` names, when it exists (read-only; None otherwise)."""
     if args.study is None:
         return None
-    from nas.search.storage import default_storage, open_storage, storage_exists
-    from nas.search.study import stored_spec, study_exists
+    from nas.search.storage.records import stored_spec, study_exists
+    from nas.search.storage.urls import default_storage, open_storage, storage_exists
 
     url = args.storage or default_storage(Path(args.runs_dir), args.study)
     try:
@@ -111,7 +111,7 @@ def _stored_spec(args: argparse.Namespace) -> Spec | None:
 def build_settings(args: argparse.Namespace) -> SearchSettings:
     """The settings of this run: the spec (file, study or default, then flags), checked once."""
     from nas.data import resolve_data
-    from nas.search.settings import SearchSettings
+    from nas.search.driver.settings import SearchSettings
 
     spec, space, study, storage = resolve_spec(args)
     # with a tokenizer: the cached token files, made once here
@@ -120,8 +120,9 @@ def build_settings(args: argparse.Namespace) -> SearchSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nas.search.driver import Driver
-    from nas.search.report import format_table, leaderboard, state_counts
+    from nas.search.driver.loop import Driver
+    from nas.search.reports.lookup import state_counts
+    from nas.search.reports.tables import format_table, leaderboard
 
     settings = build_settings(args)
     if args.demo:

@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
     study, url = open_study(args)
     if args.spec or args.trial is None:
         return _show_study(args, study)
-    from nas.search.report import format_trial, get_trial, trial_detail
-    from nas.search.settings import tensorboard_dir
+    from nas.search.driver.settings import tensorboard_dir
+    from nas.search.reports.lookup import get_trial
+    from nas.search.reports.trial import format_trial, trial_detail
 
     detail = trial_detail(study, get_trial(study, args.trial))
     tb = Path(tensorboard_dir(args.runs_dir, args.study, url)) / f"trial_{args.trial:05d}"
@@ -47,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _show_study(args: argparse.Namespace, study: Any) -> int:
     from nas.errors import UserError
-    from nas.search.lookup import settings_of, state_counts
-    from nas.search.study import SAMPLER, stored_spec
+    from nas.search.reports.lookup import state_counts
+    from nas.search.storage.records import SAMPLER, settings_of, stored_spec
     from nas.yamlsafe import dump_yaml
 
     spec = stored_spec(study)

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evaluators import Budget, Diverged, Spent, TrainRecipe, train_lm
-from evaluators.lm import stderr_log
+from evaluators.base import Diverged, Spent
+from evaluators.lm import stderr_log, train_lm
 from evaluators.result import sample_lines
 from nas.archfile import load_arch_file
 from nas.commands.common import data_or_default, jsonable, non_empty, positive_int
@@ -39,6 +39,7 @@ from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
 from nas.spec.flags import add_spec_flags, apply, overrides
+from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_THREADS, check_number, check_writable_dir
 
 

@@ -19,9 +19,8 @@ from optuna.trial import FrozenTrial
 from nas.archfile import load_arch
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
-from nas.search.candidate import is_infeasible
-from nas.search.lookup import trained
-from nas.search.report import leaderboard
+from nas.search.reports.tables import leaderboard
+from nas.search.storage.records import is_infeasible, trained
 from nas.shipped import arch_path
 
 #: the ranges of a run's ``scale`` and ``lr`` parameters (wide: the values are always fixed by the

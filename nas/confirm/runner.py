@@ -3,7 +3,7 @@
 The confirm study (``S-confirm`` in the search's storage) holds one trial per
 run, enqueued with fixed parameters ``arch`` (an index into the study's
 ``confirm_archs`` record), ``scale``, ``seed`` and ``lr``.  :class:`ConfirmDriver`
-is the search's :class:`~nas.search.driver.Driver` with one step replaced:
+is the search's :class:`~nas.search.driver.loop.Driver` with one step replaced:
 instead of sampling an architecture it reads the run from the trial's
 parameters and scales the budget and sets the seed and learning rate.  So the
 pool, retries, GPU packing, the re-queueing of a stopped driver's trials and
@@ -21,28 +21,20 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from evaluators import Budget
 from nas.compute import compute
 from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run
 from nas.errors import UserError
 from nas.execution.pool import Pool
 from nas.execution.worker import DIVERGED
 from nas.redact import mask_url
-from nas.search.candidate import trial_payload
-from nas.search.driver import Driver, Running, default_pool
-from nas.search.settings import SearchSettings
-from nas.search.study import (
-    CONFIRM_OF,
-    REQUEUED,
-    SETTINGS,
-    check_settings,
-    count_done,
-    create_under_lease,
-    fast_sqlite_commits,
-    load_study,
-    open_storage,
-    study_exists,
-)
+from nas.search.driver.inflight import Running, default_pool
+from nas.search.driver.loop import Driver
+from nas.search.driver.settings import SearchSettings
+from nas.search.space.candidate import trial_payload
+from nas.search.storage.records import CONFIRM_OF, REQUEUED, SETTINGS, load_study, study_exists
+from nas.search.storage.study import check_settings, count_done, create_under_lease
+from nas.search.storage.urls import fast_sqlite_commits, open_storage
+from nas.spec.training import Budget
 from nas.validate import MAX_SEED
 
 ARCHS = "confirm_archs"  # confirm study user attr: [Entry.to_dict()], the ``arch`` param indexes it

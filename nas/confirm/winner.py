@@ -6,12 +6,13 @@ from typing import Any
 
 import optuna
 
-from evaluators import Budget
 from nas.confirm import build_report, confirm_study_name
 from nas.confirm.runner import scaled_budget
 from nas.errors import UserError
 from nas.redact import mask_url
-from nas.search.study import load_study, open_storage
+from nas.search.storage.records import load_study
+from nas.search.storage.urls import open_storage
+from nas.spec.training import Budget
 
 
 def open_confirmation(study: str, url: str) -> optuna.Study:

@@ -32,7 +32,6 @@ from nas.data.corpus import (
     DEFAULT_CORPUS,
     VOCAB_SIZE,
     Corpus,
-    cache_dir,
     describe_record,
     same_data,
 )

@@ -162,12 +162,6 @@ def describe_record(rec: Any) -> str:
     return f"{rec.get('corpus')}{tok} (vocabulary {rec.get('vocab_size')}, {rec.get('fingerprint')})"
 
 
-def cache_dir() -> Path:
-    """Where processed corpora are cached: ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
-    env = os.environ.get("NAS_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "nas-lm"
-
-
 class file_lock:
     """An exclusive advisory lock (POSIX ``flock``), so concurrent processes build a cache entry once."""
 

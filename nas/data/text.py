@@ -35,9 +35,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from nas.data.corpus import DEFAULT_CORPUS, Corpus, cache_dir, file_lock
+from nas.data.corpus import DEFAULT_CORPUS, Corpus, file_lock
 from nas.data.parallel import DEFAULT_PARALLEL
 from nas.errors import UserError
+from nas.outputs import cache_dir
 from nas.validate import check_writable_dir
 
 SEPARATOR = b"\x00"

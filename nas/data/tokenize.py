@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from nas.data.corpus import Corpus, cache_dir, file_lock
+from nas.data.corpus import Corpus, file_lock
 from nas.data.text import SEPARATOR
 from nas.data.tokens import META, write_token_dir
 from nas.errors import UserError
+from nas.outputs import cache_dir
 from nas.validate import check_writable_dir
 
 _PIECE = 1 << 20  # characters per encoded piece

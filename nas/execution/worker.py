@@ -19,10 +19,12 @@ from typing import Any
 
 import torch
 
-import evaluators
-from evaluators import Budget, Diverged, Progress, Spent
+from evaluators import registry
+from evaluators.base import Diverged, Progress, Spent
+from evaluators.device import release_memory
 from evaluators.stopping import fraction_key, missed
 from nas.models import ArchConfig
+from nas.spec.training import Budget
 
 OUT_OF_MEMORY = "out of memory"
 #: why a trial failed whose losses went non-finite: its own outcome (same seed, same data: same again)
@@ -49,7 +51,7 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         arch = ArchConfig.from_dict(payload["arch"])
         budget = Budget.from_dict(payload["budget"])
-        evaluator = evaluators.build(str(payload.get("evaluator") or "lm"), payload)
+        evaluator = registry.build(str(payload.get("evaluator") or "lm"), payload)
         result = evaluator.evaluate(
             arch,
             budget,
@@ -73,7 +75,7 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
             traceback=_traceback_tail(8000),
         )
     if out["status"] == "failed" or torch.cuda.is_initialized():
-        evaluators.release_memory()  # so the next trial on this process (and those sharing its GPU) has it
+        release_memory()  # so the next trial on this process (and those sharing its GPU) has it
     out["seconds"] = time.perf_counter() - started
     return out
 

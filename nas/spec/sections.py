@@ -180,7 +180,7 @@ class SearchSection(Section):
         alias="--evaluator", check=text)  # fmt: skip
 
     def check(self) -> None:
-        # the evaluator's name is checked by the search (nas.search.settings): its registry imports torch
+        # the evaluator's name is checked by the search (nas.search.driver.settings): its registry imports torch
         if self.hurdles == () and (self.hurdle_percentile != 50.0 or self.hurdle_min_trials != 3):
             which = "hurdle_percentile" if self.hurdle_percentile != 50.0 else "hurdle_min_trials"
             raise ConfigError("applies to hurdles, and search.hurdles is empty; set search.hurdles "

@@ -13,7 +13,7 @@ The study keeps the resolved spec whole (:meth:`Spec.to_dict`); ``show
 :func:`differences` says which fields a continuation changed.
 
 Torch-free; the space part is kept as plain data here and validated by
-:mod:`nas.search.space` (which needs the block registry).
+:mod:`nas.search.space.load` (which needs the block registry).
 """
 
 from __future__ import annotations

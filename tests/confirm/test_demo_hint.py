@@ -6,7 +6,7 @@ import shlex
 
 import optuna
 
-import nas.search.driver
+import nas.search.driver.loop
 from nas.cli import build_parser, main
 
 
@@ -21,7 +21,7 @@ class _NoSearch:
 
 
 def test_demo_prints_a_confirm_command_that_parses(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(nas.search.driver, "Driver", _NoSearch)
+    monkeypatch.setattr(nas.search.driver.loop, "Driver", _NoSearch)
     assert main(["search", "--demo", "--runs-dir", str(tmp_path), "--local"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("confirm:"))
     argv = shlex.split(line.removeprefix("confirm:").split("(")[0])

@@ -135,7 +135,7 @@ def test_over_cap_candidates_are_never_finalists():
 
     from nas.confirm.plan import finalists
     from nas.errors import UserError
-    from nas.search.candidate import INFEASIBLE
+    from nas.search.storage.records import INFEASIBLE
 
     study = optuna.create_study(directions=["minimize"])
     arch = _arch(16)

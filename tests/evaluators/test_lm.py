@@ -14,21 +14,13 @@ import evaluators.evaluation as evaluation
 import evaluators.model as model_prep
 import evaluators.step as step
 import nas
-from evaluators import (
-    METRICS,
-    RUN_FIELDS,
-    Budget,
-    Diverged,
-    Progress,
-    Result,
-    Spent,
-    TrainRecipe,
-    lr_at,
-    plan_steps,
-    train_lm,
-)
+from evaluators.base import Diverged, Progress, Spent
+from evaluators.budget import lr_at, plan_steps
+from evaluators.lm import train_lm
+from evaluators.result import METRICS, RUN_FIELDS, Result
 from nas.data import Corpus, load_corpus
 from nas.errors import ConfigError
+from nas.spec.training import Budget, TrainRecipe
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -7,7 +7,9 @@ import math
 import pytest
 
 import nas
-from evaluators import METRICS, PROXIES, Budget, ProxyEvaluator, SleepEvaluator
+from evaluators.proxies import PROXIES, ProxyEvaluator, SleepEvaluator
+from evaluators.result import METRICS
+from nas.spec.training import Budget
 
 ARCH = nas.ArchConfig.from_dict(
     {"d_model": 32, "n_heads": 2, "max_len": 32, "layers": {"repeat": 2, "attention": "mdha", "ffn": "gelu"}}

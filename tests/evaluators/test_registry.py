@@ -6,9 +6,13 @@ import dataclasses
 
 import pytest
 
-import evaluators
 import nas
-from evaluators import EVALUATORS, METRICS, RUN_FIELDS, LMEvaluator, ProxyEvaluator, Result, SleepEvaluator
+from evaluators import registry
+from evaluators.lm import LMEvaluator
+from evaluators.proxies import ProxyEvaluator, SleepEvaluator
+from evaluators.registry import EVALUATORS
+from evaluators.result import METRICS, RUN_FIELDS, Result
+from nas.spec.training import Budget
 
 ARCH = nas.ArchConfig.from_dict(
     {"d_model": 32, "n_heads": 2, "max_len": 32, "layers": {"repeat": 1, "attention": "mha", "ffn": "relu"}}
@@ -22,19 +26,19 @@ def test_every_name_builds_its_evaluator_from_plain_settings() -> None:
         "device": "cpu",
         "compile": True,
     }
-    lm = evaluators.build("lm", settings)
+    lm = registry.build("lm", settings)
     assert isinstance(lm, LMEvaluator) and lm.recipe.batch_size == 4 and lm.data == "somewhere"
     assert lm.device == "cpu" and lm.compile is True
-    proxy = evaluators.build("proxy:flops", settings)
+    proxy = registry.build("proxy:flops", settings)
     assert isinstance(proxy, ProxyEvaluator) and proxy.proxy == "flops" and proxy.seq_len == 16
-    sleep = evaluators.build("sleep:0.25", settings)
+    sleep = registry.build("sleep:0.25", settings)
     assert isinstance(sleep, SleepEvaluator) and sleep.seconds == 0.25
     assert set(EVALUATORS) == {"lm", "proxy", "sleep"}
 
 
 @pytest.mark.parametrize("name", ["lm", "proxy:params", "proxy:train_flops", "sleep:0", "sleep:1.5"])
 def test_check_accepts_the_valid_names(name: str) -> None:
-    assert evaluators.check(name) == name
+    assert registry.check(name) == name
 
 
 @pytest.mark.parametrize(
@@ -50,7 +54,7 @@ def test_check_accepts_the_valid_names(name: str) -> None:
 )
 def test_a_bad_name_is_refused_listing_the_valid_ones(name: str, why: str) -> None:
     with pytest.raises(nas.ConfigError, match=why) as err:
-        evaluators.check(name)
+        registry.check(name)
     assert (
         "valid: lm; proxy:NAME (NAME: params, non_embedding_params, flops, train_flops); sleep:SECONDS"
         in str(err.value)
@@ -61,7 +65,7 @@ def test_metric_names_are_result_fields_and_to_dict_is_plain_data() -> None:
     names = {f.name for f in dataclasses.fields(Result)}
     assert set(METRICS) | set(RUN_FIELDS) <= names and not set(METRICS) & set(RUN_FIELDS)
     assert METRICS[0] == "val_loss" and "device" in RUN_FIELDS and "compile_error" in RUN_FIELDS
-    result = ProxyEvaluator("params").evaluate(ARCH, evaluators.Budget("steps", 1), eval_at=(0.5,))
+    result = ProxyEvaluator("params").evaluate(ARCH, Budget("steps", 1), eval_at=(0.5,))
     plain = result.to_dict()
     assert set(plain) == (names - {"extra"}) | {"proxy", "score"}
     assert plain["intermediate"] == {0.5: result.val_loss} and type(plain["intermediate"]) is dict

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import nas
-from evaluators import TrainStep
+from evaluators.step import TrainStep
 from nas.execution.worker import run_trial
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import torch
 
-from evaluators import Budget, TrainRecipe, train_lm
+from evaluators.lm import train_lm
 from nas.data import load_corpus
 from nas.execution.worker import OUT_OF_MEMORY, run_trial
 from nas.models import ArchConfig
+from nas.spec.training import Budget, TrainRecipe
 
 SMALL = {"d_model": 256, "n_heads": 4, "max_len": 256, "layers": {"repeat": 4, "attention": "mha"}}
 RECIPE = TrainRecipe(batch_size=16, eval_batches=4, log_every=10)

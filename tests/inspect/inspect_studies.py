@@ -2,7 +2,7 @@
 
 No Ray and no training: each trial carries a real ArchConfig (so ``show`` and
 ``export`` have real architectures to work on) and the user attributes of
-``nas.search.driver``: arch, arch_id, summary, params, flops_per_token, the
+``nas.search.driver.loop``: arch, arch_id, summary, params, flops_per_token, the
 measured metrics, hurdle losses, and parent/mutated/duplicate_of/seed_arch.
 """
 
@@ -16,8 +16,8 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from evaluators import TrainRecipe
 from nas import ArchConfig, compute
+from nas.spec.training import TrainRecipe
 
 ARCHS: dict[str, dict[str, Any]] = {
     "vanilla": {

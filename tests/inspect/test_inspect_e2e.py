@@ -16,15 +16,16 @@ from typing import Any
 import pytest
 import torch
 
-from evaluators import Budget, TrainRecipe
 from nas.archfile import load_arch_file
 from nas.cli import main
 from nas.execution.ray_pool import Finished
 from nas.execution.worker import run_trial
-from nas.search.driver import Driver, SearchSettings
-from nas.search.hurdles import Hurdles
-from nas.search.space import load_space
-from nas.search.study import default_storage
+from nas.search.driver.loop import Driver
+from nas.search.driver.settings import SearchSettings
+from nas.search.samplers.hurdles import Hurdles
+from nas.search.space.load import load_space
+from nas.search.storage.urls import default_storage
+from nas.spec.training import Budget, TrainRecipe
 
 SPACE = Path(__file__).resolve().parents[1] / "search" / "tiny_space.yaml"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import optuna
 
 import nas
-from evaluators import Budget, TrainRecipe
 from nas.archfile import load_arch_file
 from nas.models import ArchConfig
+from nas.spec.training import Budget, TrainRecipe
 
 
 def test_round_trip(cli, multi: optuna.Study, runs, tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from evaluators import Budget, TrainRecipe, train_lm
+from evaluators.lm import train_lm
 from nas.models import ArchConfig
+from nas.spec.training import Budget, TrainRecipe
 
 
 def _hparams(logdir: Path) -> tuple[dict[str, object], set[str]]:

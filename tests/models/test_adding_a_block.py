@@ -28,7 +28,7 @@ CHECK = textwrap.dedent(
     import random, sys
     import optuna
     import nas
-    from nas.search.space import parse_space
+    from nas.search.space.load import parse_space
 
     assert nas.__file__.startswith(sys.argv[1]), nas.__file__  # the copy, not the checkout
     block = nas.ATTENTION.get("alibi")

@@ -9,8 +9,8 @@ import pytest
 from optuna.trial import TrialState
 
 from nas.cli import main
-from nas.search.allowance import IDLE_LIMIT, Allowance, spent_flops, trained_flops
-from nas.search.samplers import default_population
+from nas.search.driver.allowance import IDLE_LIMIT, Allowance, spent_flops, trained_flops
+from nas.search.samplers.build import default_population
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

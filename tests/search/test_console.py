@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from nas.search.console import Reporter
+from nas.search.driver.console import Reporter
 
 
 def _reporter(queued: list[float], running: list[tuple[float, float]], total: int) -> Reporter:

@@ -10,10 +10,11 @@ import optuna
 import pytest
 
 from nas.cli import main
-from nas.search.candidate import constraint_values, is_infeasible, tell_infeasible
-from nas.search.lookup import state_counts
-from nas.search.report import best_trial, leaderboard, trial_detail
-from nas.search.trial_report import format_trial
+from nas.search.reports.lookup import state_counts
+from nas.search.reports.tables import best_trial, leaderboard
+from nas.search.reports.trial import format_trial, trial_detail
+from nas.search.space.candidate import constraint_values, tell_infeasible
+from nas.search.storage.records import is_infeasible
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -14,8 +14,8 @@ import pytest
 from optuna.trial import TrialState
 
 from nas.cli import main
-from nas.search.report import leaderboard
-from nas.search.settings import tensorboard_dir
+from nas.search.driver.settings import tensorboard_dir
+from nas.search.reports.tables import leaderboard
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")

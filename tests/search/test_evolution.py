@@ -6,7 +6,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from nas.search.evolution import AgingEvolutionSampler
+from nas.search.samplers.evolution import AgingEvolutionSampler
 
 
 def objective(trial):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from nas.search.hurdles import Hurdles, missed
+from nas.search.samplers.hurdles import Hurdles, missed
 
 
 def finished(loss_at_half, state=TrialState.COMPLETE):

@@ -27,8 +27,8 @@ from optuna.trial import TrialState
 
 from nas.cli import build_parser, main
 from nas.commands.search import build_settings
-from nas.search.driver import Driver
-from nas.search.lease import (
+from nas.search.driver.loop import Driver
+from nas.search.storage.lease import (
     LEASE_TABLE,
     DriverLease,
     Holder,
@@ -37,7 +37,7 @@ from nas.search.lease import (
     live_holder,
     refuse_if_held,
 )
-from nas.search.storage import open_storage
+from nas.search.storage.urls import open_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")

@@ -10,9 +10,9 @@ import optuna
 import pytest
 
 from nas.compute import compute
-from nas.search.nsga import UnionNSGAIISampler, record_random_draws
-from nas.search.samplers import make_sampler, resolve_sampler
-from nas.search.space import load_space
+from nas.search.samplers.build import make_sampler, resolve_sampler
+from nas.search.samplers.nsga import UnionNSGAIISampler, record_random_draws
+from nas.search.space.load import load_space
 
 PRIMER = Path(__file__).resolve().parents[2] / "search_spaces" / "primer.yaml"
 GEN = optuna.samplers.NSGAIISampler._GENERATION_KEY

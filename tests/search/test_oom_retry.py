@@ -20,7 +20,7 @@ from nas.cli import build_parser
 from nas.commands.search import build_settings
 from nas.execution.pool import Finished
 from nas.execution.worker import OUT_OF_MEMORY, run_trial
-from nas.search.driver import Driver
+from nas.search.driver.loop import Driver
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from nas.search.sampling import _RandomTrial
-from nas.search.space import load_space
+from nas.search.space.load import load_space
+from nas.search.space.sampling import _RandomTrial
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

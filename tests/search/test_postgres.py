@@ -29,8 +29,8 @@ from optuna.trial import TrialState
 
 from nas.cli import build_parser, main
 from nas.commands.search import build_settings
-from nas.search.driver import Driver
-from nas.search.storage import open_storage
+from nas.search.driver.loop import Driver
+from nas.search.storage.urls import open_storage
 from tests.search.test_lease import check_concurrent_acquisition, check_recreated_study_is_not_blocked
 
 ROOT = Path(__file__).resolve().parents[2]

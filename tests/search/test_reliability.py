@@ -23,7 +23,8 @@ from nas.commands.search import build_settings
 from nas.compute import compute
 from nas.execution.chaos import WorkerKiller
 from nas.models import ArchConfig
-from nas.search.driver import Driver, default_pool
+from nas.search.driver.inflight import default_pool
+from nas.search.driver.loop import Driver
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

@@ -8,8 +8,8 @@ import optuna
 import pytest
 
 from nas.cli import main
-from nas.search.samplers import AUTO, SAMPLERS, resolve_sampler
-from nas.search.study import SAMPLER, UNRECORDED_SAMPLER
+from nas.search.samplers.build import AUTO, SAMPLERS, resolve_sampler
+from nas.search.storage.records import SAMPLER, UNRECORDED_SAMPLER
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from evaluators import Budget, TrainRecipe
 from nas.errors import UserError
 from nas.execution.payload import TrialPayload
-from nas.search.candidate import over_caps
-from nas.search.settings import SearchSettings, flag
-from nas.search.space import load_space
+from nas.search.driver.settings import SearchSettings, flag
+from nas.search.space.candidate import over_caps
+from nas.search.space.load import load_space
+from nas.spec.training import Budget, TrainRecipe
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

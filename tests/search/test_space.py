@@ -11,7 +11,7 @@ import torch
 
 import nas
 from nas.errors import ConfigError
-from nas.search.space import load_space, parse_space
+from nas.search.space.load import load_space, parse_space
 
 SPACES = sorted(Path(__file__).resolve().parents[2].joinpath("search_spaces").glob("*.yaml"))
 
@@ -148,7 +148,7 @@ def test_seed_params_build_the_known_architectures():
 
 def test_seed_layers_come_from_the_example_files(tmp_path, monkeypatch):
     """Seeds read the shipped examples/archs/NAME.yaml: the file's layer, not a code table, is queued."""
-    from nas.search import sampling
+    from nas.search.space import sampling
 
     text = sampling.shipped_arch("primer_ez").read_text().replace("kernel: 3", "kernel: 2")
     (tmp_path / "primer_ez.yaml").write_text(text)

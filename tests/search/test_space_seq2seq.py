@@ -11,8 +11,8 @@ import pytest
 
 from nas.errors import ConfigError
 from nas.models import ATTENTION
-from nas.search.combinations import one_layer_archs
-from nas.search.space import load_space, parse_space
+from nas.search.space.combinations import one_layer_archs
+from nas.search.space.load import load_space, parse_space
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "search_spaces" / "seq2seq.yaml"

@@ -16,7 +16,7 @@ import yaml
 
 from nas.cli import build_parser, main
 from nas.commands.search import resolve_spec
-from nas.search.study import SPEC
+from nas.search.storage.records import SPEC
 from nas.spec import Spec, differences, is_mutable
 from nas.spec.flags import ALL_SECTIONS, _base_type, add_spec_flags, apply, overrides
 from nas.spec.sections import SECTIONS

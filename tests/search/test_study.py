@@ -12,10 +12,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-import nas.search.study
+import nas.search.storage.study
 from nas.cli import main
 from nas.errors import UserError
-from nas.search.storage import open_storage
+from nas.search.storage.urls import open_storage
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 
@@ -31,13 +31,13 @@ def load(tmp_path: Path) -> optuna.Study:
 
 
 def test_a_creation_stopped_by_ctrl_c_leaves_no_study(tmp_path, corpus, monkeypatch, capsys):
-    real = nas.search.study.enqueue_seed_archs
+    real = nas.search.storage.study.enqueue_seed_archs
 
     def interrupted(study: optuna.Study, space: Any) -> list[str]:
         real(study, space)
         raise KeyboardInterrupt  # Ctrl-C after the study and its seeds, before the settings record
 
-    monkeypatch.setattr(nas.search.study, "enqueue_seed_archs", interrupted)
+    monkeypatch.setattr(nas.search.storage.study, "enqueue_seed_archs", interrupted)
     assert search(tmp_path, corpus, "--trials", "3") == 130
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
     assert storage.get_all_studies() == []  # nothing half-made is left behind
@@ -51,7 +51,7 @@ def test_a_creation_cut_by_a_killed_driver_is_replaced_by_the_next_start(tmp_pat
             "--data", str(corpus), "--local", "--evaluator", "proxy:params", "--no-tensorboard",
             "--sampler", "random", "--trials", "3"]  # fmt: skip
     code = (
-        "import os, sys, nas.search.study as st\n"
+        "import os, sys, nas.search.storage.study as st\n"
         "real = st.enqueue_seed_archs\n"
         "st.enqueue_seed_archs = lambda study, space: (real(study, space), os._exit(9))\n"
         "from nas.cli import main\n"

@@ -15,15 +15,15 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-import nas.search.driver as driver_module
+import nas.search.driver.loop as driver_module
 from nas.cli import build_parser
 from nas.commands.search import build_settings
 from nas.execution.pool import Finished
-from nas.search.allowance import spent_flops
-from nas.search.driver import METRIC_KEYS, Driver
-from nas.search.hurdles import Hurdles
-from nas.search.study import create_new_study
-from nas.search.twins import Twins
+from nas.search.driver.allowance import spent_flops
+from nas.search.driver.loop import METRIC_KEYS, Driver
+from nas.search.driver.twins import Twins
+from nas.search.samplers.hurdles import Hurdles
+from nas.search.storage.study import create_new_study
 from tests.search.test_oom_retry import ScriptedPool
 
 SPACE = (

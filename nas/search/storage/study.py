@@ -4,7 +4,7 @@ The Optuna storage is the single record of a search.  The study's user
 attributes hold what every trial must share (space fingerprint, objective,
 budget, recipe, data, seed), so a second run continues the same experiment
 or is refused with a clear line, never silently mixed.  Storage URLs and how
-a database is opened are in :mod:`nas.search.storage`.
+a database is opened are in :mod:`nas.search.storage.urls`.
 """
 
 from __future__ import annotations
@@ -18,36 +18,25 @@ from optuna.trial import TrialState
 from nas.data import describe_record, same_data
 from nas.errors import UserError
 from nas.redact import mask_url
-from nas.search.lease import DriverLease, Holder, any_holder, refuse_if_held
-from nas.search.samplers import make_sampler, resolve_sampler, run_seed
-from nas.search.settings import OBJECTIVES, SearchSettings
-from nas.search.space import SearchSpace
-from nas.search.storage import (  # noqa: F401 - re-exported: the read-only commands open studies through here
-    default_storage,
+from nas.search.driver.settings import OBJECTIVES, SearchSettings
+from nas.search.samplers.build import make_sampler, resolve_sampler, run_seed
+from nas.search.space.load import SearchSpace
+from nas.search.storage.lease import DriverLease, Holder, any_holder, refuse_if_held
+from nas.search.storage.records import (
+    CONFIRM_OF,
+    REQUEUED,
+    SAMPLER,
+    SETTINGS,
+    SPEC,
+    UNRECORDED_SAMPLER,
+    study_exists,
+)
+from nas.search.storage.urls import (
     fast_sqlite_commits,
     open_storage,
     storage_exists,
 )
 from nas.spec import Spec, describe, differences, is_mutable
-
-REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
-SETTINGS = "settings"  # study user attr: SearchSettings.fingerprint() of the run that created it
-SPEC = "spec"  # study user attr: the experiment spec (nas.spec) of the study's latest run, whole
-CONFIRM_OF = "confirm_of"  # study user attr of a confirmation (made by `confirm`): the search study it confirms
-SAMPLER = "sampler"  # study user attr: the sampler (``auto`` resolved) the latest run of the study used
-#: what ``--sampler auto`` continues a study with that has no SAMPLER record: the default before the record
-UNRECORDED_SAMPLER = "nsga2"
-
-
-def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
-    return any(s.study_name == name for s in storage.get_all_studies())
-
-
-def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
-    if not study_exists(storage, name):
-        names = [s.study_name for s in storage.get_all_studies()]
-        raise UserError(f"--study {name!r} not found in this storage; studies there: {', '.join(names) or '(none)'}")
-    return optuna.load_study(study_name=name, storage=storage)
 
 
 def check_spec(study: optuna.Study, spec: Spec | None) -> None:
@@ -74,12 +63,6 @@ def record_spec(study: optuna.Study, spec: Spec | None) -> None:
     """Keep ``spec`` whole in ``study`` (the driver, under its lease): what ``show --spec`` prints."""
     if spec is not None and study.user_attrs.get(SPEC) != spec.to_dict():
         study.set_user_attr(SPEC, spec.to_dict())
-
-
-def stored_spec(study: optuna.Study) -> Spec | None:
-    """The spec ``study`` keeps (None: made before studies kept one, or not by ``search``)."""
-    raw = study.user_attrs.get(SPEC)
-    return Spec.from_dict(raw, f"the spec of study {study.study_name!r}") if isinstance(raw, dict) else None
 
 
 def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: bool = False) -> None:
@@ -259,7 +242,7 @@ def drop_if_empty(study: optuna.Study) -> bool:
 def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[DriverLease, Holder | None]:
     """This driver's lease on an existing ``study`` (renewing), and the gone holder it replaced, if any.
 
-    Raises :class:`~nas.search.lease.LeaseHeld` when a live driver holds it.
+    Raises :class:`~nas.search.storage.lease.LeaseHeld` when a live driver holds it.
     """
     # private: Study has no public accessor for its storage, and load_study wraps the RDBStorage in a cache
     storage = getattr(study._storage, "_backend", study._storage)
@@ -290,7 +273,7 @@ def sampler_name(settings: SearchSettings, study: optuna.Study | None = None) ->
 
     A sampler named explicitly is used as named (a study may change samplers between
     runs, as it always could).  ``auto`` resolves, for a new study, to the measured best
-    for its number of objectives (``nas.search.samplers.AUTO``); an existing study
+    for its number of objectives (``nas.search.samplers.build.AUTO``); an existing study
     continues with the sampler it recorded, or, without a record (made before there was
     one), with aging evolution if its trials show it ran (an evolved trial records its
     ``parent``), else :data:`UNRECORDED_SAMPLER`, the default it then ran with.
@@ -333,7 +316,7 @@ def recover_stale(study: optuna.Study) -> list[int]:
     """Fail trials a dead driver left RUNNING and queue their parameters again.
 
     Only the driver writes the study, and it calls this only once it holds the
-    study's lease (:mod:`nas.search.lease`), so a RUNNING trial at start-up
+    study's lease (:mod:`nas.search.storage.lease`), so a RUNNING trial at start-up
     belongs to a driver that is gone.
     """
     requeued = []

@@ -9,7 +9,7 @@ because a study stores them and must load again after any code change:
 draws beyond its listed choices is named under its own prefix too
 (``layers.3.attention.mixture.weight.0``).  A ``task: seq2seq`` space adds
 ``n_encoder_layers`` and the encoder's layers as ``encoder.2.attention``, ...
-(``layers.*`` are then the decoder's).  The YAML side is ``nas.search.space``.
+(``layers.*`` are then the decoder's).  The YAML side is ``nas.search.space.load``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from nas.archfile import load_arch
 from nas.errors import ConfigError
 from nas.models import ATTENTION, ArchConfig, AttentionSpec, FFNSpec, LayerConfig
-from nas.search.params import Param, thaw
+from nas.search.space.params import Param, thaw
 from nas.shipped import shipped_arch
 
 #: The known architectures a space may seed its study with (``seed_archs``), by shipped file name.

@@ -9,7 +9,7 @@ and the worker stops as soon as it misses one.
 
 Hurdles save compute; they find better candidates only when the compute they
 save buys more candidates, i.e. under a search compute budget (``--max-flops``,
-:mod:`nas.search.allowance`).  ``benchmarks/hurdle_ranks.py`` measures how well
+:mod:`nas.search.driver.allowance`).  ``benchmarks/hurdle_ranks.py`` measures how well
 the loss at each fraction ranks the final loss (poorly at 0.05 of the budget
 in the default space, moderately to well from 0.1 on), ``benchmarks/hurdles.py``
 what hurdles buy under a compute budget.  The ``evolution`` sampler keeps a
@@ -25,10 +25,10 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from evaluators.stopping import fraction_key, missed
+from nas.search.storage.records import INTERMEDIATE
 
-__all__ = ["INTERMEDIATE", "Hurdles", "fraction_key", "hurdle_summary", "missed"]
+__all__ = ["Hurdles", "fraction_key", "hurdle_summary", "missed"]
 
-INTERMEDIATE = "intermediate"  # user attr: {"0.25": loss, ...}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,7 @@
 """Leaderboards and Pareto fronts of a study, as rows and as a text table.
 
-The storage look-ups (``nas.search.lookup``) and the one-trial report
-(``nas.search.trial_report``) live beside it; their public names are
-re-exported here for callers of the old single module.
+The storage look-ups (``nas.search.reports.lookup``) and the one-trial report
+(``nas.search.reports.trial``) live beside it.
 """
 
 from __future__ import annotations
@@ -14,22 +13,11 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from nas.errors import UserError
-from nas.search.lookup import get_trial, list_studies, open_existing_study, settings_of, state_counts, trained
-from nas.search.trial_report import (
-    METRICS,
-    ORIGIN_KEYS,
-    RUN_KEYS,
-    format_trial,
-    metrics_of,
+from nas.search.reports.lookup import get_trial, state_counts
+from nas.search.reports.trial import (
     origin,
-    trial_detail,
 )
-
-__all__ = [
-    "METRICS", "ORIGIN_KEYS", "RUN_KEYS", "best_trial", "format_leaderboard", "format_table", "format_trial",
-    "get_trial", "leaderboard", "list_studies", "metrics_of", "open_existing_study", "origin", "settings_of",
-    "state_counts", "trial_detail",
-]
+from nas.search.storage.records import settings_of, trained
 
 
 def _row(t: FrozenTrial, pareto: bool) -> dict[str, Any]:

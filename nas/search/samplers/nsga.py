@@ -29,7 +29,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.search.evolution import _dominates
+from nas.search.samplers.evolution import _dominates
 
 Dominates = Callable[[FrozenTrial, FrozenTrial, Sequence[StudyDirection]], bool]
 

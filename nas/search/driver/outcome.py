@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.execution.worker import DIVERGED
-from nas.search.hurdles import INTERMEDIATE
+from nas.search.storage.records import INTERMEDIATE
 
 
 def finish_now(study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> tuple[str, str]:

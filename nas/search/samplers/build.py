@@ -17,8 +17,8 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 
 from nas.errors import UserError
-from nas.search.evolution import AgingEvolutionSampler
-from nas.search.nsga import UnionNSGAIISampler
+from nas.search.samplers.evolution import AgingEvolutionSampler
+from nas.search.samplers.nsga import UnionNSGAIISampler
 
 SAMPLERS = ("auto", "nsga2", "evolution", "tpe", "random")
 #: what ``auto`` runs, by the study's number of objectives (the measured fastest; see the module docstring)
@@ -59,7 +59,7 @@ def make_sampler(
     ``population`` sizes the evolutionary samplers (None: :func:`default_population`)
     and caps TPE's random start-up.  None of them takes a
     ``constraints_func``: the driver stores each candidate's constraint values
-    with ``trial.set_constraint`` (``nas.search.candidate.constraint_values``),
+    with ``trial.set_constraint`` (``nas.search.space.candidate.constraint_values``),
     which Optuna 5's NSGA-II and TPE read from the trials themselves.
     """
     pop = population or default_population(trials)

@@ -5,17 +5,17 @@ study the budget, recipe, seed, data and evaluator are fixed (a study continues
 only under the same ones: :meth:`SearchSettings.fingerprint`), so an
 architecture trained again reaches the same losses, in the same order.
 
-* A COMPLETE twin: its result is reused as it is (:func:`nas.search.outcome.reuse`).
+* A COMPLETE twin: its result is reused as it is (:func:`nas.search.driver.outcome.reuse`).
 * A twin a hurdle stopped (PRUNED): the hurdle thresholds move as trials finish,
   so its recorded losses are checked against today's
-  (:meth:`nas.search.hurdles.Hurdles.stops_at`).  Where they still miss a hurdle,
+  (:meth:`nas.search.samplers.hurdles.Hurdles.stops_at`).  Where they still miss a hurdle,
   the candidate ends PRUNED at that hurdle without training; where they pass
   every hurdle the twin reached, its stop no longer holds and the candidate trains.
 
 A reused trial carries ``duplicate_of`` (the twin's number) and the twin's
 losses at the hurdles; it spent no training FLOPs
-(:func:`nas.search.allowance.trained_flops`), and a hurdle threshold counts its
-architecture once (:meth:`nas.search.hurdles.Hurdles.thresholds`).
+(:func:`nas.search.driver.allowance.trained_flops`), and a hurdle threshold counts its
+architecture once (:meth:`nas.search.samplers.hurdles.Hurdles.thresholds`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.search.hurdles import INTERMEDIATE, Hurdles, fraction_key
-from nas.search.outcome import reuse
+from nas.search.driver.outcome import reuse
+from nas.search.samplers.hurdles import Hurdles, fraction_key
+from nas.search.storage.records import INTERMEDIATE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Twins:
                 if key in twin.attrs:
                     trial.set_user_attr(key, twin.attrs[key])
         trial.set_user_attr(INTERMEDIATE, inter)
-        if len(study.directions) == 1:  # as a trained trial reports them (nas.search.outcome.tell_result)
+        if len(study.directions) == 1:  # as a trained trial reports them (nas.search.driver.outcome.tell_result)
             for key, loss in inter.items():
                 trial.report(loss, step=int(round(float(key) * 1000)))
         trial.set_user_attr("pruned_at", at)

@@ -1,6 +1,6 @@
 """Checking every combination of a space's choices, and the stand-ins that bound its candidates.
 
-``nas.search.space`` calls :func:`check_combinations` when it loads a space;
+``nas.search.space.load`` calls :func:`check_combinations` when it loads a space;
 ``nas.preflight`` asks :func:`one_layer_archs` for the largest and cheapest
 candidates.
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 from nas.errors import ConfigError
 from nas.models import ATTENTION, ArchConfig, AttentionBlock
-from nas.search.params import Param, label, thaw
-from nas.search.sampling import LayerChoices, SearchSpace
+from nas.search.space.params import Param, label, thaw
+from nas.search.space.sampling import LayerChoices, SearchSpace
 
 #: cap on combinations checked exhaustively when a space is loaded
 _MAX_CHECKS = 20000

@@ -176,7 +176,7 @@ class AgingEvolutionSampler(BaseSampler):
 
 def _hurdle_rank(t: FrozenTrial) -> tuple[float, float]:
     """A stopped trial's rank (smaller is better): the furthest hurdle it reached, then its loss there."""
-    seen = t.user_attrs.get("intermediate") or {}  # nas.search.hurdles.INTERMEDIATE
+    seen = t.user_attrs.get("intermediate") or {}  # nas.search.storage.records.INTERMEDIATE
     if not seen:
         return (0.0, math.inf)
     last = max(seen, key=float)

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial
 
-from evaluators import Budget
 from nas.compute import Compute
+from nas.spec.training import Budget
 
 if TYPE_CHECKING:
-    from nas.search.settings import SearchSettings
+    from nas.search.driver.settings import SearchSettings
 
 #: finished trials in a row that trained nothing, after which a search without --trials ends
 IDLE_LIMIT = 100

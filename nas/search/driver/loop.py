@@ -3,7 +3,7 @@
 Only the driver writes the study.  It asks a trial, turns it into an
 ArchConfig through the search space, refuses candidates over the caps, reuses
 the result of an identical architecture already measured or stopped
-(:mod:`nas.search.twins`), sends the plain payload to a worker, and tells the
+(:mod:`nas.search.driver.twins`), sends the plain payload to a worker, and tells the
 outcome: COMPLETE with the objective values, PRUNED when a hurdle stopped it,
 FAIL with a reason otherwise.  A
 worker that dies costs its trial a retry, not the search; what is guaranteed
@@ -13,8 +13,8 @@ Order of a run: the settings check their values when made; ``run`` checks
 what they point at (corpus, directories, storage, Ray address), then an
 existing study's settings, then starts the worker pool (a bad ``--address``
 fails here), and only then creates a new study on disk, so a mistake leaves
-nothing behind.  Settings are in :mod:`nas.search.settings`, studies in
-:mod:`nas.search.study`, the progress lines in :mod:`nas.search.console`.
+nothing behind.  Settings are in :mod:`nas.search.driver.settings`, studies in
+:mod:`nas.search.storage.study`, the progress lines in :mod:`nas.search.driver.console`.
 """
 
 from __future__ import annotations
@@ -27,21 +27,22 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import Trial, TrialState
 
-from evaluators import METRICS, RUN_FIELDS
+from evaluators.result import METRICS, RUN_FIELDS
 from nas.compute import Compute, compute
 from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
 from nas.execution.worker import OUT_OF_MEMORY
 from nas.models import ArchConfig
-from nas.search.allowance import Allowance, planned_flops, spent_flops
-from nas.search.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
-from nas.search.console import Reporter
-from nas.search.inflight import Running, Waiting, default_pool  # noqa: F401 - default_pool: re-exported
-from nas.search.lease import DriverLease, LeaseLost
-from nas.search.outcome import fail, finish_now, tell_result
-from nas.search.settings import SearchSettings
-from nas.search.study import (
+from nas.search.driver.allowance import Allowance, planned_flops, spent_flops
+from nas.search.driver.console import Reporter
+from nas.search.driver.inflight import Running, Waiting, default_pool
+from nas.search.driver.outcome import fail, finish_now, tell_result
+from nas.search.driver.settings import SearchSettings
+from nas.search.driver.twins import Twins
+from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
+from nas.search.storage.lease import DriverLease, LeaseLost
+from nas.search.storage.study import (
     count_done,
     create_new_study,
     drop_if_empty,
@@ -52,7 +53,6 @@ from nas.search.study import (
     requeue,
     take_lease,
 )
-from nas.search.twins import Twins
 
 #: metrics copied onto each trial's user attributes
 METRIC_KEYS = (*METRICS, *RUN_FIELDS)
@@ -79,7 +79,7 @@ class Driver:
         lease_heartbeat: float | None = None,
     ) -> None:
         self.s = settings
-        self.lease_heartbeat = lease_heartbeat  # None: $NAS_LEASE_HEARTBEAT or 5 s (nas.search.lease)
+        self.lease_heartbeat = lease_heartbeat  # None: $NAS_LEASE_HEARTBEAT or 5 s (nas.search.storage.lease)
         self.lease: DriverLease | None = None
         self.pool_factory = pool_factory or default_pool
         self.out = out or sys.stdout
@@ -97,7 +97,7 @@ class Driver:
     def run(self) -> optuna.Study:
         """Search until ``settings.trials`` finished trials or ``settings.max_flops``; returns the study.
 
-        The study's lease (:mod:`nas.search.lease`) is held from before the first write
+        The study's lease (:mod:`nas.search.storage.lease`) is held from before the first write
         to the study until the end, and released on every way out.
         """
         s = self.s
@@ -285,7 +285,7 @@ class Driver:
         for key, value in constraint_values(s.space.constraints, c.params, c.fwd_flops_per_token).items():
             trial.set_constraint(key, value)  # the samplers learn the caps from these
         over = over_caps(s.space.constraints, c.params, c.fwd_flops_per_token)
-        if over:  # never trained; told so that the sampler learns (nas.search.candidate)
+        if over:  # never trained; told so that the sampler learns (nas.search.space.candidate)
             why = "over cap: " + "; ".join(over)
             return tell_infeasible(study, trial, why, c.fwd_flops_per_token, s.objective)
         reused = self.twins.reuse(study, trial, arch.arch_id, s.hurdles)  # measured (or stopped) before

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.search.candidate import is_infeasible
+from nas.search.storage.records import is_infeasible
 
 GENES = ("attention", "activation")
 

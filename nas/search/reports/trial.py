@@ -13,9 +13,7 @@ from evaluators.result import (
     sample_lines,  # how a trial was run (CPU results depend on threads)
 )
 from evaluators.result import RUN_FIELDS as RUN_KEYS
-from nas.search.candidate import INFEASIBLE, is_infeasible
-from nas.search.hurdles import INTERMEDIATE
-from nas.search.lookup import settings_of, state_name
+from nas.search.storage.records import INFEASIBLE, INTERMEDIATE, is_infeasible, settings_of, state_name
 
 #: user attributes that say where a trial's architecture came from
 ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from")

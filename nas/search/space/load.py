@@ -1,7 +1,7 @@
-"""YAML search spaces -> validated data (a ``SearchSpace``, see ``nas.search.sampling``).
+"""YAML search spaces -> validated data (a ``SearchSpace``, see ``nas.search.space.sampling``).
 
 A space file is data only (read by ``nas.yamlsafe.read_yaml``).  Any value is a
-*parameter* (``nas.search.params``): a scalar is fixed, a list is a
+*parameter* (``nas.search.space.params``): a scalar is fixed, a list is a
 categorical choice, and ``{low: L, high: H[, step: S][, log: true]}`` is a
 numeric range.  See ``docs/search_spaces.md`` for the format.  Each attention
 block reads its own entry under ``layers.attention`` (``option_choices`` on
@@ -19,10 +19,10 @@ from typing import Any
 from nas.errors import ConfigError
 from nas.models import ACTIVATIONS, ATTENTION
 from nas.models.config import TASKS
-from nas.search.combinations import check_combinations as _check_combinations
-from nas.search.combinations import chosen_options, product
-from nas.search.params import Param, label
-from nas.search.sampling import SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
+from nas.search.space.combinations import check_combinations as _check_combinations
+from nas.search.space.combinations import chosen_options, product
+from nas.search.space.params import Param, label
+from nas.search.space.sampling import SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
 from nas.spec import SPEC_KEYS, Spec
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr, yaml_number
 from nas.yamlsafe import read_yaml

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, Trial, TrialState
+from optuna.trial import Trial
 
 from nas.execution.payload import TrialPayload
 from nas.models import ArchConfig
-from nas.search.settings import SearchSettings
+from nas.search.driver.settings import SearchSettings
+from nas.search.storage.records import INFEASIBLE
 
 
 def over_caps(caps: Mapping[str, float], params: int, flops_per_token: float) -> list[str]:
@@ -35,21 +36,10 @@ def over_caps(caps: Mapping[str, float], params: int, flops_per_token: float) ->
     return over
 
 
-#: user attr of a candidate over the caps: why it was not trained
-INFEASIBLE = "infeasible"
-
-
 def constraint_values(caps: Mapping[str, float], params: int, flops_per_token: float) -> dict[str, float]:
     """Optuna constraint values, one per cap: the relative excess (> 0 over the cap, <= 0 within it)."""
     measured = {"max_params": float(params), "max_flops_per_token": float(flops_per_token)}
     return {key: measured[key] / cap - 1.0 for key, cap in caps.items() if key in measured}
-
-
-def is_infeasible(t: FrozenTrial) -> bool:
-    """A COMPLETE trial told without training because it was over the caps."""
-    return t.state == TrialState.COMPLETE and (
-        bool(t.user_attrs.get(INFEASIBLE)) or any(v > 0 for v in t.constraints.values())
-    )
 
 
 def tell_infeasible(

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from nas.errors import UserError
-from nas.search.candidate import is_infeasible
-from nas.search.storage import default_storage, open_storage
-from nas.search.study import load_study
+from nas.search.storage.records import load_study, state_name
+from nas.search.storage.urls import default_storage, open_storage
 
 
 def list_studies(runs_dir: str | os.PathLike[str]) -> list[str]:
@@ -59,22 +57,6 @@ def get_trial(study: optuna.Study, number: int) -> FrozenTrial:
             return t
     have = f"trials 0..{trials[-1].number}" if trials else "no trials yet"
     raise UserError(f"--trial {number}: study {study.study_name!r} has {have}")
-
-
-def settings_of(study: optuna.Study) -> dict[str, Any]:
-    """What the driver recorded for the whole study (space, objective, budget, recipe, data, seed)."""
-    return dict(study.user_attrs.get("settings") or {})
-
-
-def state_name(t: FrozenTrial) -> str:
-    """The trial's state as the commands say it: INFEASIBLE for a candidate over the caps (never trained)."""
-    return "INFEASIBLE" if is_infeasible(t) else t.state.name
-
-
-def trained(study: optuna.Study) -> list[FrozenTrial]:
-    """COMPLETE trials with a measured result: what leaderboards, fronts, plots and exports may show."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return [t for t in complete if not is_infeasible(t)]
 
 
 def state_counts(study: optuna.Study) -> dict[str, int]:

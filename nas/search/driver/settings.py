@@ -26,9 +26,9 @@ from typing import Any
 
 from nas.data import data_record
 from nas.errors import ConfigError, UserError
-from nas.search.hurdles import Hurdles
-from nas.search.space import SearchSpace
-from nas.search.storage import check_storage_url, default_storage, is_memory_sqlite, sqlite_path
+from nas.search.samplers.hurdles import Hurdles
+from nas.search.space.load import SearchSpace
+from nas.search.storage.urls import check_storage_url, default_storage, is_memory_sqlite, sqlite_path
 from nas.spec import Budget, Resources, SearchSection, Spec, TrainRecipe
 from nas.spec.sections import DEVICES, OBJECTIVES
 from nas.validate import check_output_file, check_study_name, check_writable_dir
@@ -48,11 +48,11 @@ class SearchSettings:
     budget: Budget
     recipe: TrainRecipe
     objective: str = "loss+flops"
-    #: ``auto``: the measured best for the objective (``nas.search.samplers.AUTO``; ``nas.search.study.sampler_name``)
+    #: ``auto``: the measured best for the objective (``nas.search.samplers.build.AUTO``; ``nas.search.storage.study.sampler_name``)
     sampler: str = "auto"
     population: int | None = None
     seed: int = 0
-    #: training FLOPs the whole search may spend (nas.search.allowance); None: no such limit
+    #: training FLOPs the whole search may spend (nas.search.driver.allowance); None: no such limit
     max_flops: float | None = None
     hurdles: Hurdles = dataclasses.field(default_factory=Hurdles)
     workers: int = 1
@@ -113,10 +113,10 @@ class SearchSettings:
                   address=self.address, retries=self.retries, worker_timeout=self.worker_timeout,
                   trial_timeout=self.trial_timeout, device=self.device, compile=self.compile, local=self.local,
                   dashboard=self.dashboard)  # fmt: skip
-        import evaluators  # the registry of evaluator names (torch: not in nas.spec)
+        from evaluators import registry  # the registry of evaluator names (torch: not in nas.spec)
 
         try:
-            evaluators.check(self.evaluator)
+            registry.check(self.evaluator)
         except ConfigError as err:
             raise ConfigError(err.message, "search.evaluator (--evaluator)") from None
         if self.max_flops is not None and self.budget.kind == "flops" and self.max_flops < self.budget.value:

@@ -10,7 +10,7 @@ from nas.compute import Compute
 from nas.execution.payload import TrialPayload
 from nas.execution.pool import Pool
 from nas.models import ArchConfig
-from nas.search.settings import SearchSettings
+from nas.search.driver.settings import SearchSettings
 
 
 @dataclasses.dataclass

@@ -1,0 +1,1 @@
+"""Samplers: NSGA-II, aging evolution, hurdles, and the names the CLI accepts."""
