@@ -34,7 +34,7 @@ def calls(path: Path) -> list[tuple[str, str, ast.AST]]:
 
 def test_sources_are_found() -> None:
     names = {p.name for p in SOURCES}
-    assert {"archfile.py", "checkpoint.py", "driver.py", "lm.py", "run_search.py"} <= names
+    assert {"archfile.py", "checkpoint.py", "loop.py", "lm.py", "run_search.py"} <= names
 
 
 def test_yaml_is_only_read_with_safe_load() -> None:
