@@ -17,6 +17,7 @@ from nas.models.attention import ATTENTION
 from nas.models.config import ArchConfig, LayerConfig
 from nas.models.dims import Flops
 from nas.models.ffn import FeedForward, ffn_width
+from nas.models.norms import norm_params
 from nas.validate import MAX_TRAIN_BYTES
 
 
@@ -54,9 +55,11 @@ class Compute:
 def layer_params(arch: ArchConfig, layer: LayerConfig) -> int:
     d = arch.d_model
     block = ATTENTION.get(layer.attention.type)
-    n = block.count_params(arch.dims, layer.attention.options, layer.ffn) + 2 * d  # + LayerNorm
+    norm = norm_params(arch.norm, d)
+    n = block.count_params(arch.dims, layer.attention.options, layer.ffn) + norm
     if not block.replaces_ffn:
-        n += FeedForward.count_params(d, ffn_width(d, layer.ffn.mult)) + 2 * d
+        act = layer.ffn.activation
+        n += FeedForward.count_params(d, ffn_width(d, layer.ffn.mult, act), act) + norm
     return n
 
 
@@ -64,7 +67,8 @@ def layer_flops(arch: ArchConfig, layer: LayerConfig, seq_len: int) -> Flops:
     block = ATTENTION.get(layer.attention.type)
     flops = block.count_flops(arch.dims, layer.attention.options, layer.ffn, seq_len)
     if not block.replaces_ffn:
-        flops = flops + FeedForward.count_flops(arch.d_model, ffn_width(arch.d_model, layer.ffn.mult))
+        act = layer.ffn.activation
+        flops = flops + FeedForward.count_flops(arch.d_model, ffn_width(arch.d_model, layer.ffn.mult, act), act)
     return flops
 
 
@@ -78,15 +82,15 @@ def layer_rows(arch: ArchConfig, seq_len: int) -> list[tuple[str, int, LayerConf
     for i, layer in enumerate(arch.layers):
         params, flops = layer_params(arch, layer), layer_flops(arch, layer, seq_len)
         if arch.is_seq2seq:
-            params += cross_attention_params(arch.d_model)
+            params += cross_attention_params(arch.d_model, arch.norm)
             flops = flops + cross_attention_flops(arch.d_model, seq_len)
         rows.append((stack, i, layer, params, flops))
     return rows
 
 
-def cross_attention_params(d: int) -> int:
-    """A seq2seq decoder layer's cross-attention (Q, K, V, output) and its LayerNorm."""
-    return 4 * d * d + 2 * d
+def cross_attention_params(d: int, norm: str = "layernorm") -> int:
+    """A seq2seq decoder layer's cross-attention (Q, K, V, output) and its normalisation."""
+    return 4 * d * d + norm_params(norm, d)
 
 
 def cross_attention_flops(d: int, seq_len: int) -> Flops:
@@ -110,12 +114,12 @@ def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
     head = 0 if arch.tie_embeddings else V * d
     per_layer = tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.encoder_layers)
     per_layer += tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.layers)
-    params = embedding + head + sum(layer_params(arch, layer) for layer in arch.layers) + 2 * d
+    params = embedding + head + sum(layer_params(arch, layer) for layer in arch.layers) + norm_params(arch.norm, d)
     if arch.is_seq2seq:
         per_layer += tuple(("cross_attention", cross_attention_flops(d, T)) for _ in arch.layers)
         params += sum(layer_params(arch, layer) for layer in arch.encoder_layers)
-        params += 2 * d  # the encoder's final LayerNorm
-        params += arch.n_layers * cross_attention_params(d)
+        params += norm_params(arch.norm, d)  # the encoder's final normalisation
+        params += arch.n_layers * cross_attention_params(d, arch.norm)
     flops = Flops.dense(2.0 * d * V)  # LM head
     for _, f in per_layer:
         flops = flops + f

@@ -19,9 +19,10 @@ from nas.errors import ConfigError
 from nas.models.attention import ATTENTION, BlockOptions, FFNSpec
 from nas.models.dims import Dims
 from nas.models.ffn import ACTIVATIONS, ffn_width
+from nas.models.norms import NORMS
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number
 
-POS_ENCODINGS = ("learned", "sinusoidal")
+POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 TASKS = ("lm", "seq2seq")
 
 
@@ -110,6 +111,8 @@ class ArchConfig:
     tie_embeddings: bool = True
     task: str = "lm"
     encoder_layers: tuple[LayerConfig, ...] = ()
+    norm: str = "layernorm"
+    rope_base: float = 10000.0  # pos_encoding: rope only
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -129,6 +132,15 @@ class ArchConfig:
             )
         if self.pos_encoding == "sinusoidal" and self.d_model % 2:
             raise ConfigError("sinusoidal positions need an even d_model", "d_model")
+        if self.pos_encoding == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ConfigError(
+                f"rotary positions turn pairs of channels, so d_model / n_heads must be even, "
+                f"got {self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}",
+                "n_heads",
+            )
+        check_number(self.rope_base, "rope_base", low=1, low_open=True)
+        if self.norm not in NORMS:
+            raise ConfigError(f"unknown normalisation {self.norm!r}; valid: {', '.join(NORMS)}", "norm")
         if not isinstance(self.tie_embeddings, bool):
             raise ConfigError(f"must be true or false, got {self.tie_embeddings!r}", "tie_embeddings")
         if not self.layers:
@@ -138,7 +150,7 @@ class ArchConfig:
             if not isinstance(layer, LayerConfig):
                 raise ConfigError(f"must be a LayerConfig, got {type(layer).__name__}", f"layers.{i}")
             try:
-                if ffn_width(self.d_model, layer.ffn.mult) < 1:
+                if ffn_width(self.d_model, layer.ffn.mult, layer.ffn.activation) < 1:
                     raise ConfigError(f"gives an FFN width below 1 at d_model {self.d_model}", "ffn.mult")
                 layer.attention.options.check(dims, layer.ffn)
             except ConfigError as err:
@@ -174,7 +186,7 @@ class ArchConfig:
                     f"{where}.attention",
                 )
             try:
-                if ffn_width(self.d_model, layer.ffn.mult) < 1:
+                if ffn_width(self.d_model, layer.ffn.mult, layer.ffn.activation) < 1:
                     raise ConfigError(f"gives an FFN width below 1 at d_model {self.d_model}", "ffn.mult")
                 layer.attention.options.check(dims, layer.ffn)
             except ConfigError as err:
@@ -186,7 +198,8 @@ class ArchConfig:
 
     @property
     def dims(self) -> Dims:
-        return Dims(self.d_model, self.n_heads, self.max_len)
+        rope = float(self.rope_base) if self.pos_encoding == "rope" else 0.0
+        return Dims(self.d_model, self.n_heads, self.max_len, rope_base=rope, norm=self.norm)
 
     @property
     def n_layers(self) -> int:
@@ -201,7 +214,13 @@ class ArchConfig:
             "pos_encoding": self.pos_encoding,
             "tie_embeddings": self.tie_embeddings,
         }
-        if self.is_seq2seq:  # an LM's dict (and so its arch_id) is what it was before seq2seq existed
+        # Fields added later appear only when they differ from what the model was before them, so
+        # that an architecture's dict (and its arch_id) is what it was before they existed.
+        if self.pos_encoding == "rope":
+            out["rope_base"] = float(self.rope_base)
+        if self.norm != "layernorm":
+            out["norm"] = self.norm
+        if self.is_seq2seq:
             out["task"] = self.task
             out["encoder_layers"] = [layer.to_dict() for layer in self.encoder_layers]
         out["layers"] = [layer.to_dict() for layer in self.layers]
@@ -243,9 +262,14 @@ class ArchConfig:
         body = _grouped(self.layers)
         if self.is_seq2seq:
             enc = _grouped(self.encoder_layers)
-            return (f"d{self.d_model} h{self.n_heads} enc L{len(self.encoder_layers)}: {enc} | "
+            return (f"d{self.d_model} h{self.n_heads}{self._components()} enc L{len(self.encoder_layers)}: {enc} | "
                     f"dec L{self.n_layers}: {body}")  # fmt: skip
-        return f"d{self.d_model} h{self.n_heads} L{self.n_layers}: {body}"
+        return f"d{self.d_model} h{self.n_heads}{self._components()} L{self.n_layers}: {body}"
+
+    def _components(self) -> str:
+        """Components added after the summary's format was set, when used: `` rope rmsnorm``."""
+        parts = ["rope" if self.pos_encoding == "rope" else "", "rmsnorm" if self.norm == "rmsnorm" else ""]
+        return "".join(f" {p}" for p in parts if p)
 
 
 def _grouped(layers: tuple[LayerConfig, ...]) -> str:

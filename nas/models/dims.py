@@ -7,11 +7,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Dims:
-    """The global sizes a block is built for."""
+    """The global sizes and choices a block is built for.
+
+    ``rope_base`` > 0: rotary positions on queries and keys (``nas.models.rotary``), applied by
+    every block that takes dot products of queries and keys; 0: positions come from a table
+    added to the embeddings (or from nothing: blocks without queries and keys ignore it).
+    ``norm``: the normalisation before each sublayer and at the end (``layernorm``, ``rmsnorm``).
+    """
 
     d_model: int
     n_heads: int
     max_len: int
+    rope_base: float = 0.0
+    norm: str = "layernorm"
 
     @property
     def d_head(self) -> int:

@@ -1,8 +1,8 @@
 """The decoder-only Transformer LM that every ``task: lm`` candidate is an instance of.
 
-Token ids (B, T) -> logits (B, T, vocab).  Pre-LN residual layers:
-x = x + attn(LN(x)); x = x + ffn(LN(x)) (the FFN is skipped by blocks that do
-its work themselves, such as ``multi_branch``).  Initialisation follows GPT-2:
+Token ids (B, T) -> logits (B, T, vocab).  Pre-norm residual layers:
+x = x + attn(N(x)); x = x + ffn(N(x)), N a LayerNorm or an RMSNorm (``norm``; the FFN
+is skipped by blocks that do its work themselves, such as ``multi_branch``).  Initialisation follows GPT-2:
 N(0, 0.02) weights, residual output projections scaled by 1/sqrt(2 * layers).
 """
 
@@ -17,6 +17,7 @@ from nas.models.attention import ATTENTION
 from nas.models.config import ArchConfig, LayerConfig
 from nas.models.dims import Dims
 from nas.models.ffn import FeedForward, ffn_width
+from nas.models.norms import make_norm
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
@@ -33,12 +34,13 @@ class Layer(nn.Module):
     def __init__(self, dims: Dims, cfg: LayerConfig) -> None:
         super().__init__()
         block = ATTENTION.get(cfg.attention.type)
-        self.ln_attn = nn.LayerNorm(dims.d_model)
+        self.ln_attn = make_norm(dims.norm, dims.d_model)
         self.attn = block(dims, cfg.attention.options, ffn=cfg.ffn)
         self.ffn: FeedForward | None = None
         if not block.replaces_ffn:
-            self.ln_ffn = nn.LayerNorm(dims.d_model)
-            self.ffn = FeedForward(dims.d_model, ffn_width(dims.d_model, cfg.ffn.mult), cfg.ffn.activation)
+            self.ln_ffn = make_norm(dims.norm, dims.d_model)
+            act = cfg.ffn.activation
+            self.ffn = FeedForward(dims.d_model, ffn_width(dims.d_model, cfg.ffn.mult, act), act)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln_attn(x))
@@ -58,10 +60,11 @@ class TransformerLM(nn.Module):
         if arch.pos_encoding == "learned":
             self.pos_emb = nn.Parameter(torch.zeros(arch.max_len, d))
             nn.init.normal_(self.pos_emb, std=0.02)
-        else:
-            self.register_buffer("pos_emb", sinusoidal_table(arch.max_len, d), persistent=False)
+        else:  # rope: no table (None); the attention blocks turn queries and keys instead
+            table = sinusoidal_table(arch.max_len, d) if arch.pos_encoding == "sinusoidal" else None
+            self.register_buffer("pos_emb", table, persistent=False)
         self.layers = nn.ModuleList(Layer(arch.dims, layer) for layer in arch.layers)
-        self.ln_f = nn.LayerNorm(d)
+        self.ln_f = make_norm(arch.norm, d)
         self.lm_head = nn.Linear(d, arch.vocab_size, bias=False)
         init_gpt2(self, arch.n_layers)
         if arch.tie_embeddings:
@@ -71,7 +74,9 @@ class TransformerLM(nn.Module):
         B, T = idx.shape
         if T > self.arch.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len {self.arch.max_len}")
-        x = self.tok_emb(idx) + self.pos_emb[:T].to(self.tok_emb.weight.dtype)  # (B, T, C)
+        x = self.tok_emb(idx)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb[:T].to(x.dtype)
         for layer in self.layers:
             x = layer(x)
         return self.lm_head(self.ln_f(x))  # (B, T, vocab)

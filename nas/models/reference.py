@@ -23,6 +23,9 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": lambda x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))),
     "silu": lambda x: x / (1.0 + torch.exp(-x)),
 }
+#: The gated FFNs' gates (``swiglu``: SiLU, ``geglu``: GELU); the FFN is W2 (gate(W1 x) * W3 x).
+ACTIVATIONS["swiglu"] = ACTIVATIONS["silu"]
+ACTIVATIONS["geglu"] = ACTIVATIONS["gelu"]
 
 
 def softmax(v: Tensor) -> Tensor:

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from nas.models.config import ArchConfig, LayerConfig
 from nas.models.dims import Dims
 from nas.models.model import Layer, init_gpt2, sinusoidal_table
+from nas.models.norms import make_norm
 
 
 class CrossAttention(nn.Module):
@@ -64,7 +65,7 @@ class DecoderLayer(Layer):
 
     def __init__(self, dims: Dims, cfg: LayerConfig) -> None:
         super().__init__(dims, cfg)
-        self.ln_cross = nn.LayerNorm(dims.d_model)
+        self.ln_cross = make_norm(dims.norm, dims.d_model)
         self.cross = CrossAttention(dims)
 
     def forward(self, x: Tensor, memory: Tensor, keep: Tensor | None) -> Tensor:  # type: ignore[override]
@@ -102,24 +103,25 @@ class Seq2SeqTransformer(nn.Module):
             self.dec_pos = nn.Parameter(torch.zeros(arch.max_len, d))
             for table in (self.enc_pos, self.dec_pos):
                 nn.init.normal_(table, std=0.02)
-        else:
-            table = sinusoidal_table(arch.max_len, d)
+        else:  # rope: no tables (None); the self-attention blocks turn queries and keys instead
+            table = sinusoidal_table(arch.max_len, d) if arch.pos_encoding == "sinusoidal" else None
             self.register_buffer("enc_pos", table, persistent=False)
-            self.register_buffer("dec_pos", table.clone(), persistent=False)
+            self.register_buffer("dec_pos", None if table is None else table.clone(), persistent=False)
         self.encoder = nn.ModuleList(encoder_layer(arch.dims, layer) for layer in arch.encoder_layers)
-        self.ln_enc = nn.LayerNorm(d)
+        self.ln_enc = make_norm(arch.norm, d)
         self.layers = nn.ModuleList(DecoderLayer(arch.dims, layer) for layer in arch.layers)
-        self.ln_f = nn.LayerNorm(d)
+        self.ln_f = make_norm(arch.norm, d)
         self.lm_head = nn.Linear(d, arch.vocab_size, bias=False)
         init_gpt2(self, len(arch.encoder_layers) + arch.n_layers)
         if arch.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
 
-    def _embed(self, idx: Tensor, pos: Tensor) -> Tensor:
+    def _embed(self, idx: Tensor, pos: Tensor | None) -> Tensor:
         T = idx.shape[1]
         if T > self.arch.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len {self.arch.max_len}")
-        return self.tok_emb(idx) + pos[:T].to(self.tok_emb.weight.dtype)
+        x = self.tok_emb(idx)
+        return x if pos is None else x + pos[:T].to(x.dtype)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """The encoder output (B, S, C) and the mask of real source tokens (B, S)."""

@@ -28,6 +28,11 @@ def mixable_names() -> list[str]:
 EXTRA_VARIANTS: dict[str, dict[str, Any]] = {
     "mdha-k1": {"type": "mdha", "kernel": 1},
     "mdha-k4": {"type": "mdha", "kernel": 4},
+    "mha-kv1": {"type": "mha", "kv_heads": 1},  # multi-query
+    "mha-kv2": {"type": "mha", "kv_heads": 2},  # grouped: 2 query heads per key/value head
+    "mdha-kv2": {"type": "mdha", "kv_heads": 2, "kernel": 3},
+    "sliding_window-w3": {"type": "sliding_window", "window": 3},  # a band narrower than the sequence
+    "sliding_window-w1-kv1": {"type": "sliding_window", "window": 1, "kv_heads": 1},  # each token alone
     "factorized_random-r2": {"type": "synth_factorized_random", "rank": 2},
     "factorized_dense-3x7": {"type": "synth_factorized_dense", "a": 3, "b": 7},  # 21 > max_len 16
     "mixture-fixed": {"type": "mixture", "components": ["mha", "synth_dense", "mdha"], "weights": [1, 3, 2]},

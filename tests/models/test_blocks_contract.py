@@ -36,7 +36,7 @@ import nas
 from nas.models import Flops
 from nas.models.attention.mdha import MultiDConvHeadAttention
 from nas.models.attention.synth_factorized_random import FactorizedRandomSynthesizer
-from nas.models.ffn import FeedForward, ffn_width
+from nas.models.ffn import GATED, FeedForward, ffn_width
 
 CONV_BWD = torch.ops.aten.convolution_backward
 REL = 0.02  # FLOP formulas must match the counter within 2%
@@ -305,7 +305,7 @@ def test_conv_backward_discrepancy_is_as_documented() -> None:
 # -- feed-forward activations -------------------------------------------------------------------
 def feed_forward(activation: str, seed: int = 0) -> FeedForward:
     torch.manual_seed(seed)
-    return FeedForward(D_MODEL, ffn_width(D_MODEL, 2.0), activation)
+    return FeedForward(D_MODEL, ffn_width(D_MODEL, 2.0, activation), activation)
 
 
 def test_ffn_shape_positionwise_and_gradients(activation: str) -> None:
@@ -324,19 +324,24 @@ def test_ffn_determinism_and_param_count(activation: str) -> None:
     a, b = feed_forward(activation, seed=1), feed_forward(activation, seed=1)
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
-    d_ff = ffn_width(D_MODEL, 2.0)
-    assert sum(p.numel() for p in a.parameters()) == FeedForward.count_params(D_MODEL, d_ff)
+    d_ff = ffn_width(D_MODEL, 2.0, activation)
+    assert sum(p.numel() for p in a.parameters()) == FeedForward.count_params(D_MODEL, d_ff, activation)
 
 
 def test_ffn_flops_match_counter(activation: str) -> None:
     ffn = feed_forward(activation)
     x = floats(MAX_LEN).requires_grad_(True)
-    check_flops(ffn, lambda: ffn(x), FeedForward.count_flops(D_MODEL, ffn_width(D_MODEL, 2.0)), MAX_LEN)
+    width = ffn_width(D_MODEL, 2.0, activation)
+    check_flops(ffn, lambda: ffn(x), FeedForward.count_flops(D_MODEL, width, activation), MAX_LEN)
 
 
 @pytest.mark.parametrize("block", ["mha", "multi_branch"])
 def test_activation_in_model(activation: str, block: str) -> None:
     v = VARIANTS[block]
+    if block == "multi_branch" and activation in GATED:  # each branch runs an ungated FFN
+        with pytest.raises(nas.ConfigError, match="ungated"):
+            v.arch(n_layers=2, activation=activation)
+        return
     arch = v.arch(n_layers=2, activation=activation)
     torch.manual_seed(0)
     model = nas.build_model(arch)

@@ -21,6 +21,7 @@ from torch import Tensor
 import nas
 from nas.models import Dims, FFNSpec
 from nas.models.attention.base import AttentionBlock, ValueAttention
+from nas.models.ffn import GATED
 from nas.models.model import sinusoidal_table
 from nas.models.reference import ACTIVATIONS as REF_ACTIVATIONS
 
@@ -92,11 +93,44 @@ def test_scores_match_reference_logits(variant: Variant) -> None:
 
 
 def test_multi_branch_matches_reference_for_every_activation(activation: str) -> None:
+    if activation in GATED:  # refused: each branch runs an ungated FFN (tests/models/test_config.py)
+        return
     block = tiny_block(VARIANTS["multi_branch"], activation)
     x = seq(L)
     with torch.no_grad():
         ref = reference(block, "reference_forward", x)
         torch.testing.assert_close(block(x), ref, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("T", [5, L])
+def test_block_with_rotary_positions_matches_reference(variant: Variant, T: int) -> None:
+    """Every block under ``pos_encoding: rope``: those with queries and keys turn them, the rest ignore it."""
+    ffn = FFNSpec("relu", 4.0)
+    dims = Dims(D, H, L, rope_base=100.0)  # a small base turns every pair visibly within 8 positions
+    torch.manual_seed(0)
+    block = variant.cls(dims, variant.spec.options, ffn=ffn).double()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0.0, 0.4)
+        x = seq(T)
+        torch.testing.assert_close(block(x), reference(block, "reference_forward", x), atol=1e-10, rtol=1e-9)
+        if has_scores(block):
+            s = block.scores(x)
+            torch.testing.assert_close(s.expand(B, -1, -1, -1), reference(block, "reference_scores", x),
+                                       atol=1e-10, rtol=1e-9)  # fmt: skip
+
+
+def test_rotary_positions_change_what_query_key_blocks_compute() -> None:
+    """The rope path is taken: the same weights give other outputs with rotary positions than without."""
+    for name in ("mha", "mdha", "multi_branch", "mha-kv1"):
+        plain, turned = VARIANTS[name].block(0), VARIANTS[name].block(0, dims=Dims(32, 4, 16, rope_base=10000.0))
+        turned.load_state_dict(plain.state_dict())
+        x = torch.randn(2, 16, 32)
+        with torch.no_grad():
+            a, b = plain(x), turned(x)
+            scale = a.abs().max()
+            assert (a - b).abs().max() > 1e-2 * scale, name
+            assert (a[:, :1] - b[:, :1]).abs().max() < 1e-5 * scale, name  # position 0 is not turned
 
 
 def test_activation_matches_reference(activation: str) -> None:
@@ -135,6 +169,36 @@ def test_model_forward_matches_reference() -> None:
             assert mb.ffn is None
             x = x + mb.attn.reference_forward(ln(mb.ln_attn, x))
             out.append(ln(model.ln_f, x) @ E.T)  # tied: the head is the embedding
+        torch.testing.assert_close(model(idx), torch.stack(out), atol=1e-10, rtol=1e-9)
+
+
+def test_transformer_pp_forward_matches_reference() -> None:
+    """RMSNorm before each sublayer and at the end, rotary positions in attention, a SwiGLU FFN, no table."""
+    raw = {"d_model": D, "n_heads": H, "max_len": L, "vocab_size": 11, "pos_encoding": "rope",
+           "rope_base": 500.0, "norm": "rmsnorm",
+           "layers": [{"attention": {"type": "mha", "kv_heads": 1}, "ffn": "swiglu"}]}  # fmt: skip
+    torch.manual_seed(0)
+    model = nas.build_model(nas.ArchConfig.from_dict(raw)).double()
+    assert model.pos_emb is None
+    idx = torch.randint(0, 11, (B, L))
+
+    def rms(m: torch.nn.Module, t: Tensor) -> Tensor:
+        return t / torch.sqrt((t * t).mean(-1, keepdim=True) + 1e-5) * m.weight
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+        E = model.tok_emb.weight
+        out = []
+        for b in range(B):
+            x = E[idx[b]]
+            (layer,) = model.layers
+            x = x + layer.attn.reference_forward(rms(layer.ln_attn, x))
+            h = rms(layer.ln_ffn, x)
+            w1, w3 = layer.ffn.fc_in.weight.chunk(2, dim=0)
+            x = x + (REF_ACTIVATIONS["silu"](h @ w1.T) * (h @ w3.T)) @ layer.ffn.fc_out.weight.T
+            out.append(rms(model.ln_f, x) @ E.T)
         torch.testing.assert_close(model(idx), torch.stack(out), atol=1e-10, rtol=1e-9)
 
 

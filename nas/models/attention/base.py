@@ -26,6 +26,7 @@ from nas.errors import ConfigError
 from nas.models.attention.options import BlockOptions, FFNSpec, positive_int
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_attend
+from nas.models.rotary import reference_rotate, rotary_tables, rotate
 from nas.registry import Registry
 
 __all__ = [
@@ -82,11 +83,27 @@ class AttentionBlock(nn.Module):
             torch.ones(dims.max_len, dims.max_len, dtype=torch.bool).triu(1),
             persistent=False,
         )
+        if dims.rope_base:
+            cos, sin = rotary_tables(dims.max_len, self.d_head, dims.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
 
     # -- helpers --------------------------------------------------------------------------
     def split_heads(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
+        return x.view(B, T, -1, self.d_head).transpose(1, 2)  # (B, H, T, dh); H = channels / dh
+
+    def rotary(self, t: Tensor) -> Tensor:
+        """Queries or keys (B, H, T, dh) at their positions (RoPE) when the model uses rotary positions."""
+        if not self.dims.rope_base:
+            return t
+        return rotate(t, self.rope_cos, self.rope_sin)
+
+    def reference_rotary(self, t: Tensor) -> Tensor:
+        """The same on one sequence (T, heads x dh), written out (``nas.models.rotary.reference_rotate``)."""
+        if not self.dims.rope_base:
+            return t
+        return reference_rotate(t, t.shape[-1] // self.d_head, self.dims.rope_base)
 
     @staticmethod
     def merge_heads(y: Tensor) -> Tensor:

@@ -27,17 +27,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, positive_int
-from nas.models.attention.mha import MultiHeadAttention
+from nas.models.attention.base import ATTENTION, FFNSpec, positive_int
+from nas.models.attention.mha import MHAOptions, MultiHeadAttention, kv_width
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_conv
 
 
 @dataclasses.dataclass(frozen=True)
-class MDHAOptions(BlockOptions):
+class MDHAOptions(MHAOptions):
     kernel: int = 3
 
     def check(self, dims: Dims, ffn: FFNSpec) -> None:
+        super().check(dims, ffn)
         positive_int(self.kernel, "kernel")
 
 
@@ -61,12 +62,12 @@ def causal_depthwise_conv(x: Tensor, weight: Tensor) -> Tensor:
 class MultiDConvHeadAttention(MultiHeadAttention):
     bidirectional = True  # mha's forward: the causal flag drops the mask; the convolution stays causal
     Options = MDHAOptions
-    short_option_names = {"kernel": "k"}
+    short_option_names = {"kernel": "k", "kv_heads": "kv"}
     no_decay = ("conv_weight",)  # a per-channel filter that starts at the identity, not a matrix
 
     def __init__(self, dims: Dims, opts: MDHAOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
-        channels = self.n_proj * dims.d_model
+        channels = sum(self.widths)  # Q, K (and V), K and V of kv_heads heads each
         # Start close to the identity (last tap 1) so the block begins as plain attention.
         weight = torch.randn(channels, opts.kernel) * (0.02 / math.sqrt(opts.kernel))
         weight[:, -1] += 1.0
@@ -76,18 +77,18 @@ class MultiDConvHeadAttention(MultiHeadAttention):
         return causal_depthwise_conv(self.qkv(x), self.conv_weight)
 
     def reference_qkv(self, x: Tensor) -> list[Tensor]:
-        z = causal_conv(x @ self.qkv.weight.T, self.conv_weight)  # (T, n_proj * C)
-        return list(z.split(self.dims.d_model, dim=-1))
+        z = causal_conv(x @ self.qkv.weight.T, self.conv_weight)  # (T, sum(widths))
+        return list(z.split(self.widths, dim=-1))
 
     @classmethod
     def count_params(cls, dims: Dims, opts: MDHAOptions, ffn: FFNSpec, with_values: bool = True) -> int:
-        n_proj = 3 if with_values else 2
-        return super().count_params(dims, opts, ffn, with_values) + n_proj * dims.d_model * opts.kernel
+        channels = dims.d_model + (2 if with_values else 1) * kv_width(dims, opts)
+        return super().count_params(dims, opts, ffn, with_values) + channels * opts.kernel
 
     @classmethod
     def count_flops(
         cls, dims: Dims, opts: MDHAOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:
-        n_proj = 3 if with_values else 2
-        conv = Flops.dense(2.0 * opts.kernel * n_proj * dims.d_model)
+        channels = dims.d_model + (2 if with_values else 1) * kv_width(dims, opts)
+        conv = Flops.dense(2.0 * opts.kernel * channels)
         return super().count_flops(dims, opts, ffn, seq_len, with_values) + conv

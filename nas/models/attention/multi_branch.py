@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, sdpa
 from nas.models.dims import Dims, Flops
-from nas.models.ffn import ACTIVATIONS, ffn_width
+from nas.models.ffn import ACTIVATIONS, GATED, ffn_width
 from nas.models.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
 from nas.models.reference import causal_attend, dot_logits, head, softmax
 
@@ -52,6 +52,12 @@ class MultiBranchOptions(BlockOptions):
     def check(self, dims: Dims, ffn: FFNSpec) -> None:
         if self.init not in INITS:
             raise ConfigError(f"must be one of {', '.join(INITS)}, got {self.init!r}", "init")
+        if ffn.activation in GATED:
+            raise ConfigError(
+                f"multi_branch runs an ungated FFN in each branch; {ffn.activation} is gated "
+                f"(valid here: {', '.join(n for n in ACTIVATIONS.names() if n not in GATED)})",
+                "ffn.activation",
+            )
         d_ff = ffn_width(dims.d_model, ffn.mult)
         if d_ff % dims.n_heads:
             raise ConfigError(
@@ -123,7 +129,7 @@ class MultiBranchAttention(AttentionBlock):
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = (self.split_heads(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, H, T, dh)
-        heads = sdpa(q, k, v, causal=self.causal)  # (B, H, T, dh)
+        heads = sdpa(self.rotary(q), self.rotary(k), v, causal=self.causal)  # (B, H, T, dh)
         branch = torch.einsum("bhtd,hdc->bhtc", heads, self.w_o)  # (B, H, T, C)
         branch = branch * self.kappa.view(1, -1, 1, 1)
         hidden = self.act(torch.einsum("bhtc,hcf->bhtf", branch, self.w_in))  # (B, H, T, f)
@@ -137,6 +143,7 @@ class MultiBranchAttention(AttentionBlock):
     def reference_forward(self, x: Tensor) -> Tensor:
         H = self.n_heads
         q, k, v = (x @ self.qkv.weight.T).split(self.dims.d_model, dim=-1)  # (T, C) each
+        q, k = self.reference_rotary(q), self.reference_rotary(k)
         heads = causal_attend(dot_logits(q, k, H), v)  # (T, C)
         kappa, alpha = softmax(self.kappa_logits), softmax(self.alpha_logits)
         act = REFERENCE_ACTIVATIONS[self.activation_name]

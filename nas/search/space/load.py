@@ -22,7 +22,7 @@ from nas.models.config import TASKS
 from nas.search.space.combinations import check_combinations as _check_combinations
 from nas.search.space.combinations import chosen_options, product
 from nas.search.space.params import Param, label
-from nas.search.space.sampling import SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
+from nas.search.space.sampling import DEFAULT_SEED_ARCHS, SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
 from nas.spec import SPEC_KEYS, Spec
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr, yaml_number
 from nas.yamlsafe import read_yaml
@@ -33,7 +33,7 @@ __all__ = [
 ]  # fmt: skip
 
 GLOBAL_KEYS = ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "pos_encoding",
-               "tie_embeddings", "vocab_size")  # fmt: skip
+               "rope_base", "norm", "tie_embeddings", "vocab_size")  # fmt: skip
 TOP_KEYS = ("name", "description", "task", "globals", "layers", "encoder", "constraints", "seed_archs",
             *SPEC_KEYS)  # fmt: skip
 LAYER_KEYS = ("share", "attention", "ffn")
@@ -93,7 +93,7 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     for key in ("search", "resources"):
         _section(raw, key)
     _check_recipe_and_budget(recipe, budget)
-    seeds = raw.get("seed_archs", list(SEED_ARCHS))
+    seeds = raw.get("seed_archs", list(DEFAULT_SEED_ARCHS))
     if not isinstance(seeds, list) or any(s not in SEED_ARCHS for s in seeds):
         raise ConfigError(f"must be a list of known architectures: {', '.join(SEED_ARCHS)}", "seed_archs")
     _refuse_duplicates(seeds, "seed_archs")

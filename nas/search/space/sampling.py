@@ -29,7 +29,11 @@ from nas.search.space.params import Param, thaw
 from nas.shipped import shipped_arch
 
 #: The known architectures a space may seed its study with (``seed_archs``), by shipped file name.
-SEED_ARCHS = ("vanilla", "primer_ez")
+SEED_ARCHS = ("vanilla", "primer_ez", "transformer_pp")
+#: What a space seeds with when it does not say (``seed_archs``).
+DEFAULT_SEED_ARCHS = ("vanilla", "primer_ez")
+#: Global components a seed keeps (its positions and normalisation), not only its layer.
+SEED_GLOBALS = ("pos_encoding", "norm")
 
 
 @functools.cache
@@ -118,15 +122,28 @@ class SearchSpace:
     def seed_params(self, which: str) -> dict[str, Any] | None:
         """Fixed params that give every layer the layer of the known architecture ``which``, or None.
 
-        Only the layer's choices (attention block, its options, activation) are fixed;
-        sizes and widths stay the sampler's, so a seed fits any space that offers its blocks
-        (a seq2seq space: in both stacks).
+        The layer's choices (attention block, its options, activation) are fixed, and so are
+        the seed's positions and normalisation (``SEED_GLOBALS``: vanilla's learned positions
+        and LayerNorm, ``transformer_pp``'s rotary positions and RMSNorm); sizes and widths stay
+        the sampler's, so a seed fits any space that offers its blocks and components (a seq2seq
+        space: in both stacks).  A space that does not list a component has the default there.
         """
         layer = seed_layer(which)
+        params: dict[str, Any] = {}
+        arch = load_arch(shipped_arch(which))
+        defaults = {f.name: f.default for f in dataclasses.fields(ArchConfig)}
+        for key in SEED_GLOBALS:
+            value, offered = getattr(arch, key), self.globals.get(key)
+            if offered is None:
+                if value != defaults[key]:
+                    return None
+            elif not offered.contains(value):
+                return None
+            elif offered.searched:
+                params[key] = value
         stacks = [(self.layer_choices, "layers", self.max_layers())]
         if self.encoder is not None:
             stacks.append((self.encoder, "encoder", self.max_layers("n_encoder_layers")))
-        params: dict[str, Any] = {}
         for choices, stem, depth in stacks:
             fixed = _seed_stack(layer, choices, stem, depth)
             if fixed is None:
@@ -169,12 +186,18 @@ def _suggest_layer(trial: Any, choices: LayerChoices, prefix: str) -> LayerConfi
 
 def _seed_stack(layer: LayerConfig, choices: LayerChoices, stem: str, depth: int) -> dict[str, Any] | None:
     """The params that make every layer of one stack ``layer``'s choices, or None if it cannot."""
-    block, block_opts, act = layer.attention.type, layer.attention.options.to_dict(), layer.ffn.activation
+    block, act = layer.attention.type, layer.ffn.activation
     if not choices.attention.contains(block) or not choices.activation.contains(act):
         return None
     options = choices.blocks[block].options
-    for key, value in block_opts.items():
-        if key not in options or not options[key].contains(value):
+    block_opts = {}
+    for f in dataclasses.fields(layer.attention.options):  # every option, those left at their default too
+        value = getattr(layer.attention.options, f.name)
+        if f.name in options:
+            if not options[f.name].contains(value):
+                return None
+            block_opts[f.name] = value
+        elif value != f.default:  # an option the space does not offer has its default there
             return None
     params: dict[str, Any] = {}
     for prefix in [stem] if choices.share else [f"{stem}.{i}" for i in range(depth)]:

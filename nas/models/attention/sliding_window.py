@@ -1,0 +1,109 @@
+"""Sliding-window attention (local attention: Child et al., 2019; Beltagy et al., 2020, "Longformer";
+the windowed layers of Mistral and Gemma 2).
+
+Multi-head attention in which query i sees only the ``window`` keys i - window + 1 .. i
+(causal), or, as a bidirectional encoder layer, the keys within window - 1 positions on
+either side.  Everything else is ``mha``'s: fused projections, grouped key/value heads
+(``kv_heads``), rotary positions.
+
+Compute is linear in T: the sequence is cut into blocks of ``window`` positions, and the
+queries of each block attend, through ``F.scaled_dot_product_attention`` with a boolean
+band mask, to the keys of their own block and the one before (and the one after, in an
+encoder): 2 x window keys per query instead of T (Longformer's "sliding chunks").  The
+FLOP formula counts exactly that, padding of the last block included; a window as long as
+the sequence is ``mha`` itself and takes its fused causal path.  The encoder form computes
+3 x window keys per query; the formula, which does not know the direction, counts the
+causal form's 2 x window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nas.models.attention.base import ATTENTION, FFNSpec, positive_int
+from nas.models.attention.mha import MHAOptions, MultiHeadAttention
+from nas.models.dims import Dims, Flops
+from nas.models.reference import causal_attend, dot_logits
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowOptions(MHAOptions):
+    window: int = 64  # keys each query sees, itself included
+
+    def check(self, dims: Dims, ffn: FFNSpec) -> None:
+        super().check(dims, ffn)
+        positive_int(self.window, "window")
+
+
+def block_mask(window: int, n_blocks: int, ahead: int, T: int) -> Tensor:
+    """(n_blocks, window, (2 + ahead) x window) bool: query r of block b may see context key c.
+
+    The context of block b is blocks b-1, b (and b+1 when ``ahead``): key c is at position
+    (b - 1) x window + c, query r at b x window + r.  A key is seen when it lies in the band
+    and in the sequence (the padding before the first block and after position T is not).
+    """
+    b = torch.arange(n_blocks)[:, None, None]
+    query = b * window + torch.arange(window)[None, :, None]
+    key = (b - 1) * window + torch.arange((2 + ahead) * window)[None, None, :]
+    after = key - query
+    in_band = (after > -window) & (after <= (window - 1 if ahead else 0))
+    return in_band & (key >= 0) & (key < T)
+
+
+def blocks(t: Tensor, window: int, n_blocks: int, ahead: int) -> Tensor:
+    """Keys or values (B, H, T, dh) -> each block's context (B, H, n_blocks, (2 + ahead) x window, dh)."""
+    T = t.shape[2]
+    padded = F.pad(t, (0, 0, window, n_blocks * window - T + ahead * window))  # zeros before and after
+    return padded.unfold(2, (2 + ahead) * window, window).transpose(-1, -2)
+
+
+@ATTENTION.register("sliding_window")
+class SlidingWindowAttention(MultiHeadAttention):
+    mixable = True  # its logits are mha's; a mixture applies its own (full) mask to them
+    bidirectional = True  # forward reads self.causal
+    Options = WindowOptions
+    short_option_names = {"window": "w", "kv_heads": "kv"}
+
+    def __init__(self, dims: Dims, opts: WindowOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
+        super().__init__(dims, opts, ffn=ffn, with_values=with_values)
+        self.window = opts.window
+
+    def forward(self, x: Tensor) -> Tensor:
+        T, W = x.shape[1], self.window
+        if W >= T:  # the band is the whole causal triangle (or, in an encoder, everything): mha
+            return super().forward(x)
+        q, k, v = self.heads(x)
+        k, v = self._every_head(k), self._every_head(v)
+        B, H, _, dh = q.shape
+        n, ahead = -(-T // W), 0 if self.causal else 1
+        qb = F.pad(q, (0, 0, 0, n * W - T)).view(B, H, n, W, dh)  # (B, H, n, W, dh)
+        mask = block_mask(W, n, ahead, T).to(x.device)  # (n, W, context)
+        y = F.scaled_dot_product_attention(qb, blocks(k, W, n, ahead), blocks(v, W, n, ahead), attn_mask=mask)
+        return self.out_proj(self.merge_heads(y.reshape(B, H, n * W, dh)[:, :, :T]))
+
+    def reference_forward(self, x: Tensor) -> Tensor:
+        q, k, v = self._reference_heads(x)
+        logits = dot_logits(q, k, self.n_heads)  # (H, T, T)
+        T = x.shape[0]
+        for i in range(T):
+            for j in range(T):
+                if i - j >= self.window:
+                    logits[:, i, j] = float("-inf")  # causal_attend masks j > i itself
+        return causal_attend(logits, v) @ self.out_proj.weight.T
+
+    @classmethod
+    def count_flops(
+        cls, dims: Dims, opts: WindowOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
+    ) -> Flops:
+        T, W = seq_len, opts.window
+        full = super().count_flops(dims, opts, ffn, T, with_values)
+        if W >= T:
+            return full
+        # Per token, mha scores T keys; here each of the n x W (padded) queries scores 2W keys.
+        keys = 2 * W * (-(-T // W) * W) / T
+        per_key = (2.0 if with_values else 1.0) * 2.0 * dims.d_model  # Q K^T (and P V), per key
+        return full + Flops.dense((keys - T) * per_key)

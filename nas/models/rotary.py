@@ -1,0 +1,51 @@
+"""Rotary position embeddings (RoPE; Su et al., 2021, "RoFormer").
+
+RoPE rotates each pair of a query's (and a key's) channels by an angle that grows
+with the position, so that q_i . k_j depends on i - j only.  Frequencies
+``base^(-2i/dh)`` for i < dh/2 (base 10000 as in Llama), every channel of the head
+rotated.  Pairs follow the half-split convention of Hugging Face's Llama (channel
+c pairs with c + dh/2: ``x cos + rotate_half(x) sin``); Meta's reference code pairs
+adjacent channels instead, which is the same model up to a fixed permutation of the
+query and key projection rows (the Llama converters permute them).  The tables are
+computed and kept in float64 and cast to the input's dtype where they are used: the
+references compute the angles in float32, whose error grows with the position (about
+1e-7 relative at position 8, which a float64 check against the written-out formula sees).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def rotary_tables(max_len: int, d_head: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos and sin, each (max_len, d_head), float64: position t, channel c at angle t * base^(-2 (c mod dh/2) / dh)."""
+    inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (dh/2,)
+    angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, dh/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, dh): channel c and c + dh/2 share an angle
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (..., T, dh) rotated by the first T rows of the tables."""
+    T, half = x.shape[-2], x.shape[-1] // 2
+    c, s = cos[:T].to(x.dtype), sin[:T].to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * c + torch.cat((-x2, x1), dim=-1) * s
+
+
+def reference_rotate(x: Tensor, n_heads: int, base: float) -> Tensor:
+    """x (T, C) with every head's channel pairs (c, c + dh/2) rotated, written out with loops."""
+    T, C = x.shape
+    dh = C // n_heads
+    out = x.clone()
+    for h in range(n_heads):
+        for t in range(T):
+            for i in range(dh // 2):
+                angle = t * base ** (-2.0 * i / dh)
+                a, b = x[t, h * dh + i], x[t, h * dh + i + dh // 2]
+                out[t, h * dh + i] = a * math.cos(angle) - b * math.sin(angle)
+                out[t, h * dh + i + dh // 2] = b * math.cos(angle) + a * math.sin(angle)
+    return out
