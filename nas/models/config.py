@@ -22,7 +22,7 @@ from nas.models.ffn import ACTIVATIONS, ffn_width
 from nas.models.norms import NORMS
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number
 
-POS_ENCODINGS = ("learned", "sinusoidal", "rope")
+POS_ENCODINGS = ("learned", "sinusoidal", "rope", "alibi")
 TASKS = ("lm", "seq2seq")
 
 
@@ -199,7 +199,8 @@ class ArchConfig:
     @property
     def dims(self) -> Dims:
         rope = float(self.rope_base) if self.pos_encoding == "rope" else 0.0
-        return Dims(self.d_model, self.n_heads, self.max_len, rope_base=rope, norm=self.norm)
+        return Dims(self.d_model, self.n_heads, self.max_len, rope_base=rope, norm=self.norm,
+                    alibi=self.pos_encoding == "alibi")
 
     @property
     def n_layers(self) -> int:
@@ -268,7 +269,8 @@ class ArchConfig:
 
     def _components(self) -> str:
         """Components added after the summary's format was set, when used: `` rope rmsnorm``."""
-        parts = ["rope" if self.pos_encoding == "rope" else "", "rmsnorm" if self.norm == "rmsnorm" else ""]
+        parts = [self.pos_encoding if self.pos_encoding in ("rope", "alibi") else "",
+                 "rmsnorm" if self.norm == "rmsnorm" else ""]  # fmt: skip
         return "".join(f" {p}" for p in parts if p)
 
 

@@ -12,7 +12,9 @@ class Dims:
     ``rope_base`` > 0: rotary positions on queries and keys (``nas.models.rotary``), applied by
     every block that takes dot products of queries and keys; 0: positions come from a table
     added to the embeddings (or from nothing: blocks without queries and keys ignore it).
-    ``norm``: the normalisation before each sublayer and at the end (``layernorm``, ``rmsnorm``).
+    ``alibi``: linear biases on the attention logits (``nas.models.rotary.alibi_slopes``), added by
+    the same blocks.  ``norm``: the normalisation before each sublayer and at the end (``layernorm``,
+    ``rmsnorm``).
     """
 
     d_model: int
@@ -20,6 +22,7 @@ class Dims:
     max_len: int
     rope_base: float = 0.0
     norm: str = "layernorm"
+    alibi: bool = False
 
     @property
     def d_head(self) -> int:

@@ -19,6 +19,15 @@ from nas.models.dims import Dims
 from nas.models.ffn import FeedForward, ffn_width
 from nas.models.norms import make_norm
 
+#: N(0, EMBED_STD) token embeddings (and learned position tables) at initialisation, as GPT-2.
+EMBED_STD = 0.02
+#: What the sinusoidal table is multiplied by in a model: its RMS is sqrt(1/2) (sin^2 + cos^2 = 1
+#: per pair), 35 times the embeddings' 0.02, which left the token under 0.1% of the first
+#: layer's input; scaled, the table starts at the embeddings' RMS, as a learned table does.
+#: benchmarks/position_scale.py measured this against the unscaled table and against the
+#: Transformer's sqrt(d_model) embedding scale (docs/BENCHMARKS.md, position_scale).
+SINUSOIDAL_SCALE = EMBED_STD / math.sqrt(0.5)
+
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same); (max_len, d_model)."""
@@ -59,9 +68,9 @@ class TransformerLM(nn.Module):
         self.tok_emb = nn.Embedding(arch.vocab_size, d)
         if arch.pos_encoding == "learned":
             self.pos_emb = nn.Parameter(torch.zeros(arch.max_len, d))
-            nn.init.normal_(self.pos_emb, std=0.02)
-        else:  # rope: no table (None); the attention blocks turn queries and keys instead
-            table = sinusoidal_table(arch.max_len, d) if arch.pos_encoding == "sinusoidal" else None
+            nn.init.normal_(self.pos_emb, std=EMBED_STD)
+        else:  # rope, alibi: no table (None); attention places the tokens
+            table = position_table(arch) if arch.pos_encoding == "sinusoidal" else None
             self.register_buffer("pos_emb", table, persistent=False)
         self.layers = nn.ModuleList(Layer(arch.dims, layer) for layer in arch.layers)
         self.ln_f = make_norm(arch.norm, d)
@@ -82,6 +91,11 @@ class TransformerLM(nn.Module):
         return self.lm_head(self.ln_f(x))  # (B, T, vocab)
 
 
+def position_table(arch: ArchConfig) -> Tensor:
+    """The fixed sinusoidal table a model adds to its token embeddings, scaled (``SINUSOIDAL_SCALE``)."""
+    return sinusoidal_table(arch.max_len, arch.d_model) * SINUSOIDAL_SCALE
+
+
 def init_gpt2(model: nn.Module, n_layers: int) -> None:
     """GPT-2's initialisation: N(0, 0.02) weights, residual output projections / sqrt(2 * n_layers)."""
     resid_std = 0.02 / math.sqrt(2 * n_layers)
@@ -92,7 +106,7 @@ def init_gpt2(model: nn.Module, n_layers: int) -> None:
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=0.02)
+            nn.init.normal_(module.weight, std=EMBED_STD)
 
 
 def build_model(arch: ArchConfig) -> nn.Module:

@@ -1,4 +1,5 @@
-"""Rotary position embeddings (RoPE; Su et al., 2021, "RoFormer").
+"""Positions inside attention: rotary embeddings (RoPE; Su et al., 2021, "RoFormer") and ALiBi
+(Press et al., 2022, "Train Short, Test Long").
 
 RoPE rotates each pair of a query's (and a key's) channels by an angle that grows
 with the position, so that q_i . k_j depends on i - j only.  Frequencies
@@ -49,3 +50,25 @@ def reference_rotate(x: Tensor, n_heads: int, base: float) -> Tensor:
                 out[t, h * dh + i] = a * math.cos(angle) - b * math.sin(angle)
                 out[t, h * dh + i + dh // 2] = b * math.cos(angle) + a * math.sin(angle)
     return out
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """ALiBi's slope per head: 2^(-8h/n) for h = 1..n when n is a power of two (n = 8: 1/2 .. 1/256);
+    otherwise the power of two below n, then every other slope of twice that many (the paper's code)."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start ** (h + 1) for h in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return power_of_two(n_heads)
+    c = 2 ** math.floor(math.log2(n_heads))
+    return power_of_two(c) + alibi_slopes(2 * c)[0::2][: n_heads - c]
+
+
+def alibi_bias(n_heads: int, T: int, device: torch.device | None = None) -> Tensor:
+    """(H, T, T): -m_h |i - j|, the penalty of key j for query i (a causal block masks j > i anyway;
+    an encoder layer sees the same penalty on either side)."""
+    slopes = torch.tensor(alibi_slopes(n_heads), device=device)
+    pos = torch.arange(T, device=device)
+    return -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from nas.models.config import ArchConfig, LayerConfig
 from nas.models.dims import Dims
-from nas.models.model import Layer, init_gpt2, sinusoidal_table
+from nas.models.model import Layer, init_gpt2, position_table
 from nas.models.norms import make_norm
 
 
@@ -103,8 +103,8 @@ class Seq2SeqTransformer(nn.Module):
             self.dec_pos = nn.Parameter(torch.zeros(arch.max_len, d))
             for table in (self.enc_pos, self.dec_pos):
                 nn.init.normal_(table, std=0.02)
-        else:  # rope: no tables (None); the self-attention blocks turn queries and keys instead
-            table = sinusoidal_table(arch.max_len, d) if arch.pos_encoding == "sinusoidal" else None
+        else:  # rope, alibi: no tables (None); self-attention places the tokens
+            table = position_table(arch) if arch.pos_encoding == "sinusoidal" else None
             self.register_buffer("enc_pos", table, persistent=False)
             self.register_buffer("dec_pos", None if table is None else table.clone(), persistent=False)
         self.encoder = nn.ModuleList(encoder_layer(arch.dims, layer) for layer in arch.encoder_layers)

@@ -103,10 +103,13 @@ def test_multi_branch_matches_reference_for_every_activation(activation: str) ->
 
 
 @pytest.mark.parametrize("T", [5, L])
-def test_block_with_rotary_positions_matches_reference(variant: Variant, T: int) -> None:
-    """Every block under ``pos_encoding: rope``: those with queries and keys turn them, the rest ignore it."""
+@pytest.mark.parametrize("positions", ["rope", "alibi"])
+def test_block_with_positions_in_attention_matches_reference(variant: Variant, T: int, positions: str) -> None:
+    """Every block under ``pos_encoding: rope`` or ``alibi``: those with queries and keys turn them
+    (or bias their logits), the rest ignore it."""
     ffn = FFNSpec("relu", 4.0)
-    dims = Dims(D, H, L, rope_base=100.0)  # a small base turns every pair visibly within 8 positions
+    # a small base turns every pair visibly within 8 positions
+    dims = Dims(D, H, L, rope_base=100.0) if positions == "rope" else Dims(D, H, L, alibi=True)
     torch.manual_seed(0)
     block = variant.cls(dims, variant.spec.options, ffn=ffn).double()
     with torch.no_grad():
@@ -120,17 +123,19 @@ def test_block_with_rotary_positions_matches_reference(variant: Variant, T: int)
                                        atol=1e-10, rtol=1e-9)  # fmt: skip
 
 
-def test_rotary_positions_change_what_query_key_blocks_compute() -> None:
-    """The rope path is taken: the same weights give other outputs with rotary positions than without."""
-    for name in ("mha", "mdha", "multi_branch", "mha-kv1"):
-        plain, turned = VARIANTS[name].block(0), VARIANTS[name].block(0, dims=Dims(32, 4, 16, rope_base=10000.0))
+@pytest.mark.parametrize("positions", ["rope", "alibi"])
+def test_positions_in_attention_change_what_query_key_blocks_compute(positions: str) -> None:
+    """The rope (alibi) path is taken: the same weights give other outputs with it than without."""
+    dims = Dims(32, 4, 16, rope_base=10000.0) if positions == "rope" else Dims(32, 4, 16, alibi=True)
+    for name in ("mha", "mdha", "multi_branch", "mha-kv1", "sliding_window-w3"):
+        plain, turned = VARIANTS[name].block(0), VARIANTS[name].block(0, dims=dims)
         turned.load_state_dict(plain.state_dict())
         x = torch.randn(2, 16, 32)
         with torch.no_grad():
             a, b = plain(x), turned(x)
             scale = a.abs().max()
             assert (a - b).abs().max() > 1e-2 * scale, name
-            assert (a[:, :1] - b[:, :1]).abs().max() < 1e-5 * scale, name  # position 0 is not turned
+            assert (a[:, :1] - b[:, :1]).abs().max() < 1e-5 * scale, name  # position 0 sees only itself
 
 
 def test_activation_matches_reference(activation: str) -> None:

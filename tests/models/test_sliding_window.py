@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import nas
 from nas.models import Dims, FFNSpec
+from nas.models.rotary import alibi_bias
 
 BLOCK = nas.ATTENTION.get("sliding_window")
 
@@ -15,9 +16,11 @@ BLOCK = nas.ATTENTION.get("sliding_window")
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("kv_heads", [0, 2])
 @pytest.mark.parametrize("T", [3, 5, 23, 25])  # shorter than, as long as, and not a multiple of the window
-def test_blocked_path_equals_a_dense_band(causal: bool, kv_heads: int, T: int) -> None:
+@pytest.mark.parametrize("alibi", [False, True])
+def test_blocked_path_equals_a_dense_band(causal: bool, kv_heads: int, T: int, alibi: bool) -> None:
     torch.manual_seed(0)
-    block = BLOCK(Dims(32, 4, 40), BLOCK.Options(window=5, kv_heads=kv_heads), ffn=FFNSpec()).double()
+    dims = Dims(32, 4, 40, alibi=alibi)
+    block = BLOCK(dims, BLOCK.Options(window=5, kv_heads=kv_heads), ffn=FFNSpec()).double()
     if not causal:
         block.make_bidirectional()
     x = torch.randn(2, T, 32, dtype=torch.float64)
@@ -25,7 +28,8 @@ def test_blocked_path_equals_a_dense_band(causal: bool, kv_heads: int, T: int) -
     k, v = block._every_head(k), block._every_head(v)
     offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # query minus key position
     band = (offset.abs() < 5) & ((offset >= 0) if causal else True)
-    want = block.out_proj(block.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=band)))
+    mask = alibi_bias(4, T).double().masked_fill(~band, float("-inf")) if alibi else band
+    want = block.out_proj(block.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
     torch.testing.assert_close(block(x), want, atol=1e-12, rtol=1e-12)
 
 

@@ -144,3 +144,16 @@ def test_fields_added_later_leave_older_architectures_unchanged() -> None:
                                       "tie_embeddings", "layers"}  # fmt: skip
     assert vanilla.to_dict()["layers"][0]["attention"] == {"type": "mha"}
     assert vanilla.arch_id == "eecb426b1c13"
+
+
+def test_alibi_slopes_are_the_papers() -> None:
+    """Press et al.'s ``get_slopes``: 2^(-8h/n) for a power of two; else the power of two below, then
+    every other slope of twice as many heads (REFERENCES 2.5)."""
+    from nas.models.rotary import alibi_bias, alibi_slopes
+
+    assert alibi_slopes(8) == [2.0 ** -(h + 1) for h in range(8)]  # 1/2 ... 1/256
+    assert alibi_slopes(4) == [2.0 ** -(2 * (h + 1)) for h in range(4)]
+    assert alibi_slopes(6) == alibi_slopes(4) + [2.0 ** -1, 2.0 ** -3]  # slopes(8)[0::2][:2]
+    bias = alibi_bias(2, 3)
+    assert alibi_slopes(2) == [2.0 ** -4, 2.0 ** -8]
+    assert bias[0].tolist() == [[0.0, -0.0625, -0.125], [-0.0625, 0.0, -0.0625], [-0.125, -0.0625, 0.0]]

@@ -26,7 +26,7 @@ from nas.errors import ConfigError
 from nas.models.attention.options import BlockOptions, FFNSpec, positive_int
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_attend
-from nas.models.rotary import reference_rotate, rotary_tables, rotate
+from nas.models.rotary import alibi_bias, alibi_slopes, reference_rotate, rotary_tables, rotate
 from nas.registry import Registry
 
 __all__ = [
@@ -98,6 +98,36 @@ class AttentionBlock(nn.Module):
         if not self.dims.rope_base:
             return t
         return rotate(t, self.rope_cos, self.rope_sin)
+
+    def position_bias(self, T: int, device: torch.device) -> Tensor | None:
+        """ALiBi's (H, T, T) logit bias when the model uses it, else None."""
+        return alibi_bias(self.n_heads, T, device) if self.dims.alibi else None
+
+    def attend_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """SDPA over heads, causal unless bidirectional, with ALiBi's bias when the model uses it;
+        k and v may have fewer heads than q (grouped: each serves a contiguous group of query heads)."""
+        grouped = k.shape[1] != q.shape[1]
+        bias = self.position_bias(q.shape[2], q.device)
+        if bias is None:
+            if grouped:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=True)
+            return sdpa(q, k, v, causal=self.causal)
+        if self.causal:
+            T = q.shape[2]
+            bias = bias.masked_fill(self.causal_mask[:T, :T], float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), enable_gqa=grouped)
+
+    def reference_bias(self, logits: Tensor) -> Tensor:
+        """Logits (H, T, T) of one sequence with ALiBi's penalty added, written out; unchanged without it."""
+        if not self.dims.alibi:
+            return logits
+        out = logits.clone()
+        H, T = logits.shape[0], logits.shape[1]
+        for h, m in enumerate(alibi_slopes(H)):
+            for i in range(T):
+                for j in range(T):
+                    out[h, i, j] -= m * abs(i - j)
+        return out
 
     def reference_rotary(self, t: Tensor) -> Tensor:
         """The same on one sequence (T, heads x dh), written out (``nas.models.rotary.reference_rotate``)."""

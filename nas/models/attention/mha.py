@@ -18,14 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from nas.errors import ConfigError
-from nas.models.attention.base import (
-    ATTENTION,
-    AttentionBlock,
-    BlockOptions,
-    FFNSpec,
-    default_scale,
-    sdpa,
-)
+from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, default_scale
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_attend, dot_logits, head
 
@@ -88,20 +81,21 @@ class MultiHeadAttention(AttentionBlock):
 
     def scores(self, x: Tensor) -> Tensor:
         q, k = self.heads(x)[:2]
-        return (q @ self._every_head(k).transpose(-2, -1)) * default_scale(self.d_head)  # (B, H, T, T)
+        s = (q @ self._every_head(k).transpose(-2, -1)) * default_scale(self.d_head)  # (B, H, T, T)
+        bias = self.position_bias(x.shape[1], x.device)
+        return s if bias is None else s + bias.to(s.dtype)
 
     def add_scores(self, x: Tensor, weight: Tensor, into: Tensor) -> Tensor:
         q, k = self.heads(x)[:2]
+        bias = self.position_bias(x.shape[1], x.device)
+        if bias is not None:
+            into = into + weight * bias.to(q.dtype)
         s = (q * (weight * default_scale(self.d_head))) @ self._every_head(k).transpose(-2, -1)  # (B, H, T, T)
         return s.add_(into)  # in place: the product's backward needs q and k, not s
 
     def forward(self, x: Tensor) -> Tensor:
-        q, k, v = self.heads(x)
-        if self.grouped:  # SDPA reads each key/value head for its group (no copies) where the backend can
-            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=True)
-        else:
-            y = sdpa(q, k, v, causal=self.causal)
-        return self.out_proj(self.merge_heads(y))
+        q, k, v = self.heads(x)  # SDPA reads each key/value head for its group, no copies, where it can
+        return self.out_proj(self.merge_heads(self.attend_qkv(q, k, v)))
 
     def reference_qkv(self, x: Tensor) -> list[Tensor]:
         """Q, K (and V) of one sequence x (T, C), each (T, its width); MDHA adds its convolution here."""
@@ -118,11 +112,11 @@ class MultiHeadAttention(AttentionBlock):
 
     def reference_scores(self, x: Tensor) -> Tensor:
         q, k = self._reference_heads(x)[:2]
-        return dot_logits(q, k, self.n_heads)
+        return self.reference_bias(dot_logits(q, k, self.n_heads))
 
     def reference_forward(self, x: Tensor) -> Tensor:
         q, k, v = self._reference_heads(x)
-        return causal_attend(dot_logits(q, k, self.n_heads), v) @ self.out_proj.weight.T
+        return causal_attend(self.reference_bias(dot_logits(q, k, self.n_heads)), v) @ self.out_proj.weight.T
 
     @classmethod
     def count_params(cls, dims: Dims, opts: MHAOptions, ffn: FFNSpec, with_values: bool = True) -> int:

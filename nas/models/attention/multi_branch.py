@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nas.errors import ConfigError
-from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, sdpa
+from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec
 from nas.models.dims import Dims, Flops
 from nas.models.ffn import ACTIVATIONS, GATED, ffn_width
 from nas.models.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
@@ -129,7 +129,7 @@ class MultiBranchAttention(AttentionBlock):
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = (self.split_heads(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, H, T, dh)
-        heads = sdpa(self.rotary(q), self.rotary(k), v, causal=self.causal)  # (B, H, T, dh)
+        heads = self.attend_qkv(self.rotary(q), self.rotary(k), v)  # (B, H, T, dh)
         branch = torch.einsum("bhtd,hdc->bhtc", heads, self.w_o)  # (B, H, T, C)
         branch = branch * self.kappa.view(1, -1, 1, 1)
         hidden = self.act(torch.einsum("bhtc,hcf->bhtf", branch, self.w_in))  # (B, H, T, f)
@@ -144,7 +144,7 @@ class MultiBranchAttention(AttentionBlock):
         H = self.n_heads
         q, k, v = (x @ self.qkv.weight.T).split(self.dims.d_model, dim=-1)  # (T, C) each
         q, k = self.reference_rotary(q), self.reference_rotary(k)
-        heads = causal_attend(dot_logits(q, k, H), v)  # (T, C)
+        heads = causal_attend(self.reference_bias(dot_logits(q, k, H)), v)  # (T, C)
         kappa, alpha = softmax(self.kappa_logits), softmax(self.alpha_logits)
         act = REFERENCE_ACTIVATIONS[self.activation_name]
         y = torch.zeros_like(x)

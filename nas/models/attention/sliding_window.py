@@ -28,6 +28,7 @@ from nas.models.attention.base import ATTENTION, FFNSpec, positive_int
 from nas.models.attention.mha import MHAOptions, MultiHeadAttention
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_attend, dot_logits
+from nas.models.rotary import alibi_slopes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +40,9 @@ class WindowOptions(MHAOptions):
         positive_int(self.window, "window")
 
 
-def block_mask(window: int, n_blocks: int, ahead: int, T: int) -> Tensor:
-    """(n_blocks, window, (2 + ahead) x window) bool: query r of block b may see context key c.
+def block_mask(window: int, n_blocks: int, ahead: int, T: int) -> tuple[Tensor, Tensor]:
+    """(n_blocks, window, (2 + ahead) x window): may query r of block b see context key c (bool),
+    and how many positions the key lies after the query (for ALiBi's penalty).
 
     The context of block b is blocks b-1, b (and b+1 when ``ahead``): key c is at position
     (b - 1) x window + c, query r at b x window + r.  A key is seen when it lies in the band
@@ -51,7 +53,7 @@ def block_mask(window: int, n_blocks: int, ahead: int, T: int) -> Tensor:
     key = (b - 1) * window + torch.arange((2 + ahead) * window)[None, None, :]
     after = key - query
     in_band = (after > -window) & (after <= (window - 1 if ahead else 0))
-    return in_band & (key >= 0) & (key < T)
+    return in_band & (key >= 0) & (key < T), after
 
 
 def blocks(t: Tensor, window: int, n_blocks: int, ahead: int) -> Tensor:
@@ -81,13 +83,18 @@ class SlidingWindowAttention(MultiHeadAttention):
         B, H, _, dh = q.shape
         n, ahead = -(-T // W), 0 if self.causal else 1
         qb = F.pad(q, (0, 0, 0, n * W - T)).view(B, H, n, W, dh)  # (B, H, n, W, dh)
-        mask = block_mask(W, n, ahead, T).to(x.device)  # (n, W, context)
+        allowed, after = block_mask(W, n, ahead, T)  # (n, W, context)
+        mask: Tensor = allowed.to(x.device)
+        if self.dims.alibi:  # (H, n, W, context): ALiBi's penalty inside the band, -inf outside it
+            slopes = torch.tensor(alibi_slopes(H), device=x.device, dtype=q.dtype)
+            penalty = -slopes[:, None, None, None] * after.abs().to(x.device, q.dtype)
+            mask = penalty.masked_fill(~mask, float("-inf"))
         y = F.scaled_dot_product_attention(qb, blocks(k, W, n, ahead), blocks(v, W, n, ahead), attn_mask=mask)
         return self.out_proj(self.merge_heads(y.reshape(B, H, n * W, dh)[:, :, :T]))
 
     def reference_forward(self, x: Tensor) -> Tensor:
         q, k, v = self._reference_heads(x)
-        logits = dot_logits(q, k, self.n_heads)  # (H, T, T)
+        logits = self.reference_bias(dot_logits(q, k, self.n_heads))  # (H, T, T)
         T = x.shape[0]
         for i in range(T):
             for j in range(T):
