@@ -105,10 +105,13 @@ def main() -> None:
         for seed in range(args.seeds):
             t0 = time.perf_counter()
             recipe = TrainRecipe(batch_size=16, lr=0.003, seed=seed)
-            result = train_lm(arch, recipe, Budget("steps", args.steps), corpus, device="cpu", threads=args.threads)
+            budget = Budget("steps", args.steps)
+            result = train_lm(arch, recipe, budget, corpus, device="cpu", threads=args.threads)
             losses.append(result.val_loss)
-            print(f"{name} seed {seed}: {result.val_loss:.4f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-        model_module.TransformerLM.__init__, model_module.SINUSOIDAL_SCALE = init, scale  # type: ignore[method-assign]
+            took = time.perf_counter() - t0
+            print(f"{name} seed {seed}: {result.val_loss:.4f} ({took:.0f} s)", file=sys.stderr)
+        model_module.TransformerLM.__init__ = init  # type: ignore[method-assign]
+        model_module.SINUSOIDAL_SCALE = scale
         spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
         rows.append([name, "-" if ratio is None else f"{ratio:.2f}", f"{statistics.mean(losses):.4f}", f"{spread:.4f}",
                      " ".join(f"{v:.4f}" for v in losses)])

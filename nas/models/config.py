@@ -153,6 +153,7 @@ class ArchConfig:
                 if ffn_width(self.d_model, layer.ffn.mult, layer.ffn.activation) < 1:
                     raise ConfigError(f"gives an FFN width below 1 at d_model {self.d_model}", "ffn.mult")
                 layer.attention.options.check(dims, layer.ffn)
+                layer.attention.options.check_causal()  # an LM's layers and a decoder's are causal
             except ConfigError as err:
                 where = err if err.path.startswith("ffn") else err.at("attention")
                 raise where.at(f"layers.{i}") from None
@@ -263,7 +264,8 @@ class ArchConfig:
         body = _grouped(self.layers)
         if self.is_seq2seq:
             enc = _grouped(self.encoder_layers)
-            return (f"d{self.d_model} h{self.n_heads}{self._components()} enc L{len(self.encoder_layers)}: {enc} | "
+            head = f"d{self.d_model} h{self.n_heads}{self._components()}"
+            return (f"{head} enc L{len(self.encoder_layers)}: {enc} | "
                     f"dec L{self.n_layers}: {body}")  # fmt: skip
         return f"d{self.d_model} h{self.n_heads}{self._components()} L{self.n_layers}: {body}"
 

@@ -65,14 +65,15 @@ def dot_logits(q: Tensor, k: Tensor, n_heads: int) -> Tensor:
     return out
 
 
-def causal_conv(z: Tensor, weight: Tensor) -> Tensor:
-    """y[t, c] = sum_s weight[c, s] * z[t - (k-1) + s, c]; positions before 0 are zero."""
+def causal_conv(z: Tensor, weight: Tensor, left: int | None = None) -> Tensor:
+    """y[t, c] = sum_s weight[c, s] * z[t - left + s, c] (left k-1: causal); positions outside are zero."""
     T, _ = z.shape
     k = weight.shape[1]
+    left = k - 1 if left is None else left
     y = torch.zeros_like(z)
     for t in range(T):
         for s in range(k):
-            src = t - (k - 1) + s
-            if src >= 0:
+            src = t - left + s
+            if 0 <= src < T:
                 y[t] += weight[:, s] * z[src]
     return y

@@ -4,8 +4,10 @@ After the Q, K and V projections, each channel of each head goes through its
 own causal depthwise convolution along the sequence (kernel 3 in Primer; the
 kernel size is an option here), then attention proceeds as in ``mha``.  As a
 seq2seq encoder layer the attention sees the whole source; the convolution
-stays causal (each channel mixes a position with the k-1 before it), so it is
-the same block as in the decoder.
+stays causal (each channel mixes a position with the k-1 before it) unless
+``centered: true``, which mixes the k // 2 positions before it and the
+(k - 1) // 2 after (kernel 3: one on each side).  A centered convolution sees
+later positions, so only an encoder layer may have it.
 
 Speed (CPU, fp32, B 8, T 512, 3 x 256 channels, kernel 3, one thread,
 forward + backward of the convolution alone): ``F.conv1d`` on the transposed
@@ -22,11 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, FFNSpec, positive_int
 from nas.models.attention.mha import MHAOptions, MultiHeadAttention, kv_width
 from nas.models.dims import Dims, Flops
@@ -36,23 +40,44 @@ from nas.models.reference import causal_conv
 @dataclasses.dataclass(frozen=True)
 class MDHAOptions(MHAOptions):
     kernel: int = 3
+    centered: bool = False  # encoder layers only: the taps reach (kernel - 1) // 2 positions ahead
 
     def check(self, dims: Dims, ffn: FFNSpec) -> None:
         super().check(dims, ffn)
         positive_int(self.kernel, "kernel")
 
+    def check_causal(self) -> None:
+        if self.centered:
+            raise ConfigError(
+                "a centered convolution sees later positions; valid only in an encoder layer "
+                "(encoder_layers of a task: seq2seq architecture), not in a causal one",
+                "centered",
+            )
 
-def causal_depthwise_conv(x: Tensor, weight: Tensor) -> Tensor:
-    """y[:, t, c] = sum_s weight[c, s] * x[:, t - (k-1) + s, c], zeros before the start.
+    @property
+    def left(self) -> int:
+        """How many positions before the current one the taps reach (k - 1 when causal)."""
+        return self.kernel // 2 if self.centered else self.kernel - 1
 
-    x (B, T, C), weight (C, k); the left padding of k-1 keeps it causal.  The
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if not self.centered:  # the default leaves no trace: arch_ids from before the option stay
+            del out["centered"]
+        return out
+
+
+def causal_depthwise_conv(x: Tensor, weight: Tensor, left: int | None = None) -> Tensor:
+    """y[:, t, c] = sum_s weight[c, s] * x[:, t - left + s, c], zeros outside the sequence.
+
+    x (B, T, C), weight (C, k); ``left`` defaults to k-1, which keeps it causal.  The
     (B, T, C) memory is read as a channels-last (B, C, 1, T) image, so the
     depthwise convolution needs no transposed copies and its output is
     (B, T, C)-contiguous again (see the module docstring for the timings).
     """
     B, T, C = x.shape
     k = weight.shape[-1]
-    xp = F.pad(x, (0, 0, k - 1, 0))  # (B, T + k - 1, C), zeros before the start
+    left = k - 1 if left is None else left
+    xp = F.pad(x, (0, 0, left, k - 1 - left))  # (B, T + k - 1, C), zeros before the start (and after)
     image = xp.transpose(1, 2).unsqueeze(2)  # (B, C, 1, T + k - 1), channels-last strides
     y = F.conv2d(image, weight.view(C, 1, 1, k), groups=C)  # (B, C, 1, T), channels-last
     return y.squeeze(2).transpose(1, 2)  # (B, T, C), contiguous
@@ -62,22 +87,23 @@ def causal_depthwise_conv(x: Tensor, weight: Tensor) -> Tensor:
 class MultiDConvHeadAttention(MultiHeadAttention):
     bidirectional = True  # mha's forward: the causal flag drops the mask; the convolution stays causal
     Options = MDHAOptions
-    short_option_names = {"kernel": "k", "kv_heads": "kv"}
+    short_option_names = {"kernel": "k", "kv_heads": "kv", "centered": "centered="}
     no_decay = ("conv_weight",)  # a per-channel filter that starts at the identity, not a matrix
 
     def __init__(self, dims: Dims, opts: MDHAOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
         channels = sum(self.widths)  # Q, K (and V), K and V of kv_heads heads each
-        # Start close to the identity (last tap 1) so the block begins as plain attention.
+        # Start close to the identity (the current position's tap 1) so the block begins as plain attention.
         weight = torch.randn(channels, opts.kernel) * (0.02 / math.sqrt(opts.kernel))
-        weight[:, -1] += 1.0
+        weight[:, opts.left] += 1.0
         self.conv_weight = nn.Parameter(weight)
+        self.left = opts.left
 
     def project(self, x: Tensor) -> Tensor:
-        return causal_depthwise_conv(self.qkv(x), self.conv_weight)
+        return causal_depthwise_conv(self.qkv(x), self.conv_weight, self.left)
 
     def reference_qkv(self, x: Tensor) -> list[Tensor]:
-        z = causal_conv(x @ self.qkv.weight.T, self.conv_weight)  # (T, sum(widths))
+        z = causal_conv(x @ self.qkv.weight.T, self.conv_weight, self.left)  # (T, sum(widths))
         return list(z.split(self.widths, dim=-1))
 
     @classmethod

@@ -90,7 +90,8 @@ class MultiHeadAttention(AttentionBlock):
         bias = self.position_bias(x.shape[1], x.device)
         if bias is not None:
             into = into + weight * bias.to(q.dtype)
-        s = (q * (weight * default_scale(self.d_head))) @ self._every_head(k).transpose(-2, -1)  # (B, H, T, T)
+        k = self._every_head(k)
+        s = (q * (weight * default_scale(self.d_head))) @ k.transpose(-2, -1)  # (B, H, T, T)
         return s.add_(into)  # in place: the product's backward needs q and k, not s
 
     def forward(self, x: Tensor) -> Tensor:
@@ -102,7 +103,7 @@ class MultiHeadAttention(AttentionBlock):
         return list((x @ self.qkv.weight.T).split(self.widths, dim=-1))
 
     def _reference_heads(self, x: Tensor) -> list[Tensor]:
-        """Q, K (and V), each (T, C): K and V copied out to every query head of their group, Q and K turned."""
+        """Q, K (and V), each (T, C): K and V copied to every query head of their group, Q and K turned."""
         parts = self.reference_qkv(x)
         H, G = self.n_heads, parts[1].shape[1] // self.d_head
         for i in range(1, len(parts)):

@@ -31,6 +31,9 @@ class BlockOptions:
     def check(self, dims: Dims, ffn: FFNSpec) -> None:
         """Raise ConfigError(message, field) if the options cannot work with these sizes."""
 
+    def check_causal(self) -> None:
+        """Raise ConfigError(message, field) if these options cannot run causally (an LM or decoder layer)."""
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
