@@ -51,8 +51,10 @@ class Layer(nn.Module):
             act = cfg.ffn.activation
             self.ffn = FeedForward(dims.d_model, ffn_width(dims.d_model, cfg.ffn.mult, act), act)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln_attn(x))
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
+        """``keep`` (B, T): an encoder layer's real tokens, which its attention alone may attend to."""
+        h = self.ln_attn(x)
+        x = x + (self.attn(h) if keep is None else self.attn(h, keep))
         if self.ffn is not None:
             x = x + self.ffn(self.ln_ffn(x))
         return x

@@ -126,9 +126,11 @@ class Seq2SeqTransformer(nn.Module):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """The encoder output (B, S, C) and the mask of real source tokens (B, S)."""
         x = self._embed(src, self.enc_pos)
+        keep = src != self.pad_id
+        mask = None if bool(keep.all()) else keep  # no padding: the unmasked (fused) paths
         for layer in self.encoder:
-            x = layer(x)
-        return self.ln_enc(x), src != self.pad_id
+            x = layer(x, mask)
+        return self.ln_enc(x), keep
 
     def decode(self, memory: Tensor, keep: Tensor, tgt_in: Tensor) -> Tensor:
         """Logits (B, T, vocab) of every next target token."""

@@ -2,7 +2,8 @@
 
 A block maps x [B, T, C] to [B, T, C], is causal (position t never sees a
 later position) unless an encoder built it bidirectional (``make_bidirectional``,
-for blocks that say ``bidirectional = True``), batches its heads, and publishes its parameter count and
+for blocks that say ``bidirectional = True``; an encoder then passes ``keep``, the
+(B, T) mask of real source tokens, and no position may attend to padding), batches its heads, and publishes its parameter count and
 FLOPs per token as formulas next to its code, so that adding a block is one
 file (see docs/adding_a_block.md).  Blocks whose attention weights come from
 logits also expose ``scores(x)`` and say ``mixable = True`` so that
@@ -103,19 +104,25 @@ class AttentionBlock(nn.Module):
         """ALiBi's (H, T, T) logit bias when the model uses it, else None."""
         return alibi_bias(self.n_heads, T, device) if self.dims.alibi else None
 
-    def attend_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """SDPA over heads, causal unless bidirectional, with ALiBi's bias when the model uses it;
-        k and v may have fewer heads than q (grouped: each serves a contiguous group of query heads)."""
-        grouped = k.shape[1] != q.shape[1]
-        bias = self.position_bias(q.shape[2], q.device)
-        if bias is None:
+    def attend_qkv(
+        self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None = None, *, positions: bool = True,
+        scale: float | None = None,
+    ) -> Tensor:  # fmt: skip
+        """SDPA over heads, causal unless bidirectional, with ALiBi's bias when the model uses it (and
+        ``positions``), padding keys masked when ``keep`` (B, T) is given; k and v may have fewer heads
+        than q (grouped: each serves a contiguous group of query heads)."""
+        T, grouped = q.shape[2], k.shape[1] != q.shape[1]
+        bias = self.position_bias(T, q.device) if positions else None
+        if bias is None and keep is None:
             if grouped:
-                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=True)
-            return sdpa(q, k, v, causal=self.causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=True, scale=scale)
+            return sdpa(q, k, v, causal=self.causal, scale=scale)
+        mask = torch.zeros(T, T, device=q.device, dtype=q.dtype) if bias is None else bias.to(q.dtype)
         if self.causal:
-            T = q.shape[2]
-            bias = bias.masked_fill(self.causal_mask[:T, :T], float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), enable_gqa=grouped)
+            mask = mask.masked_fill(self.causal_mask[:T, :T], float("-inf"))
+        if keep is not None:
+            mask = mask.masked_fill(~keep[:, None, None, :], float("-inf"))  # (B, H|1, T, T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=grouped, scale=scale)
 
     def reference_bias(self, logits: Tensor) -> Tensor:
         """Logits (H, T, T) of one sequence with ALiBi's penalty added, written out; unchanged without it."""
@@ -146,13 +153,16 @@ class AttentionBlock(nn.Module):
             raise ConfigError(f"{self.name} only runs causally; it cannot be an encoder layer")
         self.causal = False
 
-    def masked_softmax(self, logits: Tensor) -> Tensor:
-        """Softmax over keys, every later position masked when the block is causal; logits (..., T, T)."""
+    def masked_softmax(self, logits: Tensor, keep: Tensor | None = None) -> Tensor:
+        """Softmax over keys, every later position masked when the block is causal and every padding
+        key when ``keep`` (B, T) says which are real; logits (B|1, H, T, T)."""
         T = logits.shape[-1]
         # At least float32 for the softmax (half precision is upcast, float64 stays float64).
         wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
         if self.causal:
             wide = wide.masked_fill(self.causal_mask[:T, :T], float("-inf"))
+        if keep is not None:
+            wide = wide.masked_fill(~keep[:, None, None, :], float("-inf"))  # (B, H, T, T)
         return torch.softmax(wide, dim=-1).to(logits.dtype)
 
     # -- the contract ---------------------------------------------------------------------
@@ -169,7 +179,8 @@ class AttentionBlock(nn.Module):
         """
         return into + weight * self.scores(x)
 
-    def forward(self, x: Tensor) -> Tensor:  # pragma: no cover - every block overrides
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:  # pragma: no cover - overridden
+        """x (B, T, C) -> (B, T, C); ``keep`` (B, T), an encoder's real tokens: padding is never attended to."""
         raise NotImplementedError
 
     @classmethod
@@ -274,8 +285,8 @@ class ValueAttention(AttentionBlock):
         y = y.view(H, T, B, dh).permute(2, 1, 0, 3).reshape(B, T, C)  # (B, T, C)
         return self.out_proj(y)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.attend(self.masked_softmax(self.scores(x)), x)
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
+        return self.attend(self.masked_softmax(self.scores(x), keep), x)
 
     def reference_forward(self, x: Tensor) -> Tensor:
         v = x @ self.v_proj.weight.T  # (T, C)

@@ -99,8 +99,11 @@ class MultiDConvHeadAttention(MultiHeadAttention):
         self.conv_weight = nn.Parameter(weight)
         self.left = opts.left
 
-    def project(self, x: Tensor) -> Tensor:
-        return causal_depthwise_conv(self.qkv(x), self.conv_weight, self.left)
+    def project(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
+        z = self.qkv(x)
+        if keep is not None:  # padding contributes nothing to a real position's taps (a centered one's)
+            z = z * keep[..., None].to(z.dtype)
+        return causal_depthwise_conv(z, self.conv_weight, self.left)
 
     def reference_qkv(self, x: Tensor) -> list[Tensor]:
         z = causal_conv(x @ self.qkv.weight.T, self.conv_weight, self.left)  # (T, sum(widths))

@@ -65,13 +65,13 @@ class MultiHeadAttention(AttentionBlock):
             self.out_proj = nn.Linear(dims.d_model, dims.d_model, bias=False)
             self.out_proj.residual_out = True  # type: ignore[attr-defined]
 
-    def project(self, x: Tensor) -> Tensor:
+    def project(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         """Fused projections, (B, T, sum(widths)); MDHA adds its convolution here."""
         return self.qkv(x)
 
-    def heads(self, x: Tensor) -> list[Tensor]:
+    def heads(self, x: Tensor, keep: Tensor | None = None) -> list[Tensor]:
         """Q (B, H, T, dh), K (and V) (B, G, T, dh); Q and K at their positions."""
-        parts = [self.split_heads(t) for t in self.project(x).split(self.widths, dim=-1)]
+        parts = [self.split_heads(t) for t in self.project(x, keep).split(self.widths, dim=-1)]
         parts[0], parts[1] = self.rotary(parts[0]), self.rotary(parts[1])
         return parts
 
@@ -94,9 +94,9 @@ class MultiHeadAttention(AttentionBlock):
         s = (q * (weight * default_scale(self.d_head))) @ k.transpose(-2, -1)  # (B, H, T, T)
         return s.add_(into)  # in place: the product's backward needs q and k, not s
 
-    def forward(self, x: Tensor) -> Tensor:
-        q, k, v = self.heads(x)  # SDPA reads each key/value head for its group, no copies, where it can
-        return self.out_proj(self.merge_heads(self.attend_qkv(q, k, v)))
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
+        q, k, v = self.heads(x, keep)  # SDPA reads each key/value head for its group, no copies, where it can
+        return self.out_proj(self.merge_heads(self.attend_qkv(q, k, v, keep)))
 
     def reference_qkv(self, x: Tensor) -> list[Tensor]:
         """Q, K (and V) of one sequence x (T, C), each (T, its width); MDHA adds its convolution here."""

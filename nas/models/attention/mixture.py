@@ -148,7 +148,7 @@ class Mixture(ValueAttention):
         assert total is not None
         return total
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         """softmax(mask + sum_i alpha_i S_i) V W_o, the same as ``ValueAttention.forward``, faster.
 
         The input-independent parts (random synthesizers) and the causal mask are summed
@@ -170,7 +170,9 @@ class Mixture(ValueAttention):
                 bias = bias + a * part.scores(x)[0]  # (H, T, T)
             else:
                 dynamic.append((a, part))
-        if not dynamic:
+        if keep is not None:  # padding keys: -inf for every sequence's own padding, (B, H, T, T)
+            bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
+        elif not dynamic:
             return self.attend_shared(torch.softmax(bias, dim=-1), x)
         logits = bias
         for a, part in dynamic:

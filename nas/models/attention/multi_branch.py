@@ -127,9 +127,9 @@ class MultiBranchAttention(AttentionBlock):
     def alpha(self) -> Tensor:
         return torch.softmax(self.alpha_logits, dim=0)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         q, k, v = (self.split_heads(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, H, T, dh)
-        heads = self.attend_qkv(self.rotary(q), self.rotary(k), v)  # (B, H, T, dh)
+        heads = self.attend_qkv(self.rotary(q), self.rotary(k), v, keep)  # (B, H, T, dh)
         branch = torch.einsum("bhtd,hdc->bhtc", heads, self.w_o)  # (B, H, T, C)
         branch = branch * self.kappa.view(1, -1, 1, 1)
         hidden = self.act(torch.einsum("bhtc,hcf->bhtf", branch, self.w_in))  # (B, H, T, f)

@@ -74,11 +74,11 @@ class SlidingWindowAttention(MultiHeadAttention):
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
         self.window = opts.window
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         T, W = x.shape[1], self.window
         if W >= T:  # the band is the whole causal triangle (or, in an encoder, everything): mha
-            return super().forward(x)
-        q, k, v = self.heads(x)
+            return super().forward(x, keep)
+        q, k, v = self.heads(x, keep)
         k, v = self._every_head(k), self._every_head(v)
         B, H, _, dh = q.shape
         n, ahead = -(-T // W), 0 if self.causal else 1
@@ -89,6 +89,10 @@ class SlidingWindowAttention(MultiHeadAttention):
             slopes = torch.tensor(alibi_slopes(H), device=x.device, dtype=q.dtype)
             penalty = -slopes[:, None, None, None] * after.abs().to(x.device, q.dtype)
             mask = penalty.masked_fill(~mask, float("-inf"))
+        if keep is not None:  # (B, 1, n, 1, context): padding keys of each block's context
+            real = blocks(keep[:, None, :, None].to(q.dtype), W, n, ahead)[..., 0] > 0  # (B, 1, n, context)
+            mask = mask.masked_fill(~real[:, :, :, None, :], float("-inf")) if mask.is_floating_point() \
+                else mask & real[:, :, :, None, :]
         y = F.scaled_dot_product_attention(qb, blocks(k, W, n, ahead), blocks(v, W, n, ahead), attn_mask=mask)
         return self.out_proj(self.merge_heads(y.reshape(B, H, n * W, dh)[:, :, :T]))
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, sdpa
+from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention
 from nas.models.dims import Dims, Flops
 from nas.models.reference import head
 
@@ -63,7 +63,7 @@ class DenseSynthesizer(ValueAttention):
         s = (self.hidden_heads(x) * weight) @ self.w2[:, :, :T]  # (B, H, T, T)
         return s.add_(into + weight * self.b2[:, None, :T])  # the bias joins the small (.., T, T) term
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         B, T, _ = x.shape
         H, dh = self.n_heads, self.d_head
         pad = -(dh + 1) % 8 if x.is_cuda else 0  # zero columns beyond the bias column
@@ -75,7 +75,7 @@ class DenseSynthesizer(ValueAttention):
         k = k.to(q.dtype).unsqueeze(0).expand(B, -1, -1, -1).contiguous()  # (B, H, T, w)
         v = self.split_heads(self.v_proj(x))  # (B, H, T, dh)
         v = torch.cat([v, v.new_zeros(B, H, T, 1 + pad)], dim=-1)  # (B, H, T, w)
-        y = sdpa(q, k, v, causal=self.causal, scale=1.0)[..., :dh]  # (B, H, T, dh)
+        y = self.attend_qkv(q, k, v, keep, positions=False, scale=1.0)[..., :dh]  # (B, H, T, dh)
         return self.out_proj(self.merge_heads(y))
 
     def reference_scores(self, x: Tensor) -> Tensor:
