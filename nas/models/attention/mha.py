@@ -71,7 +71,9 @@ class MultiHeadAttention(AttentionBlock):
 
     def heads(self, x: Tensor, keep: Tensor | None = None) -> list[Tensor]:
         """Q (B, H, T, dh), K (and V) (B, G, T, dh); Q and K at their positions."""
-        parts = [self.split_heads(t) for t in self.project(x, keep).split(self.widths, dim=-1)]
+        # a subclass's project(x) without keep still works wherever there is no padding
+        z = self.project(x) if keep is None else self.project(x, keep)
+        parts = [self.split_heads(t) for t in z.split(self.widths, dim=-1)]
         parts[0], parts[1] = self.rotary(parts[0]), self.rotary(parts[1])
         return parts
 
