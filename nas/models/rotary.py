@@ -66,9 +66,14 @@ def alibi_slopes(n_heads: int) -> list[float]:
     return power_of_two(c) + alibi_slopes(2 * c)[0::2][: n_heads - c]
 
 
+def alibi_penalty(n_heads: int, offset: Tensor) -> Tensor:
+    """(H, *offset.shape): -m_h |offset|, head h's penalty for a key ``offset`` positions from its query."""
+    slopes = torch.tensor(alibi_slopes(n_heads), device=offset.device)
+    return -slopes.view(-1, *[1] * offset.dim()) * offset.abs()
+
+
 def alibi_bias(n_heads: int, T: int, device: torch.device | None = None) -> Tensor:
     """(H, T, T): -m_h |i - j|, the penalty of key j for query i (a causal block masks j > i anyway;
     an encoder layer sees the same penalty on either side)."""
-    slopes = torch.tensor(alibi_slopes(n_heads), device=device)
     pos = torch.arange(T, device=device)
-    return -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()
+    return alibi_penalty(n_heads, pos[:, None] - pos[None, :])

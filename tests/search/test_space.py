@@ -153,11 +153,11 @@ def test_seed_layers_come_from_the_example_files(tmp_path, monkeypatch):
     text = sampling.shipped_arch("primer_ez").read_text().replace("kernel: 3", "kernel: 2")
     (tmp_path / "primer_ez.yaml").write_text(text)
     monkeypatch.setattr(sampling, "shipped_arch", lambda name: tmp_path / f"{name}.yaml")
-    sampling.seed_layer.cache_clear()
+    sampling.seed_arch.cache_clear()
     try:
         params = parse_space(small_space()).seed_params("primer_ez")
     finally:
-        sampling.seed_layer.cache_clear()
+        sampling.seed_arch.cache_clear()
     assert params["layers.0.attention.mdha.kernel"] == 2
     assert params["layers.1.attention"] == "mdha" and params["layers.1.ffn.activation"] == "squared_relu"
 

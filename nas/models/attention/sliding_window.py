@@ -28,7 +28,7 @@ from nas.models.attention.base import ATTENTION, FFNSpec, positive_int
 from nas.models.attention.mha import MHAOptions, MultiHeadAttention
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_attend, dot_logits
-from nas.models.rotary import alibi_slopes
+from nas.models.rotary import alibi_penalty
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,15 +84,13 @@ class SlidingWindowAttention(MultiHeadAttention):
         n, ahead = -(-T // W), 0 if self.causal else 1
         qb = F.pad(q, (0, 0, 0, n * W - T)).view(B, H, n, W, dh)  # (B, H, n, W, dh)
         allowed, after = block_mask(W, n, ahead, T)  # (n, W, context)
-        mask: Tensor = allowed.to(x.device)
-        if self.dims.alibi:  # (H, n, W, context): ALiBi's penalty inside the band, -inf outside it
-            slopes = torch.tensor(alibi_slopes(H), device=x.device, dtype=q.dtype)
-            penalty = -slopes[:, None, None, None] * after.abs().to(x.device, q.dtype)
-            mask = penalty.masked_fill(~mask, float("-inf"))
-        if keep is not None:  # (B, 1, n, 1, context): padding keys of each block's context
+        mask = allowed.to(x.device)
+        if keep is not None:  # and not a padding key of the block's context: (B, 1, n, W, context)
             real = blocks(keep[:, None, :, None].to(q.dtype), W, n, ahead)[..., 0] > 0  # (B, 1, n, context)
-            mask = mask.masked_fill(~real[:, :, :, None, :], float("-inf")) if mask.is_floating_point() \
-                else mask & real[:, :, :, None, :]
+            mask = mask & real[:, :, :, None, :]
+        if self.dims.alibi:  # ALiBi's penalty where a key may be seen, -inf elsewhere: (B|1, H, n, W, context)
+            penalty = alibi_penalty(H, after.to(x.device)).to(q.dtype)
+            mask = torch.where(mask, penalty, float("-inf"))
         y = F.scaled_dot_product_attention(qb, blocks(k, W, n, ahead), blocks(v, W, n, ahead), attn_mask=mask)
         return self.out_proj(self.merge_heads(y.reshape(B, H, n * W, dh)[:, :, :T]))
 

@@ -37,13 +37,12 @@ SEED_GLOBALS = ("pos_encoding", "norm")
 
 
 @functools.cache
-def seed_layer(name: str) -> LayerConfig:
-    """The one layer that the shipped architecture ``name`` (``examples/archs/NAME.yaml``) repeats."""
+def seed_arch(name: str) -> ArchConfig:
+    """The shipped architecture ``name`` (``examples/archs/NAME.yaml``), which must repeat one layer."""
     arch = load_arch(shipped_arch(name))
-    first = arch.layers[0]
-    if any(layer != first for layer in arch.layers):
+    if any(layer != arch.layers[0] for layer in arch.layers):
         raise ConfigError(f"a seed architecture must repeat one layer; {name}.yaml has several", "layers")
-    return first
+    return arch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,9 +127,9 @@ class SearchSpace:
         the sampler's, so a seed fits any space that offers its blocks and components (a seq2seq
         space: in both stacks).  A space that does not list a component has the default there.
         """
-        layer = seed_layer(which)
+        arch = seed_arch(which)
+        layer = arch.layers[0]
         params: dict[str, Any] = {}
-        arch = load_arch(shipped_arch(which))
         defaults = {f.name: f.default for f in dataclasses.fields(ArchConfig)}
         for key in SEED_GLOBALS:
             value, offered = getattr(arch, key), self.globals.get(key)
