@@ -7,18 +7,21 @@
 * ``ValueAttention.attend_shared`` (weights shared by the batch) and
   ``Mixture.forward`` (static parts and the mask summed first, weighted logits
   added in place) give the outputs and gradients of the generic
-  ``ValueAttention`` path.
+  ``ValueAttention`` path, and ``Mixture.fused`` (SDPA with the summed biases
+  as its float mask) those of the written-out logits.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from model_cases import D_MODEL, DIMS, FFN, MAX_LEN, VARIANTS
+from model_cases import D_MODEL, DIMS, FFN, MAX_LEN, N_HEADS, VARIANTS
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from nas.models.attention.base import ValueAttention
 from nas.models.attention.mdha import causal_depthwise_conv
+from nas.models.attention.mixture import Mixture, MixtureOptions
+from nas.models.dims import Dims
 
 
 def _x(T: int = MAX_LEN, B: int = 3, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -77,3 +80,84 @@ def test_fast_forward_matches_the_generic_path(key: str) -> None:
     for k in g_ref:
         torch.testing.assert_close(g_fast[k], g_ref[k], atol=1e-10, rtol=1e-9, msg=k)
     assert isinstance(block, ValueAttention)
+
+
+MIXES = {
+    "mha+random": {"components": ["mha", "synth_random"]},
+    "mdha-kv2+dense+fixed": {"components": [{"type": "mdha", "kv_heads": 2}, "synth_dense", "synth_fixed_random"]},
+    "dense+mha, fixed weights": {"components": ["synth_dense", "mha"], "weights": [0.3, 0.7]},
+    "mha+factorized_random": {"components": ["mha", "synth_factorized_random"]},
+    "mha+fixed_random, fixed weights (SDPA on CPU)": {"components": ["mha", "synth_fixed_random"], "weights": [2, 1]},
+}
+POSITIONS = {
+    "table": DIMS,
+    "rope": Dims(D_MODEL, N_HEADS, MAX_LEN, rope_base=10000.0),
+    "alibi": Dims(D_MODEL, N_HEADS, MAX_LEN, alibi=True),
+}
+
+
+@pytest.mark.parametrize("positions", sorted(POSITIONS))
+@pytest.mark.parametrize("mix", sorted(MIXES))
+@pytest.mark.parametrize("encoder", [False, True], ids=["causal", "encoder-padded"])
+def test_fused_mixture_matches_its_written_out_logits(mix: str, positions: str, encoder: bool) -> None:
+    """SDPA over concatenated queries and keys with the summed biases as its float mask gives the
+    outputs and gradients of the path that writes the (B, H, T, T) logits (``Mixture.unfused``)."""
+    torch.manual_seed(0)
+    opts = MixtureOptions.parse(MIXES[mix])
+    block = Mixture(POSITIONS[positions], opts, ffn=FFN).double()
+    with torch.no_grad():  # learned mixing weights away from uniform, so that a lost alpha shows
+        for p in block.parameters():
+            if p.dim() == 1 and p.numel() == len(opts.components):
+                p.copy_(torch.linspace(-1.0, 1.0, p.numel()))
+    keep = None
+    if encoder:
+        block.make_bidirectional()
+        keep = torch.ones(3, MAX_LEN, dtype=torch.bool)
+        keep[0, -5:] = False  # padding keys of the first sequence
+        keep[2, -1:] = False
+    x = _x(dtype=torch.float64)
+    calls: list[str] = []
+    original = Mixture.fused
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("fused")
+        return original(self, *args, **kwargs)
+
+    def written_out(inp: torch.Tensor) -> torch.Tensor:
+        T = inp.shape[1]
+        bias = torch.zeros(T, T, dtype=inp.dtype)
+        if block.causal:
+            bias = bias.masked_fill(block.causal_mask[:T, :T], float("-inf"))
+        dynamic = []
+        for a, part in zip(block.alpha, block.parts, strict=True):
+            if part.static_scores:
+                bias = bias + a * part.scores(inp)[0]
+            else:
+                dynamic.append((a, part))
+        if keep is not None:
+            bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
+        return block.unfused(inp, bias, dynamic)
+
+    Mixture.fused = spy  # type: ignore[method-assign]
+    try:
+        y_fast, g_fast = _grads(block, lambda inp: block(inp, keep), x)
+    finally:
+        Mixture.fused = original  # type: ignore[method-assign]
+    assert calls, "the mixture did not take its fused path"
+    y_ref, g_ref = _grads(block, written_out, x)
+    real = keep[..., None] if keep is not None else torch.ones(1, 1, 1, dtype=torch.bool)
+    torch.testing.assert_close(y_fast * real, y_ref * real, atol=1e-10, rtol=1e-9)
+    assert g_fast.keys() == g_ref.keys()
+    for k in g_ref:
+        torch.testing.assert_close(g_fast[k], g_ref[k], atol=1e-10, rtol=1e-9, msg=k)
+
+
+def test_fused_mixture_with_a_fixed_mask_reaches_the_flash_kernel() -> None:
+    """Fixed weights and a fixed random part: the mask needs no gradient, so the CPU's fused kernel
+    takes it (with a trained mask CPU SDPA runs its math path, as the written-out logits do)."""
+    opts = MixtureOptions.parse({"components": ["mha", "synth_fixed_random"], "weights": [0.5, 0.5]})
+    block = Mixture(DIMS, opts, ffn=FFN)
+    x = _x()
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # raises if SDPA had to fall back
+        block(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()

@@ -70,6 +70,10 @@ class AttentionBlock(nn.Module):
         # the causal mask itself, so a parent's bidirectional = True must not carry over to it.
         if "bidirectional" not in cls.__dict__:
             cls.bidirectional = False
+        # Likewise a subclass that changes its logits (the doc's ALiBi adds a bias in ``scores``)
+        # and not ``dot_terms`` would hand a mixture its parent's product: it falls back to ``scores``.
+        if {"scores", "add_scores"} & cls.__dict__.keys() and "dot_terms" not in cls.__dict__:
+            cls.dot_terms = AttentionBlock.dot_terms  # type: ignore[method-assign]
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__()
@@ -178,6 +182,15 @@ class AttentionBlock(nn.Module):
         saves two passes over the (B, H, T, T) logits, forward and backward.
         """
         return into + weight * self.scores(x)
+
+    def dot_terms(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None] | None:
+        """``scores(x)`` as a product plus a bias: (q, k, bias) with ``scores = q @ k^T + bias``.
+
+        q (B, H, T, e), k (B|1, H, T, e), bias broadcastable to (H, T, T) or None.  A block whose
+        logits are no such product leaves this method alone (it returns None).  ``mixture`` concatenates its parts' q and k and hands the sum
+        of their biases to SDPA as an additive mask instead of writing (B, H, T, T) logits itself.
+        """
+        return None
 
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:  # pragma: no cover - overridden
         """x (B, T, C) -> (B, T, C); ``keep`` (B, T), an encoder's real tokens: padding is never attended to."""

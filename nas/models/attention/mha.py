@@ -96,6 +96,10 @@ class MultiHeadAttention(AttentionBlock):
         s = (q * (weight * default_scale(self.d_head))) @ k.transpose(-2, -1)  # (B, H, T, T)
         return s.add_(into)  # in place: the product's backward needs q and k, not s
 
+    def dot_terms(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        q, k = self.heads(x)[:2]
+        return q * default_scale(self.d_head), self._every_head(k), self.position_bias(x.shape[1], x.device)
+
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         q, k, v = self.heads(x, keep)  # SDPA reads each key/value head for its group, no copies, where it can
         return self.out_proj(self.merge_heads(self.attend_qkv(q, k, v, keep)))

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nas.errors import ConfigError
@@ -120,6 +121,8 @@ class MixtureOptions(BlockOptions):
 class Mixture(ValueAttention):
     Options = MixtureOptions
     bidirectional = True  # its components give logits only; the mask is applied here
+    #: False: always write the logits out (``unfused``); benchmarks/fused_mixture.py compares the two.
+    fuse: bool = True
 
     def __init__(self, dims: Dims, opts: MixtureOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
@@ -151,17 +154,19 @@ class Mixture(ValueAttention):
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         """softmax(mask + sum_i alpha_i S_i) V W_o, the same as ``ValueAttention.forward``, faster.
 
-        The input-independent parts (random synthesizers) and the causal mask are summed
-        first on (H, T, T), once per step; each input-dependent part then adds its
-        alpha-weighted logits through ``add_scores``, so the (B, H, T, T) logits are
-        written once and the mask costs no pass of its own.  For ``mha`` + ``synth_random``
-        this is about 1.5x faster than scaling, summing and masking the logits one by one
-        (block forward + backward, T 512, batch 8, CPU).
-        With only static parts the softmax runs once per step and is shared by the batch.
+        The input-independent parts (random synthesizers) and the causal mask are summed first
+        on (H, T, T), once per step.  With only such parts the softmax, too, runs once per step
+        and is shared by the batch.  When every input-dependent part's logits are a product plus
+        a bias (``dot_terms``: ``mha``, ``mdha``, ``synth_dense``), their alpha-weighted queries
+        and keys are concatenated and SDPA takes the summed biases as an additive float mask
+        (``fused``): the mixture never writes (B, H, T, T) logits itself, and a backend with a
+        fused kernel for masks keeps them out of memory: CUDA's memory-efficient attention, which
+        also returns the mask's gradient, and the CPU's flash kernel when the mask is fixed
+        (fixed weights, fixed random parts).  Any other part goes through ``add_scores``.
         """
         T = x.shape[1]
         alpha = self.alpha
-        bias = torch.zeros(T, T, device=x.device)
+        bias = torch.zeros(T, T, device=x.device, dtype=x.dtype)
         if self.causal:
             bias = bias.masked_fill(self.causal_mask[:T, :T], float("-inf"))
         dynamic = []
@@ -170,10 +175,44 @@ class Mixture(ValueAttention):
                 bias = bias + a * part.scores(x)[0]  # (H, T, T)
             else:
                 dynamic.append((a, part))
+        if not dynamic and keep is None:
+            return self.attend_shared(torch.softmax(bias, dim=-1), x)
+        if self.fuse and dynamic and all(type(part).dot_terms is not AttentionBlock.dot_terms for _, part in dynamic):
+            return self.fused(x, bias, [(a, part.dot_terms(x)) for a, part in dynamic], keep)  # type: ignore[misc]
         if keep is not None:  # padding keys: -inf for every sequence's own padding, (B, H, T, T)
             bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
-        elif not dynamic:
-            return self.attend_shared(torch.softmax(bias, dim=-1), x)
+        return self.unfused(x, bias, dynamic)
+
+    def fused(
+        self, x: Tensor, bias: Tensor, terms: list[tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]],
+        keep: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
+        """SDPA over [alpha_i q_i] . [k_i] with ``bias`` plus the parts' own biases as its float mask
+        (on a CPU only when the mask needs no gradient: benchmarks/fused_mixture.py)."""
+        B = x.shape[0]
+        qs, ks = [], []
+        for a, (q, k, own) in terms:
+            qs.append(q * a)
+            ks.append(k.expand(B, -1, -1, -1))
+            if own is not None:
+                bias = bias + a * own.to(bias.dtype)
+        q, k = torch.cat(qs, dim=-1), torch.cat(ks, dim=-1)  # (B, H, T, sum of the parts' widths)
+        mask = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))  # (1, H|1, T, T)
+        if keep is not None:
+            mask = mask.masked_fill(~keep[:, None, None, :], float("-inf"))  # (B, H|1, T, T)
+        if mask.requires_grad and not x.is_cuda:
+            # CPU SDPA has no fused kernel for a mask that needs a gradient: its math path would
+            # write the same logits, slower than one product with the mask added in place.
+            logits = (q @ k.transpose(-2, -1)).add_(mask)  # (B, H, T, T)
+            wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+            return self.attend(torch.softmax(wide, dim=-1).to(logits.dtype), x)
+        v = self.split_heads(self.v_proj(x))  # (B, H, T, dh)
+        y = F.scaled_dot_product_attention(q, k.to(q.dtype), v, attn_mask=mask.to(q.dtype), scale=1.0)
+        return self.out_proj(self.merge_heads(y))
+
+    def unfused(self, x: Tensor, bias: Tensor, dynamic: list[tuple[Tensor, AttentionBlock]]) -> Tensor:
+        """The logits written out: each dynamic part adds its alpha-weighted logits to ``bias``
+        through ``add_scores`` (in place where it can, so (B, H, T, T) is written once)."""
         logits = bias
         for a, part in dynamic:
             logits = part.add_scores(x, a, logits)  # (B, H, T, T)

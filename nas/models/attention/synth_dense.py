@@ -63,6 +63,11 @@ class DenseSynthesizer(ValueAttention):
         s = (self.hidden_heads(x) * weight) @ self.w2[:, :, :T]  # (B, H, T, T)
         return s.add_(into + weight * self.b2[:, None, :T])  # the bias joins the small (.., T, T) term
 
+    def dot_terms(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        T = x.shape[1]
+        k = self.w2[:, :, :T].transpose(1, 2).unsqueeze(0)  # (1, H, T, dh): the keys are positions
+        return self.hidden_heads(x), k, self.b2[:, None, :T]
+
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         B, T, _ = x.shape
         H, dh = self.n_heads, self.d_head
