@@ -63,7 +63,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="FILE",
         help="a baseline architecture file or a shipped one's name, e.g. vanilla (repeatable; default: "
-        "the space's seed architectures as the search ran them)",
+        "the space's seed architectures as the search ran them, and Transformer++ for a language model)",
+    )
+    p.add_argument(
+        "--baseline-shape",
+        choices=("finalist", "own"),
+        default="finalist",
+        help="finalist (default): each baseline rebuilt at each finalist's width, heads, depth and context, "
+        "so that a comparison isolates the blocks (finalists of one shape share them); own: the baselines "
+        "as they are",
     )
     p.add_argument(
         "--lrs",
@@ -99,18 +107,24 @@ def _data_spec(record: Any) -> str | None:
 def _baselines(
     files: list[str] | None, study: Any, seed_archs: Any, data: str | None, task: str
 ) -> list[tuple[Any, ...]]:
-    """(name, ArchConfig, the search trial that measured it or None) per baseline."""
-    from nas.confirm.plan import baseline_file, default_baselines, search_twin
+    """(name, ArchConfig, the search trial that measured it or None, name as the reports' label) per baseline."""
+    from nas.confirm.plan import ALWAYS_BASELINES, baseline_file, default_baselines, search_twin
     from nas.data import vocab_size_of
     from nas.models import ArchConfig
 
     if files:
         archs = [baseline_file(f, vocab_size_of(data), task) for f in files]
-        return [(name, arch, search_twin(study, arch)) for name, arch in archs]
-    return [
-        (name, ArchConfig.from_dict(t.user_attrs["arch"]), t)
+        return [(name, arch, search_twin(study, arch), name) for name, arch in archs]
+    out = [
+        (name, ArchConfig.from_dict(t.user_attrs["arch"]), t, name)
         for name, t in default_baselines(study, seed_archs)
     ]
+    if task == "lm":  # Transformer++ too, unless a seed already is it
+        for extra in ALWAYS_BASELINES:
+            if extra not in {b[0] for b in out}:
+                name, arch = baseline_file(extra, vocab_size_of(data), task)
+                out.append((name, arch, search_twin(study, arch), name))
+    return out
 
 
 def plan_report(args: argparse.Namespace) -> list[Planned]:
@@ -148,6 +162,12 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             file=sys.stderr,
         )
     bases = _baselines(args.baseline, study, space.seed_archs, data, space.task)
+    if args.baseline_shape == "finalist":
+        from nas.confirm.plan import reshaped_baselines
+
+        bases, notes = reshaped_baselines(bases, finals, study)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     name = confirm_study_name(args.study)
     storage = open_storage(url, read_only=True)
     known: list[Entry] = []
@@ -251,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         text = render(report, report["baselines"], [p.name for p in images])
         write_output(outputs[0], lambda tmp: tmp.write_text(text, encoding="utf-8"))
     if args.json:
-        keys = ("runs", "summary", "rank_correlation", "power_law", "verdicts")
+        keys = ("baselines", "runs", "summary", "rank_correlation", "power_law", "verdicts")
         print(json.dumps(jsonable({k: report[k] for k in keys}), indent=2))
         return 0
     print()

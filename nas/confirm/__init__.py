@@ -50,7 +50,7 @@ def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
         "scales": list(plan.scales),
         "seeds": list(plan.seeds),
         "lrs": list(plan.lrs),
-        "baselines": [b.name for b in baselines],
+        "baselines": list(dict.fromkeys(b.base_name for b in baselines)),
         "runs": runs,
         "summary": summary,
         "rank_correlation": rank_correlation(summary, plan.scales),

@@ -43,10 +43,21 @@ class Entry:
     role: str  # "finalist" or "baseline"
     search_trial: int | None = None  # the search trial that measured it, if any
     search_loss: float | None = None  # its single-seed loss in the search
+    #: a baseline rebuilt at a finalist's shape: the baseline's own name ("vanilla"; ``name`` adds the shape)
+    label: str = ""
 
     @property
     def arch_id(self) -> str:
         return self.arch.arch_id
+
+    @property
+    def base_name(self) -> str:
+        """The name the reports compare against: a reshaped baseline's ``label``, else ``name``."""
+        return self.label or self.name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return shape_of(self.arch)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +67,7 @@ class Entry:
             "role": self.role,
             "search_trial": self.search_trial,
             "search_loss": self.search_loss,
+            **({"label": self.label} if self.label else {}),
         }
 
     @classmethod
@@ -67,6 +79,7 @@ class Entry:
             str(d["role"]),
             d.get("search_trial"),
             d.get("search_loss"),
+            str(d.get("label") or ""),
         )
 
 
@@ -151,6 +164,11 @@ def finalists(study: optuna.Study, top: int | None, trials: Sequence[int] | None
     return out if trials else out[:top]
 
 
+#: shipped architectures every LM confirmation compares with besides the space's seeds, unless
+#: ``--baseline`` names others: Transformer++, the baseline recent architecture papers report against
+ALWAYS_BASELINES = ("transformer_pp",)
+
+
 def default_baselines(study: optuna.Study, seed_archs: Sequence[str]) -> list[tuple[str, FrozenTrial]]:
     """The space's seed architectures as the search measured them (its ``seed_arch`` trials)."""
     out = []
@@ -176,26 +194,105 @@ def baseline_file(path: str, vocab_size: int, task: str = "lm") -> tuple[str, Ar
     return p.stem, arch
 
 
+def shape_of(arch: ArchConfig) -> tuple[int, ...]:
+    """What a baseline takes from a finalist: width, heads, depth (decoder and encoder) and context."""
+    return (arch.d_model, arch.n_heads, arch.n_layers, len(arch.encoder_layers), arch.max_len)
+
+
+def shape_text(arch: ArchConfig) -> str:
+    enc = f" enc L{len(arch.encoder_layers)}" if arch.encoder_layers else ""
+    return f"d{arch.d_model} h{arch.n_heads}{enc} L{arch.n_layers} T{arch.max_len}"
+
+
+def _layers_at(layers: tuple[Any, ...], n: int) -> tuple[Any, ...] | None:
+    """A baseline's layers for a depth of ``n``: one repeated layer repeats, a stack of the same depth
+    stays; a mixed stack of another depth has no such form (None)."""
+    if len(layers) == n:
+        return layers
+    if layers and all(layer == layers[0] for layer in layers):
+        return (layers[0],) * n
+    return None
+
+
+def at_shape(base: ArchConfig, target: ArchConfig) -> ArchConfig | None:
+    """``base``'s blocks, positions and norm at ``target``'s width, heads, depth and context, or None
+    when they do not fit there (a mixed stack of another depth, options the new sizes refuse)."""
+    if shape_of(base) == shape_of(target):
+        return base
+    layers = _layers_at(base.layers, target.n_layers)
+    encoder = _layers_at(base.encoder_layers, len(target.encoder_layers)) if base.encoder_layers else ()
+    if layers is None or encoder is None:
+        return None
+    try:
+        return dataclasses.replace(base, d_model=target.d_model, n_heads=target.n_heads, max_len=target.max_len,
+                                   layers=layers, encoder_layers=encoder)  # fmt: skip
+    except ConfigError:
+        return None
+
+
+def reshaped_baselines(
+    baselines: Sequence[tuple[str, ArchConfig, FrozenTrial | None, str]],
+    finals: Sequence[FrozenTrial],
+    study: optuna.Study,
+) -> tuple[list[tuple[str, ArchConfig, FrozenTrial | None, str]], list[str]]:
+    """Each baseline at each finalist's shape (``confirm --baseline-shape finalist``), and a note for each
+    one that cannot take a finalist's shape (it then keeps its own).
+
+    A comparison then isolates the blocks: a finalist of width 64 is measured against vanilla of
+    width 64, not against the search's width-96 vanilla.  Finalists of one shape share the baselines.
+    """
+    out: list[tuple[str, ArchConfig, FrozenTrial | None, str]] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+
+    def add(name: str, arch: ArchConfig, t: FrozenTrial | None, label: str) -> None:
+        if arch.arch_id not in seen:
+            seen.add(arch.arch_id)
+            out.append((name, arch, t, label))
+
+    for name, arch, t, _ in baselines:
+        for final in finals:
+            target = ArchConfig.from_dict(final.user_attrs["arch"])
+            moved = at_shape(arch, target)
+            if moved is None:
+                notes.append(f"baseline {name} cannot take trial {final.number}'s shape ({shape_text(target)}); "
+                             f"it keeps its own ({shape_text(arch)})")  # fmt: skip
+                add(name, arch, t, name)
+            elif moved is arch:
+                add(name, arch, t, name)
+            else:
+                add(f"{name} ({shape_text(moved)})", moved, search_twin(study, moved), name)
+        if not finals:
+            add(name, arch, t, name)
+    return out, notes
+
+
 def build_entries(
     known: Sequence[Entry],
     finals: Sequence[FrozenTrial],
-    baselines: Sequence[tuple[str, ArchConfig, FrozenTrial | None]],
+    baselines: Sequence[tuple[str, ArchConfig, FrozenTrial | None, str]],
 ) -> tuple[list[Entry], list[Entry], list[Entry]]:
     """Every entry (``known`` ones keep their index), the ones this confirmation asks for, and its baselines.
 
-    A baseline that is also a finalist is one entry (role finalist) and still the baseline.
+    A baseline that is also a finalist is one entry (role finalist) and still the baseline: its ``label``
+    is the baseline's name, which the reports compare against.
     """
     by_id = {e.arch_id: e for e in known}
     every = list(known)
     wanted: list[Entry] = []
 
-    def add(arch: ArchConfig, name: str, role: str, t: FrozenTrial | None) -> Entry:
+    def add(arch: ArchConfig, name: str, role: str, t: FrozenTrial | None, label: str = "") -> Entry:
         e = by_id.get(arch.arch_id)
         if e is None:
             loss = float(t.values[0]) if t is not None and t.values else None
-            e = Entry(len(every), arch, name, role, t.number if t is not None else None, loss)
+            e = Entry(len(every), arch, name, role, t.number if t is not None else None, loss, label)
             by_id[arch.arch_id] = e
             every.append(e)
+        elif label and e.label != label:  # a finalist (or an earlier entry) that is this baseline too
+            old, e = e, dataclasses.replace(e, label=label)
+            by_id[arch.arch_id] = e
+            every[every.index(old)] = e
+            wanted[:] = [e if w is old else w for w in wanted]
         if e not in wanted:
             wanted.append(e)
         return e
@@ -204,7 +301,7 @@ def build_entries(
         seed = t.user_attrs.get("seed_arch")
         name = f"trial {t.number}" + (f" ({seed})" if seed else "")
         add(ArchConfig.from_dict(t.user_attrs["arch"]), name, "finalist", t)
-    base = [add(arch, name, "baseline", t) for name, arch, t in baselines]
+    base = [add(arch, name, "baseline", t, label) for name, arch, t, label in baselines]
     return every, wanted, base
 
 

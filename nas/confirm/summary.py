@@ -97,6 +97,18 @@ def _cost(done: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def matched(e: Entry, baselines: Sequence[Entry]) -> dict[str, Entry]:
+    """Per baseline name, the baseline ``e`` is compared with: the one at ``e``'s shape (baselines built
+    at each finalist's shape), else the name's only entry (baselines at their own shape)."""
+    out: dict[str, Entry] = {}
+    for label in dict.fromkeys(b.base_name for b in baselines):
+        each = [b for b in baselines if b.base_name == label]
+        same = [b for b in each if b.shape == e.shape]
+        if same or len(each) == 1:
+            out[label] = (same or each)[0]
+    return out
+
+
 def summarize(
     runs: Sequence[dict[str, Any]],
     wanted: Sequence[Entry],
@@ -138,10 +150,10 @@ def summarize(
                 else None
             )
             deltas, lower = {}, {}
-            for b in baselines:
+            for label, b in matched(e, baselines).items():
                 p = None if b.arch_id == e.arch_id else paired(losses, base_losses[(b.arch_id, sc)])
                 if p is not None:
-                    deltas[b.name] = {
+                    deltas[label] = {
                         "mean": p.mean,
                         "min": p.min,
                         "max": p.max,
@@ -149,7 +161,7 @@ def summarize(
                         "n": p.n,
                         "deltas": list(p.deltas),
                     }
-                    lower[b.name] = f"{p.lower}/{p.n}"
+                    lower[label] = f"{p.lower}/{p.n}"
             row["delta_vs_baseline"], row["lower_on"] = deltas, lower
             rows.append(row)
     return rows
@@ -199,7 +211,7 @@ def power_laws(
             fits[e.name] = f
     crossings = []
     for e in wanted:
-        for b in baselines:
+        for b in matched(e, baselines).values():
             if e.role != "finalist" or e.arch_id == b.arch_id or e.name not in fits or b.name not in fits:
                 continue
             f, g = fits[e.name], fits[b.name]
@@ -245,12 +257,12 @@ def verdicts(
         if e.role != "finalist":
             continue
         clauses = []
-        for b in baselines:
+        for label, b in matched(e, baselines).items():
             if b.arch_id == e.arch_id:
                 continue
             groups: list[tuple[tuple[str, str], list[float]]] = []
             for sc in scales:
-                word = _judge(rows[(e.arch_id, sc)]["delta_vs_baseline"].get(b.name))
+                word = _judge(rows[(e.arch_id, sc)]["delta_vs_baseline"].get(label))
                 if groups and groups[-1][0] == word:
                     groups[-1][1].append(sc)
                 else:
@@ -258,6 +270,6 @@ def verdicts(
             for (verb, count), scs in groups:
                 names = [f"{s:g}x" for s in scs]
                 at = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-                clauses.append(f"{verb} {b.name} {count} at {at}".replace("  ", " "))
+                clauses.append(f"{verb} {label} {count} at {at}".replace("  ", " "))
         out[e.name] = "; ".join(clauses) if clauses else "no baseline to compare with"
     return out

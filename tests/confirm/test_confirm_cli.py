@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -14,9 +15,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from nas.archfile import load_arch_file
+from nas.archfile import load_arch, load_arch_file
 from nas.cli import main
-from nas.confirm.plan import finalists
+from nas.confirm.plan import finalists, shape_of
+from nas.models import ArchConfig
+from nas.shipped import arch_path
 from nas.confirm.runner import existing_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +66,42 @@ def _confirm(url: str, study: str, *extra: str) -> list[str]:
     return ["confirm", "--study", study, "--storage", url, "--local", "--no-tensorboard", *extra]
 
 
+def test_baselines_are_built_at_each_finalists_shape(studies, capsys):
+    """By default each baseline is rebuilt at each finalist's width, heads, depth and context, keeping its
+    own blocks, positions and norm, and each finalist is compared with the baselines of its shape."""
+    from nas.confirm import ARCHS, Entry
+
+    url = studies["two"]
+    study = _load(url, "two")
+    finals = finalists(study, 3, None)
+    assert main(_confirm(url, "two", "--top", "3", "--seeds", "1", "--scales", "1", "--json")) == 0
+    out = json.loads(capsys.readouterr().out)
+    conf = _load(url, "two-confirm")
+    entries = {e.index: e for e in (Entry.from_dict(d) for d in conf.user_attrs[ARCHS])}
+    bases = [entries[i] for i in conf.user_attrs["confirm_plan"]["baselines"]]
+    assert out["baselines"] == ["vanilla", "primer_ez", "transformer_pp"]  # the names, not one per shape
+    seeds = {t.user_attrs["seed_arch"]: ArchConfig.from_dict(t.user_attrs["arch"]) for t in study.trials
+             if t.user_attrs.get("seed_arch")}  # fmt: skip
+    for t in finals:
+        arch = ArchConfig.from_dict(t.user_attrs["arch"])
+        at_shape = [b for b in bases if b.shape == shape_of(arch)]
+        assert sorted(b.base_name for b in at_shape) == ["primer_ez", "transformer_pp", "vanilla"], t.number
+        for b in at_shape:  # the baseline's own blocks at the finalist's sizes
+            own = seeds.get(b.base_name) or load_arch(arch_path(b.base_name))
+            assert {layer.to_dict()["attention"]["type"] for layer in b.arch.layers} == {
+                layer.to_dict()["attention"]["type"] for layer in own.layers}
+            assert (b.arch.pos_encoding, b.arch.norm) == (own.pos_encoding, own.norm)
+            if b.shape == shape_of(own):  # the search's own seed trial (maybe a finalist too)
+                assert b.arch_id == own.arch_id
+            else:
+                assert b.name.startswith(b.base_name + " (d") and b.role == "baseline"
+        row = next(r for r in out["summary"] if r["arch_id"] == arch.arch_id)
+        losses = {r["arch_id"]: r["val_loss"] for r in out["runs"]}
+        for label, d in row["delta_vs_baseline"].items():  # paired with the baseline of its own shape
+            b = next(b for b in at_shape if b.base_name == label)
+            assert d["deltas"] == pytest.approx([losses[arch.arch_id] - losses[b.arch_id]])
+
+
 def test_top_k_is_the_leaderboard_for_one_objective(studies):
     study = _load(studies["one"], "one")
     done = sorted((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.values[0])
@@ -90,21 +129,26 @@ def test_top_k_is_the_pareto_front_by_loss_for_two_objectives(studies):
 
 def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     url = studies["one"]
-    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--json")) == 0
+    # baselines at their own shape: two baselines, whatever shapes the finalists have
+    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own",
+                         "--json")) == 0  # fmt: skip
     conf = _load(url, "one-confirm")
     runs = existing_runs(conf)
-    # 2 finalists and the baselines vanilla and primer_ez (the seeds often win a six-trial search,
-    # so one or both finalists may be baselines too)
+    # 2 finalists and the baselines vanilla, primer_ez and transformer_pp (the seeds often win a
+    # six-trial search, so one or both finalists may be baselines too)
     n_arch = len(conf.user_attrs["confirm_plan"]["wanted"])
-    assert n_arch in (2, 3, 4) and len(conf.user_attrs["confirm_plan"]["baselines"]) == 2
+    assert n_arch in (3, 4, 5) and len(conf.user_attrs["confirm_plan"]["baselines"]) == 3
     assert len(runs) == n_arch * 2 * 2  # 2 scales, 2 seeds
     assert all(t.state == TrialState.COMPLETE for t in runs.values())
     search = {t.user_attrs["arch_id"]: t.values[0] for t in _load(url, "one").trials if t.values}
+    reproduced = 0
     for run, t in runs.items():
         assert (t.user_attrs["seed"], t.user_attrs["scale"]) == (run.seed, run.scale)
-        if run.seed == 0 and run.scale == 1:
+        if run.seed == 0 and run.scale == 1 and t.user_attrs["arch_id"] in search:  # not transformer_pp
             # the search trained every trial with recipe seed 0: the same init stream and batch order
             assert t.values[0] == search[t.user_attrs["arch_id"]]
+            reproduced += 1
+    assert reproduced >= 3  # the finalists and the seed baselines
     by_arch: dict[str, dict[int, float]] = {}
     for run, t in runs.items():
         if run.scale == 1:
@@ -134,14 +178,15 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
 
     # the same command again runs nothing; export --confirmed writes the winner with its summary
     n = len(conf.trials)
-    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2")) == 0
+    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own")) == 0
     assert len(_load(url, "one-confirm").trials) == n
     # --report: written, and rewritten by the same command again (a file confirm did not write is refused)
     report = Path(url[len("sqlite:///") :]).parent / "confirm.md"
     for _ in range(2):
         assert (
             main(
-                _confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--report", str(report))
+                _confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own",
+                         "--report", str(report))
             )
             == 0
         )
