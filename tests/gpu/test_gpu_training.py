@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import torch
+from gpu_archs import block_options
 
+import nas
 from evaluators.lm import train_lm
 from nas.data import load_corpus
 from nas.execution.worker import OUT_OF_MEMORY, run_trial
@@ -49,6 +51,40 @@ def test_compile_trains_to_about_the_eager_loss(corpus: Any) -> None:
     assert compiled.compile_error is None
     assert compiled.compile_seconds is not None and compiled.compile_seconds > 0
     assert abs(compiled.val_loss - eager.val_loss) < 0.05  # same seed and batches; bf16 kernels differ
+
+
+def _compiled_and_eager(raw: dict[str, Any], corpus: Any) -> tuple[Any, Any]:
+    arch = ArchConfig.from_dict(raw)
+    recipe = TrainRecipe(batch_size=16, eval_batches=4, log_every=50)
+    eager = train_lm(arch, recipe, Budget("steps", 120), corpus, device="cuda")
+    compiled = train_lm(arch, recipe, Budget("steps", 120), corpus, device="cuda", compile=True)
+    return eager, compiled
+
+
+@pytest.mark.parametrize("block", nas.ATTENTION.names())
+def test_every_block_trains_the_same_compiled_as_eager(block: str, corpus: Any) -> None:
+    """torch.compile must not change what a block learns: a compiled Primer-EZ once trained to 4.0 against
+    2.4 eager on an H100 (the channels-last depthwise conv of mdha under inductor; docs/gpu.md)."""
+    layers = {"repeat": 3, "attention": block_options(block, 256), "ffn": "squared_relu"}
+    raw = {"d_model": 256, "n_heads": 4, "max_len": 256, "layers": layers}
+    eager, compiled = _compiled_and_eager(raw, corpus)
+    assert compiled.compile_error is None, compiled.compile_error
+    assert abs(compiled.val_loss - eager.val_loss) < 0.1, (eager.val_loss, compiled.val_loss)
+
+
+def test_transformer_pp_trains_the_same_compiled_as_eager(corpus: Any) -> None:
+    layers = {"repeat": 3, "attention": {"type": "mha", "kv_heads": 2}, "ffn": "swiglu"}
+    raw = {
+        "d_model": 256,
+        "n_heads": 4,
+        "max_len": 256,
+        "pos_encoding": "rope",
+        "norm": "rmsnorm",
+        "layers": layers,
+    }
+    eager, compiled = _compiled_and_eager(raw, corpus)
+    assert compiled.compile_error is None, compiled.compile_error
+    assert abs(compiled.val_loss - eager.val_loss) < 0.1, (eager.val_loss, compiled.val_loss)
 
 
 def test_a_real_out_of_memory_frees_the_gpu_for_the_next_trial() -> None:

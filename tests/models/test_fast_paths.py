@@ -60,8 +60,15 @@ def _grads(block: torch.nn.Module, fn, x: torch.Tensor) -> tuple[torch.Tensor, d
 
 
 @pytest.mark.parametrize(
-    "key", ["synth_random", "synth_fixed_random", "synth_factorized_random", "mixture", "mixture-fixed",
-            "mixture-random"]
+    "key",
+    [
+        "synth_random",
+        "synth_fixed_random",
+        "synth_factorized_random",
+        "mixture",
+        "mixture-fixed",
+        "mixture-random",
+    ],
 )
 def test_fast_forward_matches_the_generic_path(key: str) -> None:
     torch.manual_seed(0)
@@ -84,10 +91,15 @@ def test_fast_forward_matches_the_generic_path(key: str) -> None:
 
 MIXES = {
     "mha+random": {"components": ["mha", "synth_random"]},
-    "mdha-kv2+dense+fixed": {"components": [{"type": "mdha", "kv_heads": 2}, "synth_dense", "synth_fixed_random"]},
+    "mdha-kv2+dense+fixed": {
+        "components": [{"type": "mdha", "kv_heads": 2}, "synth_dense", "synth_fixed_random"]
+    },
     "dense+mha, fixed weights": {"components": ["synth_dense", "mha"], "weights": [0.3, 0.7]},
     "mha+factorized_random": {"components": ["mha", "synth_factorized_random"]},
-    "mha+fixed_random, fixed weights (SDPA on CPU)": {"components": ["mha", "synth_fixed_random"], "weights": [2, 1]},
+    "mha+fixed_random, fixed weights (SDPA on CPU)": {
+        "components": ["mha", "synth_fixed_random"],
+        "weights": [2, 1],
+    },
 }
 POSITIONS = {
     "table": DIMS,
@@ -161,3 +173,21 @@ def test_fused_mixture_with_a_fixed_mask_reaches_the_flash_kernel() -> None:
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # raises if SDPA had to fall back
         block(x).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("k, left", [(1, 0), (3, 2), (5, 4), (3, 1), (5, 2), (4, 1)])
+def test_the_compiled_tap_sum_equals_the_eager_convolution(
+    k: int, left: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under torch.compile the taps are a sum of shifted slices (mdha.py says why): same values and grads."""
+    x = torch.randn(2, 9, 12, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, k, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 9, 12, dtype=torch.float64)
+    eager = causal_depthwise_conv(x, w, left)
+    eager_grads = torch.autograd.grad(eager, (x, w), g)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(torch.nn.functional, "conv2d", None)  # the compiled path must not reach it
+    taps = causal_depthwise_conv(x, w, left)
+    torch.testing.assert_close(taps, eager)
+    for a, b in zip(torch.autograd.grad(taps, (x, w), g), eager_grads, strict=True):
+        torch.testing.assert_close(a, b)
