@@ -43,6 +43,9 @@ class Result:
     flops_per_token: float = _f(_METRIC)  # forward, analytic (nas.compute) at the training sequence length
     train_flops_per_token: float = _f(_METRIC)
     train_flops: float = _f(_METRIC, 0.0)  # spent
+    #: what one sequence keeps while generating at the training length, float32 (nas.compute: KV caches,
+    #: windows, recurrent states)
+    state_bytes: int = _f(_METRIC, 0)
     tokens: int = _f(_METRIC, 0)
     steps: int = _f(_METRIC, 0)
     tokens_per_s: float = _f(_METRIC, 0.0)  # training throughput: evaluation and compilation excluded
@@ -88,6 +91,7 @@ class Result:
             non_embedding_params=cost.non_embedding_params,
             flops_per_token=cost.fwd_flops_per_token,
             train_flops_per_token=cost.train_flops_per_token,
+            state_bytes=cost.state_bytes,
             arch_id=arch.arch_id,
             vocab_size=arch.vocab_size,
             **fields,

@@ -31,6 +31,14 @@ class Compute:
     flops: Flops
     #: per layer: (attention block name, attention+ffn Flops)
     per_layer: tuple[tuple[str, Flops], ...] = field(default=())
+    #: numbers one sequence keeps while generating after ``seq_len`` tokens, all layers (KV caches,
+    #: windows, recurrent states; a seq2seq decoder's cross-attention keys and values of the source)
+    state_elements: int = 0
+
+    @property
+    def state_bytes(self) -> int:
+        """``state_elements`` in float32: the inference state of one sequence at ``seq_len``."""
+        return 4 * self.state_elements
 
     @property
     def non_embedding_params(self) -> int:
@@ -70,6 +78,12 @@ def layer_flops(arch: ArchConfig, layer: LayerConfig, seq_len: int) -> Flops:
         act = layer.ffn.activation
         flops = flops + FeedForward.count_flops(arch.d_model, ffn_width(arch.d_model, layer.ffn.mult, act), act)
     return flops
+
+
+def layer_state(arch: ArchConfig, layer: LayerConfig, seq_len: int) -> int:
+    """What one sequence keeps in ``layer`` while generating after ``seq_len`` tokens (the block's
+    ``state_elements``; the FFN keeps nothing)."""
+    return ATTENTION.get(layer.attention.type).state_elements(arch.dims, layer.attention.options, seq_len)
 
 
 def layer_rows(arch: ArchConfig, seq_len: int) -> list[tuple[str, int, LayerConfig, int, Flops]]:
@@ -123,12 +137,16 @@ def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
     flops = Flops.dense(2.0 * d * V)  # LM head
     for _, f in per_layer:
         flops = flops + f
+    state = sum(layer_state(arch, layer, T) for layer in arch.layers)
+    if arch.is_seq2seq:  # the encoder runs once; each decoder layer keeps the source's keys and values
+        state += arch.n_layers * 2 * d * T
     return Compute(
         params=params,
         embedding_params=embedding + head,
         seq_len=T,
         flops=flops,
         per_layer=per_layer,
+        state_elements=state,
     )
 
 

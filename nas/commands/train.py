@@ -212,6 +212,8 @@ def format_metrics(m: dict[str, Any]) -> str:
         ("vocabulary", f"{m.get('vocab_size', VOCAB_SIZE):,} tokens"),
         ("params", f"{m['params']:,} ({m['non_embedding_params']:,} non-embedding)"),
         ("FLOPs/token", f"{m['flops_per_token']:.4g} forward, {m['train_flops_per_token']:.4g} training"),
+        *([("state", f"{m['state_bytes']:,} bytes per sequence while generating (float32)")]
+          if m.get("state_bytes") else []),  # fmt: skip
         ("trained", f"{m['steps']} steps, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
         ("throughput", f"{m['tokens_per_s']:,.0f} tokens/s on {m['device']} ({m.get('threads')} threads)"),
         ("time", f"{m['seconds']:.1f} s"),

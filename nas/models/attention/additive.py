@@ -134,6 +134,11 @@ class AdditiveAttention(ValueAttention):
         return own + (cls.value_params(dims) if with_values else 0)
 
     @classmethod
+    def state_elements(cls, dims: Dims, opts: AdditiveOptions, seq_len: int, with_values: bool = True) -> int:
+        """W_k x_j (H x d_a) of every past token, and the values."""
+        return dims.n_heads * opts.d_a * seq_len + super().state_elements(dims, opts, seq_len, with_values)
+
+    @classmethod
     def count_flops(
         cls, dims: Dims, opts: AdditiveOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:

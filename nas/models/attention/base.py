@@ -207,6 +207,17 @@ class AttentionBlock(nn.Module):
         """FLOPs per token at sequence length ``seq_len`` (full T x T attention counted)."""
         raise NotImplementedError
 
+    @classmethod
+    def state_elements(cls, dims: Dims, opts: BlockOptions, seq_len: int, with_values: bool = True) -> int:
+        """Numbers one sequence keeps in this layer while generating, after ``seq_len`` tokens.
+
+        What the next token's output needs of the past: here a key and a value of width d_model per
+        past token (a KV cache); blocks that keep less (grouped heads, a window, values only, a fixed
+        recurrent state) or more (convolution taps) say so.  ``with_values=False``: a mixture
+        component's own part, without the values the mixture shares.
+        """
+        return (2 if with_values else 1) * dims.d_model * seq_len
+
     # -- what the search space, the reports and the tests ask a block --------------------
     @classmethod
     def example_options(cls) -> dict[str, Any]:
@@ -304,6 +315,12 @@ class ValueAttention(AttentionBlock):
     def reference_forward(self, x: Tensor) -> Tensor:
         v = x @ self.v_proj.weight.T  # (T, C)
         return causal_attend(self.reference_scores(x), v) @ self.out_proj.weight.T
+
+    @classmethod
+    def state_elements(cls, dims: Dims, opts: BlockOptions, seq_len: int, with_values: bool = True) -> int:
+        """The values of every past token; weights computed from the current token or from
+        positions alone need nothing else of the past (``additive`` also keeps its keys)."""
+        return dims.d_model * seq_len if with_values else 0
 
     @staticmethod
     def value_params(dims: Dims) -> int:

@@ -121,6 +121,13 @@ class MultiDConvHeadAttention(MultiHeadAttention):
         return super().count_params(dims, opts, ffn, with_values) + channels * opts.kernel
 
     @classmethod
+    def state_elements(cls, dims: Dims, opts: MDHAOptions, seq_len: int, with_values: bool = True) -> int:
+        """mha's KV cache (of the convolved keys and values) plus the last k-1 projections of every
+        channel, which the next token's taps read."""
+        channels = dims.d_model + (2 if with_values else 1) * kv_width(dims, opts)
+        return super().state_elements(dims, opts, seq_len, with_values) + (opts.kernel - 1) * channels
+
+    @classmethod
     def count_flops(
         cls, dims: Dims, opts: MDHAOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:

@@ -131,6 +131,11 @@ class MultiHeadAttention(AttentionBlock):
         return d * (d + (2 if with_values else 1) * kv) + (d * d if with_values else 0)
 
     @classmethod
+    def state_elements(cls, dims: Dims, opts: MHAOptions, seq_len: int, with_values: bool = True) -> int:
+        """The KV cache: a key (and a value) of kv_heads x d_head per past token."""
+        return (2 if with_values else 1) * kv_width(dims, opts) * seq_len
+
+    @classmethod
     def count_flops(
         cls, dims: Dims, opts: MHAOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:

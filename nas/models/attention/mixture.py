@@ -283,6 +283,12 @@ class Mixture(ValueAttention):
         return parts + (len(opts.components) if opts.learned else 0) + cls.value_params(dims)
 
     @classmethod
+    def state_elements(cls, dims: Dims, opts: MixtureOptions, seq_len: int, with_values: bool = True) -> int:
+        """The shared values and what each component keeps besides them (mha: its keys)."""
+        parts = sum(b.state_elements(dims, o, seq_len, with_values=False) for b, o in cls._parts(opts))
+        return parts + super().state_elements(dims, opts, seq_len, with_values)
+
+    @classmethod
     def count_flops(
         cls, dims: Dims, opts: MixtureOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:

@@ -105,6 +105,11 @@ class SlidingWindowAttention(MultiHeadAttention):
         return causal_attend(logits, v) @ self.out_proj.weight.T
 
     @classmethod
+    def state_elements(cls, dims: Dims, opts: WindowOptions, seq_len: int, with_values: bool = True) -> int:
+        """The KV cache of the last ``window`` tokens only: bounded, whatever the length."""
+        return super().state_elements(dims, opts, min(opts.window, seq_len), with_values)
+
+    @classmethod
     def count_flops(
         cls, dims: Dims, opts: WindowOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:

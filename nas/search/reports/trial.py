@@ -91,6 +91,7 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
         "non_embedding_params": c.non_embedding_params,
         "fwd_flops_per_token": c.fwd_flops_per_token,
         "train_flops_per_token": c.train_flops_per_token,
+        "state_bytes": c.state_bytes,
     }
     return out
 
@@ -174,7 +175,8 @@ def _layer_table(d: dict[str, Any]) -> list[str]:
         f"{_num(tot['fwd_flops_per_token']):>13}  {_num(tot['train_flops_per_token']):>15}"
     )
     lines.append(f"  (FLOPs per token at sequence length {d['seq_len']}; "
-                 f"{_num(tot['non_embedding_params'])} non-embedding params)")
+                 f"{_num(tot['non_embedding_params'])} non-embedding params; "
+                 f"{_num(tot['state_bytes'])} bytes of state per sequence while generating)")
     return lines
 
 
