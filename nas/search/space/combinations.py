@@ -55,7 +55,7 @@ def check_combinations(space: SearchSpace, choices: LayerChoices, stem: str) -> 
     sizes = {k: p for k, p in space.globals.items() if k not in ("n_layers", "n_encoder_layers")}
     checked = 0
     for g in product(sizes):
-        for raw_layer in _layer_combos(choices):
+        for raw_layer in (layer for menu in choices.menus() for layer in _layer_combos(menu)):
             checked += 1
             if checked > _MAX_CHECKS:
                 return
@@ -84,12 +84,12 @@ def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchCon
     depths = ("n_layers", "n_encoder_layers")
     others = {k: p for k, p in space.globals.items() if k not in SIZE_KEYS and k not in depths}
     n_layers = pick(int(v) for v in space.globals["n_layers"].values())
-    decoder = list(_layer_combos(space.layer_choices))
+    decoder = [layer for menu in space.layer_choices.menus() for layer in _layer_combos(menu)]
     if space.encoder is None:
         pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = [(layer, None) for layer in decoder]
         n_encoder = 0
     else:
-        encoder = list(_layer_combos(space.encoder))
+        encoder = [layer for menu in space.encoder.menus() for layer in _layer_combos(menu)]
         pairs = [(layer, encoder[0]) for layer in decoder] + [(decoder[0], layer) for layer in encoder[1:]]
         n_encoder = pick(int(v) for v in space.globals["n_encoder_layers"].values())
     for g in product(others):

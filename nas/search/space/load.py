@@ -22,7 +22,9 @@ from nas.models.config import TASKS
 from nas.search.space.combinations import check_combinations as _check_combinations
 from nas.search.space.combinations import chosen_options, product
 from nas.search.space.params import Param, label
-from nas.search.space.sampling import DEFAULT_SEED_ARCHS, SEED_ARCHS, BlockChoice, LayerChoices, SearchSpace
+from nas.search.space.sampling import (
+    DEFAULT_SEED_ARCHS, SEED_ARCHS, BlockChoice, LayerChoices, Placement, Position, SearchSpace,
+)  # fmt: skip
 from nas.spec import SPEC_KEYS, Spec
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr, yaml_number
 from nas.yamlsafe import read_yaml
@@ -36,7 +38,8 @@ GLOBAL_KEYS = ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", 
                "rope_base", "norm", "tie_embeddings", "vocab_size")  # fmt: skip
 TOP_KEYS = ("name", "description", "task", "globals", "layers", "encoder", "constraints", "seed_archs",
             *SPEC_KEYS)  # fmt: skip
-LAYER_KEYS = ("share", "attention", "ffn")
+LAYER_KEYS = ("share", "attention", "ffn", "at")
+AT_KEYS = ("layers", "attention", "ffn")
 CONSTRAINT_KEYS = ("max_params", "max_flops_per_token")
 
 
@@ -117,7 +120,11 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
         raw=raw,
         task=task,
         encoder=encoder,
+        at=layers.at,
     )
+    _check_placements(space.layer_choices, space.depths("n_layers"), "layers")
+    if encoder is not None and "encoder" in raw:
+        _check_placements(encoder, space.depths("n_encoder_layers"), "encoder")
     _check_combinations(space, space.layer_choices, "layers")
     if encoder is not None and "encoder" in raw:
         _check_combinations(space, encoder, "encoder")
@@ -136,7 +143,82 @@ def _parse_layer_choices(l_raw: Any, path: str) -> LayerChoices:
         )
     attention, blocks = _parse_attention(l_raw.get("attention"), f"{path}.attention")
     activation, mult = _parse_ffn(l_raw.get("ffn", {}), f"{path}.ffn")
-    return LayerChoices(share, attention, blocks, activation, mult)
+    at = _parse_at(l_raw.get("at"), f"{path}.at", share)
+    return LayerChoices(share, attention, blocks, activation, mult, at)
+
+
+def _parse_at(raw: Any, path: str, share: bool) -> tuple[Placement, ...]:
+    """``at``: a list of {layers: WHERE, attention: ..., ffn: ...}, each part parsed as the stack's own."""
+    if raw is None:
+        return ()
+    if share:
+        raise ConfigError("gives positions menus of their own; share: true gives every layer one choice "
+                          "(use one or the other)", path)  # fmt: skip
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("must be a list of {layers: WHERE, attention: ..., ffn: ...} entries", path)
+    out = []
+    for j, entry in enumerate(raw):
+        where = f"{path}.{j}"
+        if not isinstance(entry, Mapping):
+            raise ConfigError("must be a mapping with layers and attention and/or ffn", where)
+        _refuse_unknown(entry, AT_KEYS, where)
+        if "layers" not in entry:
+            raise ConfigError("is required: an index (-1: the last), a list of indices, or {from: .., to: ..} "
+                              "(indices, or shares of the depth such as '50%')", f"{where}.layers")  # fmt: skip
+        if "attention" not in entry and "ffn" not in entry:
+            raise ConfigError("gives nothing: name attention and/or ffn choices for these layers", where)
+        positions, first, last = _parse_where(entry["layers"], f"{where}.layers")
+        attention = blocks = activation = mult = None
+        if "attention" in entry:
+            attention, blocks = _parse_attention(entry["attention"], f"{where}.attention")
+        if "ffn" in entry:
+            activation, mult = _parse_ffn(entry["ffn"], f"{where}.ffn")
+        out.append(Placement(j, positions, first, last, attention, blocks, activation, mult))
+    return tuple(out)
+
+
+def _check_placements(choices: LayerChoices, depths: list[int], stem: str) -> None:
+    """Refuse an ``at`` entry that covers no layer at any depth the space samples (a typo'd index)."""
+    for p in choices.at:
+        if not any(p.covers(i, n) for n in depths for i in range(n)):
+            raise ConfigError(f"names no layer of a stack of {_depths_text(depths)} layers "
+                              "(indices count from 0; -1 is the last)", f"{stem}.at.{p.index}.layers")  # fmt: skip
+
+
+def _depths_text(depths: list[int]) -> str:
+    return str(depths[0]) if len(depths) == 1 else f"{depths[0]} to {depths[-1]}"
+
+
+def _parse_where(raw: Any, path: str) -> tuple[tuple[Position, ...], Position, Position]:
+    """(positions, first, last) of an ``at`` entry's ``layers``."""
+    if isinstance(raw, Mapping):
+        _refuse_unknown(raw, ("from", "to"), path)
+        first = _position(raw.get("from", 0), f"{path}.from")
+        last = _position(raw.get("to", -1), f"{path}.to")
+        return (), first, last
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise ConfigError("an empty list names no layer", path)
+    positions = tuple(_position(p, path, share=False) for p in items)
+    _refuse_duplicates(list(positions), path)
+    return positions, 0, -1
+
+
+def _position(raw: Any, path: str, share: bool = True) -> Position:
+    """A layer index (negative: from the end) or, in a range, a share of the depth ``"P%"``."""
+    if isinstance(raw, str) and share and raw.endswith("%"):
+        try:
+            pct = float(raw[:-1])
+        except ValueError:
+            pct = -1.0
+        if 0 <= pct <= 100:
+            return raw
+        raise ConfigError(f"must be a share between 0% and 100%, got {raw!r}", path)
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        what = "an index (-1: the last layer)" + (" or a share of the depth such as '50%'" if share else "")
+        raise ConfigError(f"must be {what}, got {short_repr(raw)}", path)
+    check_number(raw, path, integer=True, low=-MAX_LAYERS, high=MAX_LAYERS - 1)
+    return raw
 
 
 def _refuse_causal_only(choices: LayerChoices, path: str) -> None:

@@ -53,15 +53,92 @@ class BlockChoice:
     options: Mapping[str, Param]
 
 
+Position = int | str  # a layer index (negative: from the end) or a share of the depth, "50%"
+
+
+def _index(pos: Position, n: int) -> float:
+    """Where ``pos`` lies in a stack of ``n`` layers: an index, or the cut P/100 x n of a share."""
+    if isinstance(pos, str):
+        return float(pos[:-1]) / 100.0 * n
+    return pos if pos >= 0 else n + pos
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """An ``at`` entry: layer positions that draw from their own menu (or a pinned choice).
+
+    ``positions`` lists indices; otherwise the range ``first`` .. ``last``, both included when they
+    are indices (negative ones count from the end); a share ``"P%"`` cuts the stack at P/100 x n:
+    ``first: "50%"`` is the top half, ``last: "50%"`` the layers below the cut.  The parts it gives
+    (attention, ffn) replace the stack's menu there; its parameters are named ``stem.I.atJ.*``.
+    """
+
+    index: int
+    positions: tuple[Position, ...] = ()
+    first: Position = 0
+    last: Position = -1
+    attention: Param | None = None
+    blocks: Mapping[str, BlockChoice] | None = None
+    activation: Param | None = None
+    mult: Param | None = None
+
+    def covers(self, i: int, n: int) -> bool:
+        if self.positions:
+            return any(_index(p, n) == i for p in self.positions)
+        last = _index(self.last, n)
+        below = i < last if isinstance(self.last, str) else i <= last
+        return _index(self.first, n) <= i and below
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerMenu:
+    """What layer I of a stack draws from, and the prefixes its parameters are named under."""
+
+    attention: Param
+    blocks: Mapping[str, BlockChoice]
+    activation: Param
+    mult: Param
+    attention_prefix: str
+    ffn_prefix: str
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerChoices:
-    """What one stack's layers may be: a block (with option Params), an activation, an FFN width."""
+    """What one stack's layers may be: a block (with option Params), an activation, an FFN width,
+    and ``at``: positions with menus of their own."""
 
     share: bool
     attention: Param  # categorical (or fixed) over block names
     blocks: Mapping[str, BlockChoice]
     activation: Param
     mult: Param
+    at: tuple[Placement, ...] = ()
+
+    def menu(self, i: int, n: int, stem: str) -> LayerMenu:
+        """Layer ``i`` of ``n``: the stack's menu, with the parts of every ``at`` entry covering it
+        (a later entry over an earlier one)."""
+        prefix = stem if self.share else f"{stem}.{i}"
+        att = (self.attention, self.blocks, prefix)
+        ffn = (self.activation, self.mult, prefix)
+        for p in self.at:
+            if p.covers(i, n):
+                tagged = f"{stem}.{i}.at{p.index}"
+                if p.attention is not None:
+                    att = (p.attention, p.blocks or {}, tagged)
+                if p.activation is not None:
+                    ffn = (p.activation, p.mult or self.mult, tagged)
+        return LayerMenu(att[0], att[1], ffn[0], ffn[1], att[2], ffn[2])
+
+    def menus(self) -> list[LayerChoices]:
+        """The stack's menu and each ``at`` entry's, as whole layer choices (for the load-time checks)."""
+        out = [self]
+        for p in self.at:
+            out.append(dataclasses.replace(
+                self, at=(),
+                attention=p.attention or self.attention, blocks=p.blocks or self.blocks,
+                activation=p.activation or self.activation, mult=p.mult or self.mult,
+            ))  # fmt: skip
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +161,13 @@ class SearchSpace:
     task: str = "lm"
     #: the encoder's choices (``task: seq2seq``); the flat fields above are the (decoder) layers'
     encoder: LayerChoices | None = None
+    #: ``layers.at``: positions of the (decoder) layers with menus of their own
+    at: tuple[Placement, ...] = ()
 
     @property
     def layer_choices(self) -> LayerChoices:
         """The choices of ``layers`` (the LM's, or the seq2seq decoder's)."""
-        return LayerChoices(self.share, self.attention, self.blocks, self.activation, self.mult)
+        return LayerChoices(self.share, self.attention, self.blocks, self.activation, self.mult, self.at)
 
     # -- define-by-run ---------------------------------------------------------------------
     def suggest(self, trial: Any) -> ArchConfig:
@@ -118,6 +197,14 @@ class SearchSpace:
     def max_layers(self, key: str = "n_layers") -> int:
         return max(int(v) for v in self.globals[key].values())
 
+    def depths(self, key: str = "n_layers") -> list[int]:
+        """Every depth the space may sample for ``key`` (a range: every value between its ends)."""
+        values = [int(v) for v in self.globals[key].values()]
+        p = self.globals[key]
+        if p.kind == "int":
+            return list(range(min(values), max(values) + 1, int(p.step or 1)))
+        return sorted(set(values))
+
     def seed_params(self, which: str) -> dict[str, Any] | None:
         """Fixed params that give every layer the layer of the known architecture ``which``, or None.
 
@@ -140,11 +227,11 @@ class SearchSpace:
                 return None
             elif offered.searched:
                 params[key] = value
-        stacks = [(self.layer_choices, "layers", self.max_layers())]
+        stacks = [(self.layer_choices, "layers", self.depths("n_layers"))]
         if self.encoder is not None:
-            stacks.append((self.encoder, "encoder", self.max_layers("n_encoder_layers")))
-        for choices, stem, depth in stacks:
-            fixed = _seed_stack(layer, choices, stem, depth)
+            stacks.append((self.encoder, "encoder", self.depths("n_encoder_layers")))
+        for choices, stem, depths in stacks:
+            fixed = _seed_stack(layer, choices, stem, depths if choices.at else [max(depths)])
             if fixed is None:
                 return None
             params.update(fixed)
@@ -162,33 +249,48 @@ def _suggest_stack(trial: Any, choices: LayerChoices, n: int, stem: str) -> tupl
         if choices.share and layers:
             layers.append(layers[0])
         else:
-            layers.append(_suggest_layer(trial, choices, stem if choices.share else f"{stem}.{i}"))
+            layers.append(_suggest_layer(trial, choices.menu(i, n, stem)))
     return tuple(layers)
 
 
-def _suggest_layer(trial: Any, choices: LayerChoices, prefix: str) -> LayerConfig:
-    name = choices.attention.suggest(trial, f"{prefix}.attention")
-    where = f"{prefix}.attention.{name}"
-    opts = {k: p.suggest(trial, f"{where}.{k}") for k, p in choices.blocks[name].options.items()}
+def _suggest_layer(trial: Any, menu: LayerMenu) -> LayerConfig:
+    name = menu.attention.suggest(trial, f"{menu.attention_prefix}.attention")
+    where = f"{menu.attention_prefix}.attention.{name}"
+    opts = {k: p.suggest(trial, f"{where}.{k}") for k, p in menu.blocks[name].options.items()}
 
     def draw(sub: str, low: float, high: float) -> float:
         return trial.suggest_float(f"{where}.{sub}", low, high)
 
     opts = ATTENTION.get(name).chosen_options(opts, draw)
     ffn = FFNSpec(
-        choices.activation.suggest(trial, f"{prefix}.ffn.activation"),
-        float(choices.mult.suggest(trial, f"{prefix}.ffn.mult")),
+        menu.activation.suggest(trial, f"{menu.ffn_prefix}.ffn.activation"),
+        float(menu.mult.suggest(trial, f"{menu.ffn_prefix}.ffn.mult")),
     )
     spec = AttentionSpec.from_raw({"type": name, **thaw(opts)})
     return LayerConfig(spec, ffn)
 
 
-def _seed_stack(layer: LayerConfig, choices: LayerChoices, stem: str, depth: int) -> dict[str, Any] | None:
-    """The params that make every layer of one stack ``layer``'s choices, or None if it cannot."""
+def _seed_stack(
+    layer: LayerConfig, choices: LayerChoices, stem: str, depths: Sequence[int]
+) -> dict[str, Any] | None:
+    """The params that make every layer of one stack ``layer``'s choices at each of ``depths``, or None
+    if some layer's menu cannot (an ``at`` entry that pins another block, say)."""
+    params: dict[str, Any] = {}
+    for n in depths:
+        for i in range(1 if choices.share else n):
+            fixed = _seed_layer(layer, choices.menu(i, n, stem))
+            if fixed is None:
+                return None
+            params.update(fixed)
+    return params
+
+
+def _seed_layer(layer: LayerConfig, menu: LayerMenu) -> dict[str, Any] | None:
+    """The params that make one layer ``layer``'s block and activation under ``menu``, or None."""
     block, act = layer.attention.type, layer.ffn.activation
-    if not choices.attention.contains(block) or not choices.activation.contains(act):
+    if not menu.attention.contains(block) or not menu.activation.contains(act):
         return None
-    options = choices.blocks[block].options
+    options = menu.blocks[block].options
     block_opts = {}
     for f in dataclasses.fields(layer.attention.options):  # every option, those left at their default too
         value = getattr(layer.attention.options, f.name)
@@ -199,14 +301,13 @@ def _seed_stack(layer: LayerConfig, choices: LayerChoices, stem: str, depth: int
         elif value != f.default:  # an option the space does not offer has its default there
             return None
     params: dict[str, Any] = {}
-    for prefix in [stem] if choices.share else [f"{stem}.{i}" for i in range(depth)]:
-        if choices.attention.searched:
-            params[f"{prefix}.attention"] = block
-        if choices.activation.searched:
-            params[f"{prefix}.ffn.activation"] = act
-        for key, value in block_opts.items():
-            if options[key].searched:
-                params[f"{prefix}.attention.{block}.{key}"] = value
+    if menu.attention.searched:
+        params[f"{menu.attention_prefix}.attention"] = block
+    if menu.activation.searched:
+        params[f"{menu.ffn_prefix}.ffn.activation"] = act
+    for key, value in block_opts.items():
+        if options[key].searched:
+            params[f"{menu.attention_prefix}.attention.{block}.{key}"] = value
     return params
 
 
