@@ -138,10 +138,12 @@ def run(args: argparse.Namespace) -> int:
         study = Driver(settings).run()
     counts = state_counts(study)
     rows = leaderboard(study, top=10)
-    title = "Pareto front (loss vs FLOPs/token)" if len(study.directions) > 1 else "Leaderboard (validation loss)"
+    n_obj = len(study.directions)
+    title = ("Leaderboard (validation loss)" if n_obj == 1
+             else "Pareto front (loss vs FLOPs/token" + (" and state)" if n_obj > 2 else ")"))  # fmt: skip
     print()
     print(f"{title} of study {settings.study!r}: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items())))
-    print(format_table(rows) if rows else "(no completed trials)")
+    print(format_table(rows, with_state=n_obj > 2) if rows else "(no completed trials)")
     print()
     print(f"study:       --study {settings.study} --storage {settings.storage}")
     if settings.tb_dir:

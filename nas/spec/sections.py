@@ -21,7 +21,14 @@ from typing import Any
 from nas.errors import ConfigError
 from nas.validate import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_number, yaml_number
 
-OBJECTIVES = {"loss": ("minimize",), "loss+flops": ("minimize", "minimize")}
+OBJECTIVES = {
+    "loss": ("minimize",), "loss+flops": ("minimize", "minimize"), "loss+flops+state": ("minimize",) * 3,
+}  # fmt: skip
+#: the trial metric behind each objective, in order (``study.metric_names`` too)
+OBJECTIVE_METRICS = {
+    "loss": ("val_loss",), "loss+flops": ("val_loss", "flops_per_token"),
+    "loss+flops+state": ("val_loss", "flops_per_token", "state_bytes"),
+}  # fmt: skip
 SAMPLERS = ("auto", "nsga2", "evolution", "tpe", "random")
 DEVICES = ("auto", "cpu", "cuda")
 #: trials a search wants when neither ``search.trials`` nor ``search.max_flops`` says
@@ -152,8 +159,10 @@ class SearchSection(Section):
 
     NAME = "search"
 
-    objective: str = field("loss+flops", "loss+flops: Pareto front of validation loss and FLOPs/token; loss: "
-                           "validation loss at the fixed budget", alias="--objective", check=one_of(tuple(OBJECTIVES)))  # fmt: skip
+    objective: str = field("loss+flops", "loss+flops: Pareto front of validation loss and FLOPs/token; "
+                           "loss+flops+state: and the bytes a sequence keeps while generating (KV caches, "
+                           "recurrent states); loss: validation loss at the fixed budget", alias="--objective",
+                           check=one_of(tuple(OBJECTIVES)))  # fmt: skip
     sampler: str = field(
         "auto", "auto: the sampler measured to reach a good loss in the fewest trials (docs/BENCHMARKS.md); "
         "a continued study keeps the one it ran with", alias="--sampler", check=one_of(SAMPLERS))  # fmt: skip

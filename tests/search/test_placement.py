@@ -134,3 +134,27 @@ def test_a_search_with_a_pinned_layer_finishes_and_by_layer_shows_it_fixed(tmp_p
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines() if line.startswith("attention")}
     assert rows[("attention", "2")] == ["mha", "4", "mha", "4"], out  # the pinned layer never varies
     assert rows[("attention", "0")][0] in LINEAR, out
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_the_state_objective_puts_the_inference_state_on_the_pareto_front(tmp_path, text_corpus, capsys) -> None:
+    """``--objective loss+flops+state``: a third value per trial, the bytes a sequence keeps while generating."""
+    raw = copy.deepcopy(RAW)
+    raw["globals"]["n_layers"] = 2
+    raw["layers"].pop("at")
+    raw.update(recipe={"batch_size": 4, "eval_batches": 2, "log_every": 2}, budget={"steps": 4}, seed_archs=[])
+    space = tmp_path / "state.yaml"
+    space.write_text(yaml.safe_dump(raw))
+    storage = f"sqlite:///{tmp_path}/st.db"
+    args = ["--study", "st", "--storage", storage]
+    assert main(["search", "--space", str(space), *args, "--runs-dir", str(tmp_path / "runs"), "--data",
+                 str(text_corpus), "--trials", "5", "--workers", "2", "--no-tensorboard",
+                 "--objective", "loss+flops+state"]) == 0  # fmt: skip
+    assert "and state" in capsys.readouterr().out
+    study = optuna.load_study(study_name="st", storage=storage)
+    assert study.metric_names == ["val_loss", "flops_per_token", "state_bytes"]
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert done and all(len(t.values) == 3 and t.values[2] == t.user_attrs["state_bytes"] > 0 for t in done)
+    assert main(["best", *args]) == 0
+    out = capsys.readouterr().out
+    assert "vs FLOPs/token and state" in out and "state B" in out

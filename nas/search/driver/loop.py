@@ -282,12 +282,13 @@ class Driver:
         trial.set_user_attr("summary", arch.summary())
         trial.set_user_attr("params", c.params)
         trial.set_user_attr("flops_per_token", c.fwd_flops_per_token)
+        trial.set_user_attr("state_bytes", c.state_bytes)
         for key, value in constraint_values(s.space.constraints, c.params, c.fwd_flops_per_token).items():
             trial.set_constraint(key, value)  # the samplers learn the caps from these
         over = over_caps(s.space.constraints, c.params, c.fwd_flops_per_token)
         if over:  # never trained; told so that the sampler learns (nas.search.space.candidate)
             why = "over cap: " + "; ".join(over)
-            return tell_infeasible(study, trial, why, c.fwd_flops_per_token, s.objective)
+            return tell_infeasible(study, trial, why, c.fwd_flops_per_token, s.objective, c.state_bytes)
         reused = self.twins.reuse(study, trial, arch.arch_id, s.hurdles)  # measured (or stopped) before
         if reused is not None:
             return reused

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.execution.worker import DIVERGED
 from nas.search.storage.records import INTERMEDIATE
+from nas.spec.sections import OBJECTIVE_METRICS
 
 
 def finish_now(study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> tuple[str, str]:
@@ -77,9 +78,10 @@ def tell_result(
     loss = metrics.get("val_loss")
     if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
         return (*fail(study, trial, DIVERGED, detail=f"validation loss {loss}"), None)
-    flops = metrics.get("flops_per_token")
-    if objective != "loss" and (flops is None or not math.isfinite(flops)):
-        return (*fail(study, trial, f"no finite FLOPs per token ({flops})"), None)
+    for key in OBJECTIVE_METRICS[objective][1:]:
+        value = metrics.get(key)
+        if value is None or not math.isfinite(value):
+            return (*fail(study, trial, f"no finite {key} ({value})"), None)
     if result.get("status") == "pruned":
         # The hurdle it missed (the trainer's own stopped_at is the exact step fraction).
         at = float(max(inter, key=float)) if inter else metrics.get("stopped_at")
@@ -87,7 +89,7 @@ def tell_result(
         study.tell(trial, state=TrialState.PRUNED)
         last = inter[max(inter, key=float)] if inter else float("nan")
         return "PRUNED", f"stopped at hurdle {at:g}: loss {last:.4f}", None, None
-    values = [loss] if objective == "loss" else [loss, float(metrics["flops_per_token"])]
+    values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
     frozen = study.tell(trial, values)
     summary = trial.user_attrs.get("summary", "")
     return "COMPLETE", f"loss {loss:.4f} ppl {math.exp(loss):.2f} {summary}", loss, frozen

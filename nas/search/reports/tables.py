@@ -29,6 +29,7 @@ def _row(t: FrozenTrial, pareto: bool) -> dict[str, Any]:
         "val_ppl": math.exp(loss) if loss is not None else None,
         "val_bpb": loss / math.log(2) if loss is not None else None,
         "flops_per_token": ua.get("flops_per_token"),
+        "state_bytes": ua.get("state_bytes"),
         "params": ua.get("params"),
         "arch_id": ua.get("arch_id"),
         "summary": ua.get("summary", ""),
@@ -74,19 +75,22 @@ def _human(n: float | None) -> str:
     return f"{n:.0f}"
 
 
-def format_table(rows: list[dict[str, Any]], with_origin: bool = False) -> str:
-    """Rows of ``leaderboard`` as a text table; ``with_origin`` adds where each architecture came from."""
+def format_table(rows: list[dict[str, Any]], with_origin: bool = False, with_state: bool = False) -> str:
+    """Rows of ``leaderboard`` as a text table; ``with_origin`` adds where each architecture came from,
+    ``with_state`` the bytes a sequence keeps while generating (a study with the state objective)."""
     width = max([len("origin")] + [len(r.get("origin") or "-") for r in rows]) if with_origin else 0
     mid = f"  {'origin':<{width}}" if with_origin else ""
-    head = (f"{'trial':>5}  {'loss':>7}  {'ppl':>7}  {'bpb':>6}  {'FLOPs/tok':>9}  {'params':>8}{mid}  "
+    state = f"  {'state B':>8}" if with_state else ""
+    head = (f"{'trial':>5}  {'loss':>7}  {'ppl':>7}  {'bpb':>6}  {'FLOPs/tok':>9}{state}  {'params':>8}{mid}  "
             "architecture")
     lines = [head, "-" * len(head)]
     for r in rows:
         mid = f"  {r.get('origin') or '-':<{width}}" if with_origin else ""
+        state = f"  {_human(r.get('state_bytes')):>8}" if with_state else ""
         also = f"  (also trial {', '.join(map(str, r['also']))})" if r.get("also") else ""
         lines.append(
             f"{r['trial']:>5}  {r['val_loss']:>7.4f}  {r['val_ppl']:>7.2f}  {r['val_bpb']:>6.3f}  "
-            f"{_human(r['flops_per_token']):>9}  {_human(r['params']):>8}{mid}  {r['summary']}{also}"
+            f"{_human(r['flops_per_token']):>9}{state}  {_human(r['params']):>8}{mid}  {r['summary']}{also}"
         )
     return "\n".join(lines)
 
@@ -115,11 +119,12 @@ def format_leaderboard(study: optuna.Study, rows: list[dict[str, Any]]) -> str:
         facts.append(f"budget {value:g} {kind} per trial")
     lines = [f"study {study.study_name!r}: " + ", ".join(facts)]
     if len(study.directions) > 1:
-        lines.append(f"Pareto front (val loss vs FLOPs/token): {len(rows)} architecture(s), lowest loss first")
+        what = "FLOPs/token" + (" and state" if len(study.directions) > 2 else "")
+        lines.append(f"Pareto front (val loss vs {what}): {len(rows)} architecture(s), lowest loss first")
     else:
         lines.append(f"best {len(rows)} architecture(s) by val loss:")
     if not rows:
         lines.append("(no completed trial yet)")
         return "\n".join(lines)
-    lines.append(format_table(rows, with_origin=True))
+    lines.append(format_table(rows, with_origin=True, with_state=len(study.directions) > 2))
     return "\n".join(lines)

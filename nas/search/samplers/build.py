@@ -22,7 +22,7 @@ from nas.search.samplers.nsga import UnionNSGAIISampler
 
 SAMPLERS = ("auto", "nsga2", "evolution", "tpe", "random")
 #: what ``auto`` runs, by the study's number of objectives (the measured fastest; see the module docstring)
-AUTO = {1: "tpe", 2: "tpe"}
+AUTO = {1: "tpe", 2: "tpe", 3: "tpe"}  # 3 (loss+flops+state): not measured; TPE as for 2
 
 
 def resolve_sampler(name: str, n_objectives: int) -> str:

@@ -22,6 +22,7 @@ from nas.execution.payload import TrialPayload
 from nas.models import ArchConfig
 from nas.search.driver.settings import SearchSettings
 from nas.search.storage.records import INFEASIBLE
+from nas.spec.sections import OBJECTIVES
 
 
 def over_caps(caps: Mapping[str, float], params: int, flops_per_token: float) -> list[str]:
@@ -43,12 +44,13 @@ def constraint_values(caps: Mapping[str, float], params: int, flops_per_token: f
 
 
 def tell_infeasible(
-    study: optuna.Study, trial: Trial, reason: str, flops_per_token: float, objective: str
+    study: optuna.Study, trial: Trial, reason: str, flops_per_token: float, objective: str, state_bytes: int = 0
 ) -> tuple[str, str]:
     """Tell an over-cap candidate COMPLETE-but-infeasible (see the module docstring); (state, text)."""
     trial.set_user_attr(INFEASIBLE, reason)
     # The loss is infinite, so that nothing that forgets the constraint can rank it as good.
-    study.tell(trial, [math.inf] if objective == "loss" else [math.inf, float(flops_per_token)])
+    values = [math.inf, float(flops_per_token), float(state_bytes)][: len(OBJECTIVES[objective])]
+    study.tell(trial, values)
     return "INFEASIBLE", reason
 
 

@@ -19,6 +19,7 @@ from nas.data import describe_record, same_data
 from nas.errors import UserError
 from nas.redact import mask_url
 from nas.search.driver.settings import OBJECTIVES, SearchSettings
+from nas.spec.sections import OBJECTIVE_METRICS
 from nas.search.samplers.build import make_sampler, resolve_sampler, run_seed
 from nas.search.space.load import SearchSpace
 from nas.search.storage.lease import DriverLease, Holder, any_holder, refuse_if_held
@@ -251,7 +252,7 @@ def take_lease(study: optuna.Study, heartbeat: float | None = None) -> tuple[Dri
 
 
 #: what the objectives are called in optuna-dashboard and ``study.metric_names``, in objective order
-METRIC_NAMES = ("val_loss", "flops_per_token")
+METRIC_NAMES = OBJECTIVE_METRICS["loss+flops+state"]
 
 
 def set_metric_names(study: optuna.Study) -> None:
