@@ -142,7 +142,7 @@ def main() -> int:
     body = "\n".join([
         "## Linear-time mixers against `mha` as T grows (`benchmarks/mixer_scaling.py`)",
         "",
-        f"Command: `{_doc.command()}`. {_doc.provenance(args.threads)}",
+        _doc.provenance(args.threads),
         "",
         f"A {N_LAYERS}-layer LM of each block (d_model {D_MODEL}, {N_HEADS} heads, ReLU FFN x4, byte "
         f"vocabulary), {TOKENS_PER_STEP} tokens per training step at every T, fp32 on the CPU; one "
