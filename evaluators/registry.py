@@ -1,4 +1,4 @@
-"""Evaluators by name, resolved in one place: ``lm``, ``proxy:NAME``, ``sleep:SECONDS``.
+"""Evaluators by name, resolved in one place: ``lm``, ``proxy:NAME``, ``sleep:SECONDS``, ``probes[:TASKS]``.
 
 A name is a kind and an optional argument after a colon.  :func:`check`
 validates a name (the CLI, before anything starts); :func:`build` makes the
@@ -17,6 +17,8 @@ from typing import Any
 
 from evaluators.base import Evaluator
 from evaluators.lm import LMEvaluator
+from evaluators.probes import TASKS as PROBE_TASKS
+from evaluators.probes import ProbeEvaluator, parse_tasks
 from evaluators.proxies import PROXIES, ProxyEvaluator, SleepEvaluator
 from nas.errors import ConfigError
 
@@ -52,10 +54,22 @@ def _seconds(arg: str | None) -> dict[str, Any]:
     return {"sleep": seconds}
 
 
+def _probe_tasks(arg: str | None) -> dict[str, Any]:
+    if arg is None:
+        return {}
+    if not arg.strip():
+        raise ValueError(f"TASK must name at least one task: {', '.join(PROBE_TASKS)}")
+    try:
+        return {"tasks": ",".join(parse_tasks(arg))}
+    except ConfigError as err:
+        raise ValueError(err.message) from None
+
+
 EVALUATORS: dict[str, Kind] = {
     "lm": Kind("lm", _no_argument, LMEvaluator.from_settings),
     "proxy": Kind(f"proxy:NAME (NAME: {', '.join(PROXIES)})", _proxy, ProxyEvaluator.from_settings),
     "sleep": Kind("sleep:SECONDS", _seconds, SleepEvaluator.from_settings),
+    "probes": Kind("probes[:TASK,TASK...]", _probe_tasks, ProbeEvaluator.from_settings),
 }
 
 

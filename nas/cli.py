@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from nas.errors import UserError
 from nas.redact import redacted_output
 
-COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm")
+COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm", "probe")
 
 
 def prog_name() -> str:

@@ -33,7 +33,7 @@ def test_every_name_builds_its_evaluator_from_plain_settings() -> None:
     assert isinstance(proxy, ProxyEvaluator) and proxy.proxy == "flops" and proxy.seq_len == 16
     sleep = registry.build("sleep:0.25", settings)
     assert isinstance(sleep, SleepEvaluator) and sleep.seconds == 0.25
-    assert set(EVALUATORS) == {"lm", "proxy", "sleep"}
+    assert set(EVALUATORS) == {"lm", "proxy", "sleep", "probes"}
 
 
 @pytest.mark.parametrize("name", ["lm", "proxy:params", "proxy:train_flops", "sleep:0", "sleep:1.5"])
