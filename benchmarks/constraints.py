@@ -69,7 +69,7 @@ def over_cap_flags(sampler: str, seed: int, trials: int, objective: Any = None) 
         for key, value in constraint_values(space.constraints, c.params, c.fwd_flops_per_token).items():
             trial.set_constraint(key, value)
         if over:
-            tell_infeasible(study, trial, "over cap", c.fwd_flops_per_token, "loss_and_flops")
+            tell_infeasible(study, trial, "over cap", c.fwd_flops_per_token, "loss+flops")
         else:
             loss = objective(arch) if objective is not None else math.log(c.params)
             study.tell(trial, [loss, float(c.fwd_flops_per_token)])

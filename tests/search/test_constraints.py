@@ -57,7 +57,7 @@ def _study(tmp_path: Path) -> tuple[optuna.Study, str]:
         for key, v in constraint_values({"max_params": 500.0}, params, flops).items():
             trial.set_constraint(key, v)
         if loss is None:
-            tell_infeasible(study, trial, "over cap: params 900 > max_params 500", flops, "loss_and_flops")
+            tell_infeasible(study, trial, "over cap: params 900 > max_params 500", flops, "loss+flops")
         else:
             study.tell(trial, [loss, flops])
     return study, storage
