@@ -37,7 +37,6 @@ import nas
 from nas.models import Flops
 from nas.models.attention.hyena import HyenaOperator
 from nas.models.attention.mdha import MultiDConvHeadAttention
-from nas.models.attention.synth_factorized_random import FactorizedRandomSynthesizer
 from nas.models.ffn import GATED, FeedForward, ffn_width
 
 CONV_BWD = torch.ops.aten.convolution_backward
@@ -67,9 +66,7 @@ def per_step_flops(module: nn.Module, seq_len: int) -> Flops:
     """Input-independent work done once per forward, excluded from the per-token formulas."""
     total = Flops()
     for m in module.modules():
-        if isinstance(m, FactorizedRandomSynthesizer):
-            total = total + Flops.dense(2.0 * m.n_heads * seq_len * seq_len * m.opts.rank)
-        elif hasattr(type(m), "step_flops"):  # a block that says what it does once per step (hyena's filters)
+        if hasattr(type(m), "step_flops"):  # a block that says what it does once per step (R1 R2^T, hyena's filters)
             total = total + m.step_flops(m.dims, m.opts, seq_len)
     return total
 

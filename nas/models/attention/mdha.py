@@ -89,6 +89,11 @@ def causal_depthwise_conv(x: Tensor, weight: Tensor, left: int | None = None) ->
     return y.squeeze(2).transpose(1, 2)  # (B, T, C), contiguous
 
 
+def conv_channels(dims: Dims, opts: MDHAOptions, with_values: bool = True) -> int:
+    """Channels the convolution runs over: Q, K (and V) of kv_heads heads each."""
+    return dims.d_model + (2 if with_values else 1) * kv_width(dims, opts)
+
+
 @ATTENTION.register("mdha")
 class MultiDConvHeadAttention(MultiHeadAttention):
     bidirectional = True  # mha's forward: the causal flag drops the mask; the convolution stays causal
@@ -117,20 +122,20 @@ class MultiDConvHeadAttention(MultiHeadAttention):
 
     @classmethod
     def count_params(cls, dims: Dims, opts: MDHAOptions, ffn: FFNSpec, with_values: bool = True) -> int:
-        channels = dims.d_model + (2 if with_values else 1) * kv_width(dims, opts)
+        channels = conv_channels(dims, opts, with_values)
         return super().count_params(dims, opts, ffn, with_values) + channels * opts.kernel
 
     @classmethod
     def state_elements(cls, dims: Dims, opts: MDHAOptions, seq_len: int, with_values: bool = True) -> int:
         """mha's KV cache (of the convolved keys and values) plus the last k-1 projections of every
         channel, which the next token's taps read."""
-        channels = dims.d_model + (2 if with_values else 1) * kv_width(dims, opts)
+        channels = conv_channels(dims, opts, with_values)
         return super().state_elements(dims, opts, seq_len, with_values) + (opts.kernel - 1) * channels
 
     @classmethod
     def count_flops(
         cls, dims: Dims, opts: MDHAOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:
-        channels = dims.d_model + (2 if with_values else 1) * kv_width(dims, opts)
+        channels = conv_channels(dims, opts, with_values)
         conv = Flops.dense(2.0 * opts.kernel * channels)
         return super().count_flops(dims, opts, ffn, seq_len, with_values) + conv

@@ -77,3 +77,8 @@ class FactorizedRandomSynthesizer(ValueAttention):
         cls, dims: Dims, opts: FactorizedRandomOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:
         return cls.value_flops(dims, seq_len) if with_values else Flops()
+
+    @classmethod
+    def step_flops(cls, dims: Dims, opts: FactorizedRandomOptions, seq_len: int) -> Flops:
+        """R1 R2^T, once per forward whatever the batch: not in ``count_flops`` (per token it is this / (batch x T))."""
+        return Flops.dense(2.0 * dims.n_heads * seq_len * seq_len * opts.rank)

@@ -22,7 +22,7 @@ from nas.execution.payload import TrialPayload
 from nas.models import ArchConfig
 from nas.search.driver.settings import SearchSettings
 from nas.search.storage.records import INFEASIBLE
-from nas.spec.sections import OBJECTIVES
+from nas.spec.sections import OBJECTIVE_METRICS
 
 
 def over_caps(caps: Mapping[str, float], params: int, flops_per_token: float) -> list[str]:
@@ -49,8 +49,8 @@ def tell_infeasible(
     """Tell an over-cap candidate COMPLETE-but-infeasible (see the module docstring); (state, text)."""
     trial.set_user_attr(INFEASIBLE, reason)
     # The loss is infinite, so that nothing that forgets the constraint can rank it as good.
-    values = [math.inf, float(flops_per_token), float(state_bytes)][: len(OBJECTIVES[objective])]
-    study.tell(trial, values)
+    measured = {"val_loss": math.inf, "flops_per_token": float(flops_per_token), "state_bytes": float(state_bytes)}
+    study.tell(trial, [measured[key] for key in OBJECTIVE_METRICS[objective]])
     return "INFEASIBLE", reason
 
 
