@@ -1,4 +1,4 @@
-"""Evaluators by name, resolved in one place: ``lm``, ``proxy:NAME``, ``sleep:SECONDS``, ``probes[:TASKS]``.
+"""Evaluators by name, resolved in one place: ``lm``, ``proxy:NAME``, ``sleep:SECONDS``, ``probes[:TASKS][@STEPS]``.
 
 A name is a kind and an optional argument after a colon.  :func:`check`
 validates a name (the CLI, before anything starts); :func:`build` makes the
@@ -55,26 +55,38 @@ def _seconds(arg: str | None) -> dict[str, Any]:
 
 
 def _probe_tasks(arg: str | None) -> dict[str, Any]:
+    """``TASK,TASK...`` and/or ``@STEPS`` (steps per task): ``memorization@100``, ``@500``."""
     if arg is None:
         return {}
-    if not arg.strip():
-        raise ValueError(f"TASK must name at least one task: {', '.join(PROBE_TASKS)}")
-    try:
-        return {"tasks": ",".join(parse_tasks(arg))}
-    except ConfigError as err:
-        raise ValueError(err.message) from None
+    tasks, at, steps = arg.partition("@")
+    out: dict[str, Any] = {}
+    if at:
+        if not steps.isdigit() or int(steps) < 1:
+            raise ValueError(f"STEPS after @ must be a whole number >= 1, got {steps!r}")
+        out["probe_steps"] = int(steps)
+    if tasks or not at:
+        if not tasks.strip():
+            raise ValueError(f"TASK must name at least one task: {', '.join(PROBE_TASKS)}")
+        try:
+            out["tasks"] = ",".join(parse_tasks(tasks))
+        except ConfigError as err:
+            raise ValueError(err.message) from None
+    return out
 
 
 EVALUATORS: dict[str, Kind] = {
     "lm": Kind("lm", _no_argument, LMEvaluator.from_settings),
     "proxy": Kind(f"proxy:NAME (NAME: {', '.join(PROXIES)})", _proxy, ProxyEvaluator.from_settings),
     "sleep": Kind("sleep:SECONDS", _seconds, SleepEvaluator.from_settings),
-    "probes": Kind("probes[:TASK,TASK...]", _probe_tasks, ProbeEvaluator.from_settings),
+    "probes": Kind("probes[:TASK,TASK...][@STEPS]", _probe_tasks, ProbeEvaluator.from_settings),
 }
 
 
 def _parse(name: str) -> tuple[Kind, dict[str, Any]]:
     kind_name, colon, arg = str(name).partition(":")
+    if "@" in kind_name:  # probes@STEPS: no tasks named, steps given
+        kind_name, _, steps = kind_name.partition("@")
+        arg, colon = "@" + steps + colon + arg, ":"
     kind = EVALUATORS.get(kind_name)
     valid = "; ".join(k.usage for k in EVALUATORS.values())
     if kind is None:

@@ -27,6 +27,7 @@ class TrialPayload:
     hparams: dict[str, Any]  # the trial's parameters, for TensorBoard's HParams table
     evaluator: str  # "lm", "proxy:NAME" or "sleep:S"
     compile: bool = False  # train through torch.compile (falls back to eager if compiling fails)
+    prescreen: str | None = None  # an evaluator run first; its value meets the hurdle at fraction 0
 
     def to_dict(self) -> dict[str, Any]:
         """The plain dict a worker receives (the keys are the field names)."""

@@ -22,6 +22,7 @@ import torch
 from evaluators import registry
 from evaluators.base import Diverged, Progress, Spent
 from evaluators.device import release_memory
+from evaluators.prescreen import Prescreened
 from evaluators.stopping import fraction_key, missed
 from nas.models import ArchConfig
 from nas.spec.training import Budget
@@ -52,6 +53,8 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         arch = ArchConfig.from_dict(payload["arch"])
         budget = Budget.from_dict(payload["budget"])
         evaluator = registry.build(str(payload.get("evaluator") or "lm"), payload)
+        if payload.get("prescreen"):
+            evaluator = Prescreened(registry.build(str(payload["prescreen"]), payload), evaluator)
         result = evaluator.evaluate(
             arch,
             budget,

@@ -185,15 +185,23 @@ class SearchSection(Section):
         3, "a hurdle stops candidates once this many earlier architectures reached it",
         alias="--hurdle-min-trials", check=integer(1), metavar="N")  # fmt: skip
     evaluator: str = field(
-        "lm", "lm: train each candidate; proxy:params / proxy:flops: score without training",
+        "lm", "lm: train each candidate; proxy:params / proxy:flops: score without training; "
+        "probes[:TASK,TASK][@STEPS]: the synthetic capability probes (docs/probes.md)",
         alias="--evaluator", check=text)  # fmt: skip
+    prescreen: str | None = field(
+        None, "a cheap evaluator run before each candidate trains, e.g. probes:selective_copying@100 or "
+        "proxy:params; a candidate whose value is above hurdle_percentile of earlier architectures' values "
+        "stops before training (a hurdle at budget fraction 0; docs/probes.md)", alias="--prescreen",
+        check=text, metavar="EVALUATOR")  # fmt: skip
 
     def check(self) -> None:
         # the evaluator's name is checked by the search (nas.search.driver.settings): its registry imports torch
-        if self.hurdles == () and (self.hurdle_percentile != 50.0 or self.hurdle_min_trials != 3):
+        stops = self.hurdles != () or self.prescreen is not None
+        if not stops and (self.hurdle_percentile != 50.0 or self.hurdle_min_trials != 3):
             which = "hurdle_percentile" if self.hurdle_percentile != 50.0 else "hurdle_min_trials"
-            raise ConfigError("applies to hurdles, and search.hurdles is empty; set search.hurdles "
-                              "(--hurdles 0.25,0.5) or leave it out", named("search", which))  # fmt: skip
+            raise ConfigError("applies to hurdles and the prescreen, and search has neither; set search.hurdles "
+                              "(--hurdles 0.25,0.5) or search.prescreen, or leave it out",
+                              named("search", which))  # fmt: skip
         if self.population is not None and self.sampler == "random":
             raise ConfigError(f"has no effect with {named('search', 'sampler')} random (it sizes nsga2 and "
                               "evolution, and tpe's random start); drop it or choose another sampler",

@@ -29,6 +29,7 @@ def _other_value(section: str, name: str, default: Any, kind: type) -> Any:
     """A valid value of the field other than its default, for the all-fields tests."""
     special = {
         ("search", "objective"): "loss", ("search", "sampler"): "random", ("search", "evaluator"): "proxy:params",
+        ("search", "prescreen"): "proxy:params",
         ("search", "hurdles"): [0.25, 0.5], ("search", "hurdle_percentile"): 40.0,
         ("search", "population"): 6, ("resources", "device"): "cpu", ("resources", "address"): "auto",
         ("data", "corpus"): "some/corpus.txt", ("data", "tokenizer"): "tok.json", ("recipe", "decay"): "weights_only",

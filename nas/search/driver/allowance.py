@@ -46,11 +46,15 @@ IDLE_LIMIT = 100
 
 
 def trained_flops(user_attrs: Mapping[str, Any]) -> float:
-    """The training FLOPs a finished trial spent (0 for a duplicate, which reused its twin's result)."""
+    """The training FLOPs a finished trial spent, its prescreen's included (0 for a duplicate, which
+    reused its twin's result)."""
     if "duplicate_of" in user_attrs:
         return 0.0
-    value = user_attrs.get("train_flops")
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+    total = 0.0
+    for key in ("train_flops", "prescreen_flops"):
+        value = user_attrs.get(key)
+        total += float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+    return total
 
 
 def spent_flops(trials: Iterable[FrozenTrial]) -> float:

@@ -75,6 +75,9 @@ def tell_result(
     for key in metric_keys:
         if metrics.get(key) is not None:
             trial.set_user_attr(key, metrics[key])
+    for key, value in metrics.items():  # the evaluator's own numbers (probe accuracies, the prescreen's)
+        if key not in metric_keys and key != "intermediate" and isinstance(value, (int, float, str)):
+            trial.set_user_attr(key, value)
     loss = metrics.get("val_loss")
     if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
         return (*fail(study, trial, DIVERGED, detail=f"validation loss {loss}"), None)
@@ -88,6 +91,8 @@ def tell_result(
         trial.set_user_attr("pruned_at", at)
         study.tell(trial, state=TrialState.PRUNED)
         last = inter[max(inter, key=float)] if inter else float("nan")
+        if at == 0:
+            return "PRUNED", f"screened out before training: prescreen value {last:.4f}", None, None
         return "PRUNED", f"stopped at hurdle {at:g}: loss {last:.4f}", None, None
     values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
     frozen = study.tell(trial, values)

@@ -73,6 +73,9 @@ class SearchSettings:
     dashboard: bool = False
     #: "lm" trains; "proxy:params" etc. scores without training; "sleep:S" is for overhead benchmarks
     evaluator: str = "lm"
+    #: an evaluator run before each candidate trains; its value meets a hurdle at fraction 0
+    #: (``hurdles.fractions`` then starts with 0.0; :mod:`evaluators.prescreen`)
+    prescreen: str | None = None
     #: train through torch.compile; not in the fingerprint: it changes speed, not what is measured
     compile: bool = False
     #: the spec this run was made from, kept whole in the study (None: settings built by hand)
@@ -87,12 +90,14 @@ class SearchSettings:
             study=study, storage=storage, space=space, trials=s.wanted_trials(), budget=spec.budget,
             recipe=spec.recipe, objective=s.objective, sampler=s.sampler, population=s.population,
             seed=spec.seed, max_flops=s.max_flops,
-            hurdles=Hurdles(s.hurdles, percentile=s.hurdle_percentile, min_trials=s.hurdle_min_trials),
+            hurdles=Hurdles((0.0,) * (s.prescreen is not None) + s.hurdles, percentile=s.hurdle_percentile,
+                            min_trials=s.hurdle_min_trials),
             workers=r.worker_count(os.cpu_count()), cpus_per_trial=r.cpus_per_trial,
             gpus_per_trial=r.gpus_per_trial, address=r.address, device=r.device, data=data,
             tb_dir=tensorboard_dir(runs_dir, study, storage) if r.tensorboard else None, runs_dir=runs_dir,
             retries=r.retries, worker_timeout=r.worker_timeout, trial_timeout=r.trial_timeout,
-            local=r.local, dashboard=r.dashboard, evaluator=s.evaluator, compile=r.compile, spec=spec,
+            local=r.local, dashboard=r.dashboard, evaluator=s.evaluator, prescreen=s.prescreen, compile=r.compile,
+            spec=spec,
         )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -107,8 +112,12 @@ class SearchSettings:
         h = self.hurdles
         # the spec's sections hold the rules; building them from these fields applies them
         SearchSection(objective=self.objective, sampler=self.sampler, population=self.population,
-                      seed=self.seed, trials=self.trials, max_flops=self.max_flops, hurdles=h.fractions,
-                      hurdle_percentile=h.percentile, hurdle_min_trials=h.min_trials)  # fmt: skip
+                      seed=self.seed, trials=self.trials, max_flops=self.max_flops,
+                      hurdles=tuple(f for f in h.fractions if f > 0), hurdle_percentile=h.percentile,
+                      hurdle_min_trials=h.min_trials, prescreen=self.prescreen)  # fmt: skip
+        if (0.0 in h.fractions) != (self.prescreen is not None):
+            raise ValueError("a hurdle at fraction 0 is the prescreen's: hurdles start with 0.0 exactly when "
+                             "prescreen is set")  # fmt: skip
         Resources(workers=self.workers, cpus_per_trial=self.cpus_per_trial, gpus_per_trial=self.gpus_per_trial,
                   address=self.address, retries=self.retries, worker_timeout=self.worker_timeout,
                   trial_timeout=self.trial_timeout, device=self.device, compile=self.compile, local=self.local,
@@ -119,6 +128,14 @@ class SearchSettings:
             registry.check(self.evaluator)
         except ConfigError as err:
             raise ConfigError(err.message, "search.evaluator (--evaluator)") from None
+        if self.prescreen is not None:
+            if self.prescreen.partition(":")[0] == "lm":
+                raise ConfigError("lm would train each candidate twice; a prescreen is a cheaper evaluator: "
+                                  "probes[:TASK,TASK][@STEPS] or proxy:NAME", "search.prescreen (--prescreen)")  # fmt: skip
+            try:
+                registry.check(self.prescreen)
+            except ConfigError as err:
+                raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
         if self.max_flops is not None and self.budget.kind == "flops" and self.max_flops < self.budget.value:
             raise UserError(f"search.max_flops (--max-flops) {self.max_flops:g} is less than one candidate's budget "
                             f"({self.budget}): no trial could start")  # fmt: skip

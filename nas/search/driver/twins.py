@@ -29,7 +29,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.search.driver.outcome import reuse
 from nas.search.samplers.hurdles import Hurdles, fraction_key
-from nas.search.storage.records import INTERMEDIATE
+from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,13 +85,17 @@ class Twins:
         if old is None or len(new.intermediate) > len(old.intermediate):
             self.stopped[arch_id] = new
 
+    def _keys(self, attrs: Mapping[str, Any]) -> tuple[str, ...]:
+        """What a reused trial copies from a twin with ``attrs``: the metrics and the evaluator's own numbers."""
+        return (*self.keys, *(k for k in attrs if k.startswith(EVALUATOR_PREFIXES)))
+
     def reuse(
         self, study: optuna.Study, trial: Trial, arch_id: str, hurdles: Hurdles
     ) -> tuple[str, str] | None:
         """End ``trial`` with its twin's result, (state, text); None when it must be trained."""
         twin = self.complete.get(arch_id)
         if twin is not None:
-            return reuse(study, trial, twin, (*self.keys, INTERMEDIATE))
+            return reuse(study, trial, twin, (*self._keys(twin.user_attrs), INTERMEDIATE))
         stopped = self.stopped.get(arch_id)
         if stopped is None or not hurdles.fractions:
             return None
@@ -111,7 +115,7 @@ class Twins:
         if max(recorded, key=float) == stop:
             # It stops where the twin stopped: the twin's metrics are what this run would measure.
             # (Stopping earlier, it would train less; the twin's metrics are then left out.)
-            for key in self.keys:
+            for key in self._keys(twin.attrs):
                 if key in twin.attrs:
                     trial.set_user_attr(key, twin.attrs[key])
         trial.set_user_attr(INTERMEDIATE, inter)

@@ -13,15 +13,25 @@ from evaluators.result import (
     sample_lines,  # how a trial was run (CPU results depend on threads)
 )
 from evaluators.result import RUN_FIELDS as RUN_KEYS
-from nas.search.storage.records import INFEASIBLE, INTERMEDIATE, is_infeasible, settings_of, state_name
+from nas.search.storage.records import (
+    EVALUATOR_PREFIXES,
+    INFEASIBLE,
+    INTERMEDIATE,
+    is_infeasible,
+    settings_of,
+    state_name,
+)
 
 #: user attributes that say where a trial's architecture came from
 ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from")
 
 
 def metrics_of(t: FrozenTrial) -> dict[str, Any]:
-    """The measured metrics of a trial, in METRICS order (only those it has)."""
-    return {k: t.user_attrs[k] for k in METRICS + RUN_KEYS if t.user_attrs.get(k) is not None}
+    """The measured metrics of a trial, in METRICS order (only those it has), then the evaluator's own
+    (``probe_*``, ``prescreen_*``)."""
+    out = {k: t.user_attrs[k] for k in METRICS + RUN_KEYS if t.user_attrs.get(k) is not None}
+    out.update({k: v for k, v in t.user_attrs.items() if k.startswith(EVALUATOR_PREFIXES) and v is not None})
+    return out
 
 
 def origin(t: FrozenTrial) -> str:
@@ -129,8 +139,11 @@ def _header_lines(d: dict[str, Any]) -> list[str]:
         lines.append(f"  not trained: {d.get(INFEASIBLE) or 'over the space constraints'}")
     if d["state"] == "PRUNED":
         at = d.get("pruned_at")
-        lines.append(f"  pruned: stopped at hurdle {at:g} of the budget" if isinstance(at, (int, float))
-                     else "  pruned by a hurdle")
+        if at == 0:
+            lines.append("  pruned: screened out by the prescreen before training")
+        else:
+            lines.append(f"  pruned: stopped at hurdle {at:g} of the budget" if isinstance(at, (int, float))
+                         else "  pruned by a hurdle")
     return lines
 
 
@@ -205,6 +218,9 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
     if "seconds" in m:
         speed = f" ({m['tokens_per_s']:,.0f} tokens/s)" if m.get("tokens_per_s") else ""
         lines.append(f"  {'time':<16} {m['seconds']:.1f} s{speed}")
+    for key, value in m.items():
+        if key.startswith(EVALUATOR_PREFIXES):
+            lines.append(f"  {key:<16} {value:.4g}" if isinstance(value, float) else f"  {key:<16} {value}")
     return lines
 
 
@@ -216,7 +232,8 @@ def _hurdle_lines(d: dict[str, Any]) -> list[str]:
     stop = d.get("pruned_at") if d["state"] == "PRUNED" else None
     for key, value in d["intermediate"].items():
         mark = "  (missed it: stopped here)" if stop is not None and float(key) == float(stop) else ""
-        lines.append(f"  {float(key):>5g}  {value:.4f}{mark}")
+        what = "  (the prescreen's value, before training)" if float(key) == 0 else ""
+        lines.append(f"  {float(key):>5g}  {value:.4f}{what}{mark}")
     if "val_loss" in m and d["state"] == "COMPLETE":
         lines.append(f"  {1:>5g}  {m['val_loss']:.4f}  (final)")
     return lines

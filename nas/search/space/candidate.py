@@ -68,6 +68,7 @@ def trial_payload(s: SearchSettings, study: optuna.Study, trial: Trial, arch: Ar
         hparams=_hparams(trial.params, arch.arch_id, trial.number),
         evaluator=s.evaluator,
         compile=s.compile,
+        prescreen=s.prescreen,
     )
 
 

@@ -26,6 +26,9 @@ UNRECORDED_SAMPLER = "nsga2"
 #: user attr of a candidate over the caps: why it was not trained
 INFEASIBLE = "infeasible"
 INTERMEDIATE = "intermediate"  # user attr: {"0.25": loss, ...}, the losses a trial reported at its hurdles
+#: user attributes an evaluator records beside the Result's fields (evaluators.probes: ``probe_*``;
+#: evaluators.prescreen: ``prescreen_*``); a twin copies them with the metrics
+EVALUATOR_PREFIXES = ("probe_", "prescreen_")
 
 
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:

@@ -1,0 +1,134 @@
+"""``--prescreen``: a cheap evaluator scores each candidate first; a hurdle at fraction 0 stops the weak ones
+before any training.  And ``--evaluator probes``: the probe accuracies become the trial's metrics."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from evaluators import registry
+from evaluators.base import Progress
+from evaluators.prescreen import Prescreened
+from evaluators.proxies import ProxyEvaluator
+from nas.cli import main
+from nas.models import ArchConfig
+from nas.search.driver.allowance import trained_flops
+from nas.spec.training import Budget
+
+RAW: dict[str, Any] = {
+    "globals": {"d_model": 32, "n_heads": 2, "n_layers": 2, "max_len": 16},
+    "layers": {"attention": {"mha": {}, "synth_fixed_random": {}, "synth_random": {}},
+               "ffn": {"activation": ["relu", "squared_relu"], "mult": [2, 4]}},
+    "recipe": {"batch_size": 4, "eval_batches": 2, "log_every": 2},
+    "budget": {"steps": 4},
+}  # fmt: skip
+ARCH = ArchConfig.from_dict({"vocab_size": 64, "d_model": 16, "n_heads": 2, "max_len": 16,
+                             "layers": {"repeat": 1, "attention": "mha", "ffn": {"activation": "relu", "mult": 2}}})  # fmt: skip
+
+
+class Recorder:
+    """A main evaluator that records what it was asked (a proxy underneath)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, ...]] = []
+
+    def evaluate(self, arch, budget=None, callback=None, *, eval_at=(), logdir=None, log_hparams=None):
+        self.calls.append(tuple(eval_at))
+        return ProxyEvaluator("flops").evaluate(arch, budget, callback, eval_at=eval_at)
+
+
+def test_a_candidate_that_misses_the_screen_never_reaches_the_main_evaluator() -> None:
+    main_ev, seen = Recorder(), []
+
+    def stop(p: Progress) -> bool:
+        seen.append((p.fraction, p.val_loss))
+        return p.fraction == 0.0
+
+    screen = ProxyEvaluator("params")
+    result = Prescreened(screen, main_ev).evaluate(ARCH, Budget("steps", 4), stop, eval_at=(0.0, 0.5))
+    assert main_ev.calls == [] and result.stopped_early and result.stopped_at == 0.0
+    value = screen.evaluate(ARCH).val_loss
+    assert seen == [(0.0, pytest.approx(value))] and result.intermediate == {0.0: pytest.approx(value)}
+    assert result.train_flops == 0.0 and result.extra["prescreen_value"] == pytest.approx(value)
+    assert result.extra["prescreen_proxy"] == "params"
+
+
+def test_a_candidate_that_passes_trains_with_the_other_hurdles_only() -> None:
+    main_ev = Recorder()
+    result = Prescreened(ProxyEvaluator("params"), main_ev).evaluate(ARCH, Budget("steps", 4), lambda p: False,
+                                                                     eval_at=(0.0, 0.5))  # fmt: skip
+    assert main_ev.calls == [(0.5,)]  # fraction 0 is the screen's: the main evaluator never sees it
+    assert not result.stopped_early and result.extra["proxy"] == "flops" and "prescreen_value" in result.extra
+
+
+def test_the_search_counts_the_screens_flops() -> None:
+    assert trained_flops({"train_flops": 5.0, "prescreen_flops": 2.0}) == 7.0
+    assert trained_flops({"prescreen_flops": 2.0}) == 2.0
+    assert trained_flops({"train_flops": 5.0, "prescreen_flops": 2.0, "duplicate_of": 1}) == 0.0
+
+
+def test_probe_steps_are_part_of_the_evaluator_name() -> None:
+    assert registry.build("probes:memorization@7", {"device": "cpu"}).steps == 7
+    assert registry.build("probes@9", {"device": "cpu"}).steps == 9
+    for bad in ("probes@0", "probes@x", "probes:memorization@", "probes:", "probes@3:x"):
+        with pytest.raises(Exception, match="probes"):
+            registry.check(bad)
+
+
+def _search(tmp_path, corpus, name: str, *extra: str, trials: int = 6) -> optuna.Study:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(copy.deepcopy(RAW)))
+    storage = f"sqlite:///{tmp_path}/{name}.db"
+    assert main(["search", "--space", str(space), "--study", name, "--storage", storage, "--runs-dir",
+                 str(tmp_path / "runs"), "--data", str(corpus), "--trials", str(trials), "--local",
+                 "--no-tensorboard", *extra]) == 0  # fmt: skip
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def test_a_prescreened_search_stops_weak_candidates_before_training(tmp_path, text_corpus, capsys) -> None:
+    study = _search(tmp_path, text_corpus, "pre", "--prescreen", "probes:memorization@3", "--hurdle-min-trials",
+                    "2", "--hurdle-percentile", "40", "--sampler", "random", trials=8)  # fmt: skip
+    out = capsys.readouterr().out
+    pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert pruned and done, out
+    assert "screened out before training" in out
+    for t in pruned:  # nothing trained: the screen's cost is all it spent
+        assert t.user_attrs["pruned_at"] == 0.0 and t.user_attrs.get("train_flops", 0.0) == 0.0
+        assert t.user_attrs["prescreen_flops"] > 0 and list(t.user_attrs["intermediate"]) == ["0"]
+    for t in done:
+        assert t.user_attrs["train_flops"] > 0 and t.user_attrs["prescreen_flops"] > 0
+        assert 0.0 <= t.user_attrs["prescreen_probe_memorization"] <= 1.0
+    assert main(["show", "--study", "pre", "--storage", f"sqlite:///{tmp_path}/pre.db", "--trial",
+                 str(pruned[0].number)]) == 0  # fmt: skip
+    assert "screened out by the prescreen" in capsys.readouterr().out
+
+
+def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, capsys) -> None:
+    study = _search(tmp_path, text_corpus, "pr", "--evaluator", "probes:memorization,selective_copying@2",
+                    "--objective", "loss", trials=2)  # fmt: skip
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2
+    for t in done:
+        a = t.user_attrs
+        assert a["probe_steps"] == 2 and a["probe_tasks"] == "memorization,selective_copying"
+        assert t.value == pytest.approx(1 - a["probe_score"])
+        assert a["probe_score"] == pytest.approx((a["probe_memorization"] + a["probe_selective_copying"]) / 2)
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("lm", "search.prescreen (--prescreen): lm would train each candidate twice"),
+    ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
+])  # fmt: skip
+def test_a_bad_prescreen_is_one_line(tmp_path, text_corpus, capsys, flag: str, message: str) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(copy.deepcopy(RAW)))
+    code = main(["search", "--space", str(space), "--study", "bad", "--runs-dir", str(tmp_path / "runs"),
+                 "--data", str(text_corpus), "--trials", "2", "--local", "--prescreen", flag])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs" / "bad").exists()  # nothing half-written
