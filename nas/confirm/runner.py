@@ -32,7 +32,7 @@ from nas.search.driver.loop import Driver
 from nas.search.driver.settings import SearchSettings
 from nas.search.space.candidate import trial_payload
 from nas.search.storage.records import CONFIRM_OF, REQUEUED, SETTINGS, load_study, study_exists
-from nas.search.storage.study import check_settings, count_done, create_under_lease
+from nas.search.storage.study import check_settings, check_spec, count_done, create_under_lease
 from nas.search.storage.urls import fast_sqlite_commits, open_storage
 from nas.spec.training import Budget
 from nas.validate import MAX_SEED
@@ -206,6 +206,9 @@ def open_confirm_study(settings: SearchSettings, source: str, entries: Sequence[
                 f"--storage {mask_url(settings.storage)!r}: study {settings.study!r} exists and is not "
                 f"a confirmation of {source!r}"
             )
+        # The driver checks these again; here they come before anything is queued, so a refused
+        # confirmation leaves the study as it was (no WAITING runs for the next confirm to pick up).
+        check_spec(study, settings.spec)
         check_settings(study, settings.fingerprint())
         fast_sqlite_commits(storage)
     study.set_user_attr(ARCHS, [e.to_dict() for e in entries])

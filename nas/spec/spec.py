@@ -110,10 +110,13 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+def differences(old: Mapping[str, Any], new: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None
+                ) -> list[tuple[str, Any, Any]]:  # fmt: skip
     """(field, old value, new value) for every field two specs' ``to_dict`` disagree on.
 
-    The space's keys are named ``space.KEY...``; the five sections by their own names.
+    The space's keys are named ``space.KEY...``; the five sections by their own names.  With
+    ``defaults`` (a spec's ``to_dict``), a field one side lacks counts as its default there: a spec
+    recorded before the field existed ran with the default.
     """
 
     def flat(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,8 +126,9 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[st
 
     a, b = flat(old), flat(new)
     missing = object()
-    return [(key, a.get(key, missing), b.get(key, missing)) for key in sorted(set(a) | set(b))
-            if a.get(key, missing) != b.get(key, missing)]  # fmt: skip
+    d = flat(defaults) if defaults else {}
+    pairs = [(key, a.get(key, d.get(key, missing)), b.get(key, d.get(key, missing))) for key in sorted(set(a) | set(b))]
+    return [(key, x, y) for key, x, y in pairs if x != y]
 
 
 def is_mutable(key: str) -> bool:

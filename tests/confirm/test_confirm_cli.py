@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -337,6 +338,23 @@ def test_a_confirmation_is_not_confirmed_again(studies, capsys):
         capsys.readouterr()
     assert main(_confirm(url, "one-confirm")) == 2
     assert "is a confirmation; pass the search study 'one'" in capsys.readouterr().err
+
+
+def test_a_refused_confirmation_queues_nothing(studies, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/one.db"  # a copy: the module's study stays as it was
+    optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
+    assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
+    confirm = _load(url, "one-confirm")
+    spec = copy.deepcopy(confirm.user_attrs["spec"])
+    spec["recipe"]["lr"] = 0.5  # as if the confirmation had run under another recipe
+    confirm.set_user_attr("spec", spec)
+    before = len(confirm.trials)
+    capsys.readouterr()
+    assert main(_confirm(url, "one", "--top", "1", "--seeds", "2", "--scales", "1")) == 2
+    err = capsys.readouterr().err
+    assert "recipe.lr: 0.5 -> 0.003" in err and len(err.strip().splitlines()) == 1
+    trials = _load(url, "one-confirm").trials
+    assert len(trials) == before and not [t for t in trials if t.state == TrialState.WAITING]
 
 
 def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch, capsys, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import json
 import subprocess
@@ -186,6 +188,23 @@ def test_a_continuation_names_the_fields_that_differ(tmp_path, corpus, capsys):
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
     assert len(study.trials) == 2 and study.user_attrs[SPEC]["search"]["trials"] == 2
     assert study.user_attrs[SPEC]["search"]["hurdles"] == [0.5]
+
+
+def test_a_study_recorded_before_a_field_existed_continues(tmp_path, corpus, capsys):
+    # A study written by an older version has no search.prescreen in its spec: it ran at the default.
+    assert _search(tmp_path, corpus, TINY_SPACE, "s", "--trials", "1", "--evaluator", "proxy:params") == 0
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.load_study(study_name="s", storage=storage)
+    old = copy.deepcopy(study.user_attrs[SPEC])
+    del old["search"]["prescreen"]
+    study.set_user_attr(SPEC, old)
+    assert _search(tmp_path, corpus, TINY_SPACE, "s", "--trials", "2", "--evaluator", "proxy:params") == 0
+    assert len(optuna.load_study(study_name="s", storage=storage).trials) == 2
+    capsys.readouterr()
+    # a real change of that field is still named
+    assert _search(tmp_path, corpus, TINY_SPACE, "s", "--trials", "3", "--evaluator", "proxy:params",
+                   "--prescreen", "proxy:flops") == 2  # fmt: skip
+    assert "search.prescreen: None -> 'proxy:flops'" in capsys.readouterr().err
 
 
 def test_a_bad_field_in_the_file_names_the_file_and_field(tmp_path, capsys):

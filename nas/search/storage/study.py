@@ -50,7 +50,10 @@ def check_spec(study: optuna.Study, spec: Spec | None) -> None:
     old = study.user_attrs.get(SPEC)
     if spec is None or not isinstance(old, dict):
         return
-    diffs = [d for d in differences(old, spec.to_dict()) if not d[0].startswith("data.")]
+    # A field added since the study was recorded ran at its default; the budget is one of several
+    # forms (steps, flops, ...), so a form the old spec lacks is a real difference, not a default.
+    defaults = {k: v for k, v in Spec(space={}).to_dict().items() if k != "budget"}
+    diffs = [d for d in differences(old, spec.to_dict(), defaults=defaults) if not d[0].startswith("data.")]
     fixed = [d for d in diffs if not is_mutable(d[0])]
     if fixed:
         raise UserError(
