@@ -69,7 +69,13 @@ def _trials(study: optuna.Study, state: TrialState) -> list[FrozenTrial]:
 
 
 def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> Path:
-    """Validation loss against forward FLOPs/token; the front is a step line through its trials."""
+    """Validation loss against forward FLOPs/token; the front is a step line through its trials.
+
+    A study whose objectives include the inference state (``loss+flops+state``) gets a second panel,
+    loss against state bytes, with the three-way front (Optuna's ``best_trials``) marked in both.
+    """
+    if "state_bytes" in (study.metric_names or ()):
+        return _plot_three_way(study, path)
     fig = Figure(figsize=(7.5, 5), layout="constrained")
     ax = fig.add_subplot()
     done = _cost_loss(_trials(study, TrialState.COMPLETE))
@@ -107,6 +113,34 @@ def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> 
     ax.set_title(f"{study.study_name}: loss vs compute")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
+    return _save(fig, path)
+
+
+def _plot_three_way(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> Path:
+    fig = Figure(figsize=(12, 5), layout="constrained")
+    done = [t for t in _trials(study, TrialState.COMPLETE) if _loss(t) is not None]
+    front = {t.number for t in study.best_trials if not is_infeasible(t)} if done else set()
+    for i, (key, label) in enumerate((("flops_per_token", "forward FLOPs per token"),
+                                      ("state_bytes", "state bytes per sequence while generating"))):  # fmt: skip
+        ax = fig.add_subplot(1, 2, i + 1)
+        pts = [(float(t.user_attrs[key]), _loss(t), t.number) for t in done if t.user_attrs.get(key) is not None]
+        rest = [p for p in pts if p[2] not in front]
+        best = [p for p in pts if p[2] in front]
+        if rest:
+            ax.scatter(*_xy(rest), s=22, color="tab:blue", alpha=0.8, label=f"complete, dominated ({len(rest)})")
+        if best:
+            ax.scatter(*_xy(best), s=46, color="tab:red", zorder=3, label=f"3-way Pareto front ({len(best)})")
+            for x, y, n in best:
+                ax.annotate(f"#{n}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        xs = [p[0] for p in pts]
+        if xs and min(xs) > 0 and max(xs) / min(xs) > 10:
+            ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("validation loss (nats/token)")
+        ax.grid(alpha=0.3)
+        if pts:
+            ax.legend(loc="best", fontsize=8)
+    fig.suptitle(f"{study.study_name}: loss vs compute and inference state")
     return _save(fig, path)
 
 

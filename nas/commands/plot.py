@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "plot",
         help="save PNG plots of a study",
-        description="Write pareto.png (validation loss vs FLOPs/token, Pareto front marked), "
+        description="Write pareto.png (validation loss vs FLOPs/token, Pareto front marked; a second panel "
+        "vs state bytes under --objective loss+flops+state), "
         "blocks_by_layer.png (attention blocks and activations of the top trials, per layer) and "
         "history.png (loss per trial with the running best) into --out.",
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+import struct
 from typing import Any
 
 import optuna
@@ -158,3 +159,8 @@ def test_the_state_objective_puts_the_inference_state_on_the_pareto_front(tmp_pa
     assert main(["best", *args]) == 0
     out = capsys.readouterr().out
     assert "vs FLOPs/token and state" in out and "state B" in out
+    # pareto.png gets a second panel, loss against the state, with the three-way front in both
+    assert main(["plot", *args, "--out", str(tmp_path / "figs")]) == 0
+    png = (tmp_path / "figs" / "pareto.png").read_bytes()
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+    assert width > 1.8 * height, (width, height)

@@ -100,12 +100,16 @@ def test_a_prescreened_search_stops_weak_candidates_before_training(tmp_path, te
     for t in pruned:  # nothing trained: the screen's cost is all it spent
         assert t.user_attrs["pruned_at"] == 0.0 and t.user_attrs.get("train_flops", 0.0) == 0.0
         assert t.user_attrs["prescreen_flops"] > 0 and list(t.user_attrs["intermediate"]) == ["0"]
+        assert "val_loss" not in t.user_attrs  # the screen's value is not a loss of the model
     for t in done:
         assert t.user_attrs["train_flops"] > 0 and t.user_attrs["prescreen_flops"] > 0
         assert 0.0 <= t.user_attrs["prescreen_probe_memorization"] <= 1.0
     assert main(["show", "--study", "pre", "--storage", f"sqlite:///{tmp_path}/pre.db", "--trial",
                  str(pruned[0].number)]) == 0  # fmt: skip
     assert "screened out by the prescreen" in capsys.readouterr().out
+    assert main(["plot", "--study", "pre", "--storage", f"sqlite:///{tmp_path}/pre.db", "--out",
+                 str(tmp_path / "figs")]) == 0  # fmt: skip
+    assert (tmp_path / "figs" / "pareto.png").is_file()
 
 
 def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, capsys) -> None:

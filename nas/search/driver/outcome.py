@@ -18,6 +18,9 @@ from nas.search.storage.records import INTERMEDIATE
 from nas.spec.sections import OBJECTIVE_METRICS
 
 
+#: a model's losses: what a trial screened out before training does not have
+LOSS_KEYS = ("val_loss", "val_ppl", "val_bpb")
+
 def finish_now(study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> tuple[str, str]:
     """End ``trial`` without a worker (refused before training), with ``reason``."""
     trial.set_user_attr("fail_reason", reason)
@@ -72,8 +75,11 @@ def tell_result(
         why = result.get("reason", "failed")
         return (*fail(study, trial, why, result.get("traceback"), result.get("detail")), None)
     metrics = result.get("metrics") or {}
+    # Screened out by the prescreen (a hurdle at 0): its val_loss is the screen's value, not a loss of
+    # the model; left out, so that nothing (plots, tables) reads it as one.  It stays in "intermediate".
+    screened = result.get("status") == "pruned" and list(inter) == ["0"]
     for key in metric_keys:
-        if metrics.get(key) is not None:
+        if metrics.get(key) is not None and not (screened and key in LOSS_KEYS):
             trial.set_user_attr(key, metrics[key])
     for key, value in metrics.items():  # the evaluator's own numbers (probe accuracies, the prescreen's)
         if key not in metric_keys and key != "intermediate" and isinstance(value, (int, float, str)):
@@ -91,7 +97,7 @@ def tell_result(
         trial.set_user_attr("pruned_at", at)
         study.tell(trial, state=TrialState.PRUNED)
         last = inter[max(inter, key=float)] if inter else float("nan")
-        if at == 0:
+        if screened:
             return "PRUNED", f"screened out before training: prescreen value {last:.4f}", None, None
         return "PRUNED", f"stopped at hurdle {at:g}: loss {last:.4f}", None, None
     values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
