@@ -1,6 +1,7 @@
-"""Evaluators by name, resolved in one place: ``lm``, ``proxy:NAME``, ``sleep:SECONDS``, ``probes[:TASKS][@STEPS]``.
+"""Evaluators by name, resolved in one place: ``lm``, ``proxy:NAME``, ``sleep:SECONDS``,
+``probes[:TASKS][@STEPS]``.
 
-A name is a kind and an optional argument after a colon.  :func:`check`
+A name is a kind and an optional argument after a colon (or, for ``probes@STEPS``, an at sign).  :func:`check`
 validates a name (the CLI, before anything starts); :func:`build` makes the
 evaluator from the name and plain settings (a worker, from its payload: the
 ``recipe`` dict, ``data``, ``device``, ``compile``...).  A new evaluator is a
