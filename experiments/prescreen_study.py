@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""The pre-screen experiment of docs/RESULTS.md: does a probe-screened search reach a plain search's
+confirmed best loss for less compute?
+
+Per seed, two searches of ``experiments/spaces/prescreen.yaml`` (mixers per layer at the RESULTS shape,
+5e12 FLOPs per candidate) under the same search compute (``--max-flops``, which counts the screen's
+FLOPs too): a plain one, and one with ``--prescreen`` (the probe set and budget in ``PRESCREEN``: the
+cheapest that ranked well in the probe study) at the median.  Then ``confirm`` retrains each search's
+best at 1x on seeds 0-2, and the report compares the confirmed bests and the FLOPs each search spent
+to find them.  Nothing but ``run_search.py`` commands, each resumable (finished work is never redone).
+
+Run::
+
+    .venv/bin/python experiments/prescreen_study.py --seed 0           # one seed's two searches + confirms
+    .venv/bin/python experiments/prescreen_study.py --stage report
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import _doc  # noqa: E402
+from primer_synthesizer import DOC, RUNS, THREADS, cli, run  # noqa: E402
+
+SPACE = "experiments/spaces/prescreen.yaml"
+RUNS_DIR = f"{RUNS}/prescreen"
+#: search compute per search: ten candidates' worth at 5e12 FLOPs each
+MAX_FLOPS = 5e13
+PRESCREEN = "probes:selective_copying,memorization@100"
+SEEDS = (0, 1, 2)
+KINDS = ("plain", "screened")
+
+
+def study(kind: str, seed: int) -> str:
+    return f"{kind}-s{seed}"
+
+
+def search_cmd(kind: str, seed: int) -> list[str]:
+    screen = f" --prescreen {PRESCREEN} --hurdle-min-trials 3" if kind == "screened" else ""
+    return cli(*f"search --space {SPACE} --study {study(kind, seed)} --runs-dir {RUNS_DIR} --seed {seed} "
+               f"--max-flops {MAX_FLOPS:g} --workers 2 --cpus-per-trial {THREADS}{screen}".split())  # fmt: skip
+
+
+def confirm_cmd(kind: str, seed: int) -> list[str]:
+    return cli(*f"confirm --study {study(kind, seed)} --runs-dir {RUNS_DIR} --top 1 --seeds 3 --scales 1 "
+               f"--baseline transformer_pp --workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split())  # fmt: skip
+
+
+def stage_run(args: argparse.Namespace) -> None:
+    for seed in args.seed or SEEDS:
+        for kind in KINDS:
+            run(search_cmd(kind, seed))
+            run(confirm_cmd(kind, seed))
+
+
+def outcome(kind: str, seed: int) -> dict[str, float] | None:
+    """What one search spent and found: FLOPs (training + screen), trials trained, screened out, and its
+    best's confirmed mean loss at 1x (None while it has not run)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = f"sqlite:///{RUNS_DIR}/{study(kind, seed)}/study.db"
+    if not (ROOT / RUNS_DIR / study(kind, seed) / "study.db").exists():
+        return None
+    try:
+        searched = optuna.load_study(study_name=study(kind, seed), storage=storage)
+        confirmed = optuna.load_study(study_name=f"{study(kind, seed)}-confirm", storage=storage)
+    except KeyError:
+        return None
+    from nas.search.driver.allowance import spent_flops
+
+    trials = searched.get_trials(deepcopy=False)
+    finalist = [t.user_attrs["val_loss"] for t in confirmed.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("role") == "finalist"]  # fmt: skip
+    base = [t.user_attrs["val_loss"] for t in confirmed.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("role") == "baseline"]  # fmt: skip
+    if not finalist:
+        return None
+    return {
+        "flops": spent_flops(trials),
+        "screen_flops": sum(float(t.user_attrs.get("prescreen_flops") or 0.0) for t in trials
+                            if "duplicate_of" not in t.user_attrs),  # fmt: skip
+        "trained": sum(1 for t in trials if float(t.user_attrs.get("train_flops") or 0.0) > 0),
+        "screened_out": sum(1 for t in trials if t.user_attrs.get("pruned_at") == 0.0),
+        "best": statistics.mean(finalist),
+        "transformer_pp": statistics.mean(base) if base else float("nan"),
+    }
+
+
+def stage_report(args: argparse.Namespace) -> None:
+    rows = []
+    for seed in SEEDS:
+        for kind in KINDS:
+            o = outcome(kind, seed)
+            if o is None:
+                continue
+            rows.append([str(seed), kind, f"{o['best']:.4f}", f"{o['best'] - o['transformer_pp']:+.4f}",
+                         f"{o['flops']:.3g}", f"{o['screen_flops']:.3g}", str(o["trained"]), str(o["screened_out"])])  # fmt: skip
+    table = _doc.markdown_table(["search seed", "search", "confirmed best (1x, seeds 0-2)", "vs Transformer++",
+                                 "FLOPs spent", "of which screening", "trained", "screened out"], rows)  # fmt: skip
+    body = (f"    python experiments/prescreen_study.py --stage report\n\n"
+            f"`{SPACE}`, `--max-flops {MAX_FLOPS:g}` per search, screen `{PRESCREEN}` at the median.\n\n{table}\n")
+    _doc.write_section("prescreen-study", body, DOC)
+
+
+STAGES = {"run": stage_run, "report": stage_report}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stage", choices=tuple(STAGES), action="append", help="one stage (default: both)")
+    parser.add_argument("--seed", type=int, action="append", help="search seeds to run (default 0, 1, 2)")
+    args = parser.parse_args()
+    for stage in args.stage or tuple(STAGES):
+        STAGES[stage](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
