@@ -4,8 +4,8 @@ confirmed best loss for less compute?
 
 Per seed, two searches of ``experiments/spaces/prescreen.yaml`` (mixers per layer at the RESULTS shape,
 5e12 FLOPs per candidate) under the same search compute (``--max-flops``, which counts the screen's
-FLOPs too): a plain one, and one with ``--prescreen`` (the probe set and budget in ``PRESCREEN``: the
-cheapest that ranked well in the probe study) at the median.  Then ``confirm`` retrains each search's
+FLOPs too): a plain one, and one with ``--prescreen`` (the probe set in ``PRESCREEN``: the two tasks
+that ranked best alone in the probe study) at the median.  Then ``confirm`` retrains each search's
 best at 1x on seeds 0-2, and the report compares the confirmed bests and the FLOPs each search spent
 to find them.  Nothing but ``run_search.py`` commands, each resumable (finished work is never redone).
 
@@ -34,7 +34,8 @@ SPACE = "experiments/spaces/prescreen.yaml"
 RUNS_DIR = f"{RUNS}/prescreen"
 #: search compute per search: ten candidates' worth at 5e12 FLOPs each
 MAX_FLOPS = 5e13
-PRESCREEN = "probes:selective_copying,memorization@100"
+#: the two tasks that ranked best alone in the probe study (RESULTS.md), at the default 250 steps
+PRESCREEN = "probes:compression,memorization"
 SEEDS = (0, 1, 2)
 KINDS = ("plain", "screened")
 

@@ -59,6 +59,15 @@ _OPTUNA_TABLES = frozenset({
 })
 
 
+#: (device, inode) of the files this process found to be Optuna databases.  Each is probed once: a
+#: file read outside SQLite and closed drops every POSIX lock this process's SQLite connections hold
+#: on it (fcntl locks belong to the process and the file, not the descriptor), and then a reader in
+#: another process takes itself for the last connection when it closes and deletes the -wal under
+#: the live writer, whose next commits no other process sees.  The first probe comes before any
+#: connection: every storage is opened through ``open_storage``, which checks the file first.
+_OPTUNA_FILES: set[tuple[int, int]] = set()
+
+
 def sqlite_kind(path: Path) -> str:
     """What the SQLite file ``path`` is: ``"optuna"``, ``"foreign"`` or ``"damaged"``; reads only.
 
@@ -68,6 +77,9 @@ def sqlite_kind(path: Path) -> str:
     a WAL-mode file creates its ``-wal`` and ``-shm`` files and cannot remove them; a probe
     that refuses the file removes the ones it created, so a refusal leaves nothing behind.
     """
+    st = path.stat()
+    if (st.st_dev, st.st_ino) in _OPTUNA_FILES:
+        return "optuna"
     with path.open("rb") as f:
         head = f.read(100)
     if not head.startswith(_MAGIC[: len(head)]) or not head:
@@ -92,6 +104,8 @@ def sqlite_kind(path: Path) -> str:
     if kind != "optuna":
         for p in new:
             p.unlink(missing_ok=True)
+    else:
+        _OPTUNA_FILES.add((st.st_dev, st.st_ino))
     return kind
 
 
