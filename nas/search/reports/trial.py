@@ -218,9 +218,10 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
     if "seconds" in m:
         speed = f" ({m['tokens_per_s']:,.0f} tokens/s)" if m.get("tokens_per_s") else ""
         lines.append(f"  {'time':<16} {m['seconds']:.1f} s{speed}")
-    for key, value in m.items():
-        if key.startswith(EVALUATOR_PREFIXES):
-            lines.append(f"  {key:<16} {value:.4g}" if isinstance(value, float) else f"  {key:<16} {value}")
+    own = {k: v for k, v in m.items() if k.startswith(EVALUATOR_PREFIXES)}
+    width = max((16, *(len(k) for k in own)))
+    for key, value in own.items():
+        lines.append(f"  {key:<{width}} {value:.4g}" if isinstance(value, float) else f"  {key:<{width}} {value}")
     return lines
 
 
