@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.execution.worker import DIVERGED
-from nas.search.storage.records import INTERMEDIATE
+from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE
 from nas.spec.sections import OBJECTIVE_METRICS
 
 
@@ -81,8 +81,8 @@ def tell_result(
     for key in metric_keys:
         if metrics.get(key) is not None and not (screened and key in LOSS_KEYS):
             trial.set_user_attr(key, metrics[key])
-    for key, value in metrics.items():  # the evaluator's own numbers (probe accuracies, the prescreen's)
-        if key not in metric_keys and key != "intermediate" and isinstance(value, (int, float, str)):
+    for key, value in metrics.items():  # the evaluator's own numbers, by the rule twins and `show` read them by
+        if key.startswith(EVALUATOR_PREFIXES) and isinstance(value, (int, float, str)):
             trial.set_user_attr(key, value)
     loss = metrics.get("val_loss")
     if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
