@@ -247,8 +247,11 @@ def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: A
     from nas.spec import Resources
 
     resources = apply(spec.replace(resources=Resources()), overrides(args)).resources
+    # every run trains in full: the search's hurdles and its pre-screen (a hurdle at fraction 0) would
+    # stop finalists and baselines, leaving seeds out of the report
     search = {"objective": "loss", "sampler": "random", "trials": 1, "max_flops": None, "population": None,
-              "hurdles": (), "hurdle_percentile": 50.0, "hurdle_min_trials": 3, "seed": seed0}  # fmt: skip
+              "hurdles": (), "hurdle_percentile": 50.0, "hurdle_min_trials": 3, "prescreen": None,
+              "seed": seed0}  # fmt: skip
     confirm_spec = spec.replace(search=search, resources=resources)
     return SearchSettings.from_spec(confirm_spec, space, study=name, storage=url, runs_dir=args.runs_dir,
                                     data=data)  # fmt: skip

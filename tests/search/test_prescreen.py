@@ -112,6 +112,19 @@ def test_a_prescreened_search_stops_weak_candidates_before_training(tmp_path, te
     assert (tmp_path / "figs" / "pareto.png").is_file()
 
 
+def test_confirm_trains_every_run_of_a_prescreened_search(tmp_path, text_corpus, capsys) -> None:
+    """confirm retrains the winners in full: the search's screen would stop finalists and baselines (a
+    hurdle at fraction 0 that every run after the third must pass) and leave seeds out of the report."""
+    _search(tmp_path, text_corpus, "scr", "--prescreen", "probes:memorization@2", "--hurdle-min-trials", "1",
+            "--hurdle-percentile", "1", "--sampler", "random", trials=3)  # fmt: skip
+    url = f"sqlite:///{tmp_path}/scr.db"
+    assert main(["confirm", "--study", "scr", "--storage", url, "--top", "1", "--seeds", "2", "--scales", "1",
+                 "--baseline", "vanilla", "--local", "--no-tensorboard"]) == 0  # fmt: skip
+    runs = optuna.load_study(study_name="scr-confirm", storage=url).trials
+    assert len(runs) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in runs), capsys.readouterr().out
+    assert not any("prescreen_flops" in t.user_attrs for t in runs)
+
+
 def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, capsys) -> None:
     study = _search(tmp_path, text_corpus, "pr", "--evaluator", "probes:memorization,selective_copying@2",
                     "--objective", "loss", trials=2)  # fmt: skip
