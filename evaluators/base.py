@@ -55,6 +55,8 @@ class Spent:
     steps: int
     tokens: int
     train_flops: float
+    #: other numbers a failed run still records (a pre-screen's ``prescreen_*``, paid before training)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @staticmethod
     def of(err: BaseException) -> Spent | None:
@@ -68,8 +70,9 @@ class Spent:
             err.spent = self  # type: ignore[attr-defined]  # exceptions take attributes
 
     def to_dict(self) -> dict[str, float]:
-        """The metric names a finished run records them under (``steps``, ``tokens``, ``train_flops``)."""
-        return dataclasses.asdict(self)
+        """The metric names a finished run records them under (``steps``, ``tokens``, ``train_flops``,
+        and the ``extra`` ones)."""
+        return {"steps": self.steps, "tokens": self.tokens, "train_flops": self.train_flops, **self.extra}
 
 
 class Diverged(RuntimeError):

@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evaluators.base import Evaluator, Progress, ProgressCallback
+from evaluators.base import Evaluator, Progress, ProgressCallback, Spent
 from evaluators.result import Result
 from nas.models import ArchConfig
 from nas.spec.training import Budget
@@ -53,7 +53,15 @@ class Prescreened:
         logdir: str | None = None,
         log_hparams: Mapping[str, Any] | None = None,
     ) -> Result:
-        first = self.screen.evaluate(arch, budget)
+        try:
+            first = self.screen.evaluate(arch, budget)
+        except BaseException as err:
+            # The screen's training is the screen's cost, not the candidate's: recorded as prescreen_*
+            # so that --max-flops counts it and train_flops stays 0.
+            spent = Spent.of(err)
+            if spent is not None:
+                err.spent = Spent(0, 0, 0.0, {"prescreen_flops": spent.train_flops})  # type: ignore[attr-defined]
+            raise
         value = float(first.val_loss)
         own = {"prescreen_value": value, "prescreen_flops": float(first.train_flops),
                "prescreen_seconds": float(first.seconds)}  # fmt: skip
@@ -66,7 +74,22 @@ class Prescreened:
                 first, train_flops=0.0, tokens=0, steps=0, tokens_per_s=0.0, train_seconds=0.0,
                 intermediate={SCREEN_AT: value}, stopped_early=True, stopped_at=SCREEN_AT, extra=own,
             )  # fmt: skip
-        result = self.main.evaluate(arch, budget, callback, eval_at=[f for f in eval_at if f > SCREEN_AT],
-                                    logdir=logdir, log_hparams=log_hparams)  # fmt: skip
+        try:
+            result = self.main.evaluate(arch, budget, callback, eval_at=[f for f in eval_at if f > SCREEN_AT],
+                                        logdir=logdir, log_hparams=log_hparams)  # fmt: skip
+        except BaseException as err:
+            # A candidate that passed the screen and then failed still paid for the screen.
+            spent = Spent.of(err) or Spent(0, 0, 0.0)
+            err.spent = dataclasses.replace(spent, extra={**spent.extra, **own})  # type: ignore[attr-defined]
+            raise
         return dataclasses.replace(result, seconds=result.seconds + first.seconds,
                                    extra={**result.extra, **own})  # fmt: skip
+
+
+def planned_flops(screen: str, arch: ArchConfig) -> float:
+    """What the screen ``screen`` (an evaluator name) will spend on ``arch``, before it runs (0 when its
+    cost is not known ahead: it is then counted once spent)."""
+    from evaluators import registry  # the registry imports every evaluator (this module included)
+
+    plan = getattr(registry.build(screen, {}), "planned_flops", None)
+    return float(plan(arch)) if plan is not None else 0.0

@@ -68,6 +68,7 @@ here there is one setting and one optimizer configuration per task, and far fewe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -267,6 +268,12 @@ def make_dataset(task: Task, n: int, train: bool, seed: int = 0) -> tuple[torch.
     return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
 
 
+@functools.lru_cache(maxsize=64)
+def input_len(name: str, seed: int = 0) -> int:
+    """The length of the inputs of task ``name`` (every instance of a task has the same)."""
+    return int(make_dataset(TASKS[name], 1, True, seed)[0].size(1))
+
+
 def probe_arch(arch: ArchConfig, task: Task) -> ArchConfig:
     """``arch`` with the task's vocabulary and length; a ConfigError when an option cannot hold at it."""
     try:
@@ -344,6 +351,16 @@ class ProbeEvaluator:
             device=settings.get("device") or "auto",
             threads=settings.get("threads"),
         )
+
+    def planned_flops(self, arch: ArchConfig) -> float:
+        """The training FLOPs this protocol spends on ``arch`` (all tasks, every step), known before it
+        runs: what a search reserves for it under ``--max-flops``."""
+        total = 0.0
+        for name in self.tasks:
+            task = TASKS[name]
+            length = input_len(name, self.seed)
+            total += self.steps * self.batch_size * length * compute(probe_arch(arch, task), length).train_flops_per_token
+        return total
 
     def evaluate(
         self,
@@ -437,7 +454,9 @@ class ProbeEvaluator:
                 value = float(train_loss)
                 if not math.isfinite(value):
                     err = Diverged(f"{task.name}: training loss {value} at step {step}")
-                    Spent(done + step, (done + step) * tokens_per_step, 0.0).attach_to(err)
+                    before = run(step, 0.0)  # this task's steps so far, plus the finished tasks'
+                    Spent(done + step, sum(r.tokens for r in runs.values()) + before.tokens,
+                          sum(r.train_flops for r in runs.values()) + before.train_flops).attach_to(err)  # fmt: skip
                     raise err
             if not due:
                 continue

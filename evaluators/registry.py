@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from evaluators.base import Evaluator
@@ -83,24 +83,34 @@ EVALUATORS: dict[str, Kind] = {
 }
 
 
-def _parse(name: str) -> tuple[Kind, dict[str, Any]]:
+#: the kinds that may screen candidates before training (``--prescreen``): cheaper than training them.
+#: ``lm`` would train each candidate twice and ``sleep`` measures nothing (it exists for benchmarks).
+SCREENS = ("probes", "proxy")
+
+
+def _parse(name: str, kinds: Sequence[str] | None = None) -> tuple[Kind, dict[str, Any]]:
+    """The kind ``name`` names (one of ``kinds``, default any) and its parsed argument."""
     kind_name, colon, arg = str(name).partition(":")
     if "@" in kind_name:  # probes@STEPS: no tasks named, steps given
         kind_name, _, steps = kind_name.partition("@")
         arg, colon = "@" + steps + colon + arg, ":"
-    kind = EVALUATORS.get(kind_name)
-    valid = "; ".join(k.usage for k in EVALUATORS.values())
+    allowed = {k: v for k, v in EVALUATORS.items() if kinds is None or k in kinds}
+    kind = allowed.get(kind_name)
+    valid = "; ".join(k.usage for k in allowed.values())
     if kind is None:
-        raise ConfigError(f"unknown evaluator {name!r}; valid: {valid}")
+        what = f"evaluator {name!r} cannot be used here" if kind_name in EVALUATORS else f"unknown evaluator {name!r}"
+        raise ConfigError(f"{what}; valid: {valid}")
     try:
         return kind, kind.parse(arg if colon else None)
     except ValueError as err:
-        raise ConfigError(f"evaluator {name!r}: {kind_name} {err}; valid: {valid}") from None
+        listed = "" if "valid:" in str(err) else f"; valid: {valid}"  # the argument's own list says it
+        raise ConfigError(f"evaluator {name!r}: {kind_name} {err}{listed}") from None
 
 
-def check(name: str) -> str:
-    """``name`` if it names an evaluator; otherwise a :class:`ConfigError` listing the valid names."""
-    _parse(name)
+def check(name: str, kinds: Sequence[str] | None = None) -> str:
+    """``name`` if it names an evaluator (of one of ``kinds``, default any); otherwise a
+    :class:`ConfigError` listing the valid names."""
+    _parse(name, kinds)
     return name
 
 

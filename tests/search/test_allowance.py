@@ -28,6 +28,17 @@ def test_a_launch_needs_room_for_the_running_trials_budgets():
     assert not a.may_launch(2, 0)
 
 
+def test_a_prescreens_cost_is_reserved_beside_the_training_budget():
+    """A screen's FLOPs are known once a candidate is sampled: reserved with it, and the next launch needs
+    room for the costliest screen so far as well as a whole training budget."""
+    a = Allowance(trials=None, max_flops=10.0, per_trial=4.0)
+    assert a.may_launch(0, 0)  # no screen seen yet: a budget of 4 fits
+    a.reserve(0, 4.0 + 2.0, screen=2.0)
+    assert not a.may_launch(0, 1)  # 6 committed + 4 + a screen of 2 > 10
+    a.settle(0, {"train_flops": 0.0, "prescreen_flops": 2.0})  # screened out: only the screen was spent
+    assert a.spent == 2.0 and a.may_launch(1, 0)  # 2 + 4 + 2 fits
+
+
 def test_with_a_flops_budget_the_limit_is_never_passed():
     a = Allowance(trials=None, max_flops=10.0, per_trial=4.0)
     a.settle(0, {"train_flops": 4.0})

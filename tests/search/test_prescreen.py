@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from evaluators import registry
-from evaluators.base import Progress
+from evaluators.base import Diverged, Progress, Spent
 from evaluators.prescreen import Prescreened
+from evaluators.prescreen import planned_flops as screen_flops
 from evaluators.proxies import ProxyEvaluator
 from nas.cli import main
 from nas.models import ArchConfig
@@ -63,6 +64,41 @@ def test_a_candidate_that_passes_trains_with_the_other_hurdles_only() -> None:
                                                                      eval_at=(0.0, 0.5))  # fmt: skip
     assert main_ev.calls == [(0.5,)]  # fraction 0 is the screen's: the main evaluator never sees it
     assert not result.stopped_early and result.extra["proxy"] == "flops" and "prescreen_value" in result.extra
+
+
+class Failing:
+    """An evaluator that spends ``flops`` and then diverges."""
+
+    def __init__(self, flops: float) -> None:
+        self.flops = flops
+
+    def evaluate(self, arch, budget=None, callback=None, **_: Any):
+        err = Diverged("loss nan")
+        Spent(3, 48, self.flops).attach_to(err)
+        raise err
+
+
+def test_a_candidate_that_fails_after_the_screen_still_counts_the_screens_cost() -> None:
+    screen = ProxyEvaluator("params")
+    with pytest.raises(Diverged) as err:
+        Prescreened(screen, Failing(7.0)).evaluate(ARCH, Budget("steps", 4), lambda p: False)
+    spent = Spent.of(err.value).to_dict()
+    assert spent["train_flops"] == 7.0 and spent["steps"] == 3 and "prescreen_value" in spent
+    assert trained_flops(spent) == 7.0 + spent["prescreen_flops"]
+
+
+def test_a_screen_that_fails_counts_as_the_screens_cost_not_training() -> None:
+    with pytest.raises(Diverged) as err:
+        Prescreened(Failing(5.0), Recorder()).evaluate(ARCH, Budget("steps", 4), lambda p: False)
+    spent = Spent.of(err.value).to_dict()
+    assert spent["train_flops"] == 0.0 and spent["steps"] == 0 and spent["prescreen_flops"] == 5.0
+
+
+def test_a_probe_screens_cost_is_known_before_it_runs() -> None:
+    """What the driver reserves under --max-flops is what the screen then spends."""
+    name = "probes:memorization,compression@3"
+    assert screen_flops(name, ARCH) == registry.build(name, {"device": "cpu"}).evaluate(ARCH).train_flops > 0
+    assert screen_flops("proxy:params", ARCH) == 0.0
 
 
 def test_the_search_counts_the_screens_flops() -> None:

@@ -16,7 +16,11 @@ trials and was run again alone (it fails at its first steps).
 
 With a FLOPs budget per candidate (``--budget-flops``) the limit is never
 passed: a trial starts only if its whole budget fits beside what was spent and
-what the running trials may still spend.  With a steps or tokens budget a
+what the running trials may still spend.  A pre-screen (``--prescreen``) adds
+its own FLOPs, known only once the candidate is sampled: each trial reserves
+its screen's, and the next must fit beside the costliest screen reserved so
+far (candidates of one space screen at similar cost), so only a screen
+costlier than every earlier one can pass the limit, by the difference.  With a steps or tokens budget a
 candidate's FLOPs depend on its architecture, known only once it is sampled:
 a trial starts while the spent and reserved FLOPs are below the limit, so the
 last one may pass it by up to its own budget (with a seconds budget, whose
@@ -87,6 +91,7 @@ class Allowance:
             raise ValueError("a search needs --trials, --max-flops or both")
         self.trials, self.max_flops, self.spent = trials, max_flops, spent
         self.per_trial = per_trial  # what any trial may spend, when known before sampling it (else 0)
+        self.screen = 0.0  # the costliest pre-screen reserved so far: a trial's screen costs about as much
         self.reserved: dict[int, float] = {}  # trial number -> FLOPs it may still spend
         self.idle = 0  # finished trials in a row that trained nothing
 
@@ -105,12 +110,14 @@ class Allowance:
         if self.max_flops is None:
             return True
         committed = self.spent + sum(self.reserved.values())
-        if self.per_trial > 0:  # the next trial's whole budget must fit
-            return committed + self.per_trial <= self.max_flops * (1 + 1e-9)
+        if self.per_trial > 0:  # the next trial's whole budget (and its screen's, as far as known) must fit
+            return committed + self.per_trial + self.screen <= self.max_flops * (1 + 1e-9)
         return committed < self.max_flops
 
-    def reserve(self, number: int, flops: float) -> None:
+    def reserve(self, number: int, flops: float, screen: float = 0.0) -> None:
+        """Trial ``number`` may spend ``flops``, of which ``screen`` on its pre-screen."""
         self.reserved[number] = flops
+        self.screen = max(self.screen, screen)
 
     def settle(self, number: int, user_attrs: Mapping[str, Any]) -> None:
         """Trial ``number`` finished: what it recorded replaces its reservation."""

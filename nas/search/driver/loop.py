@@ -27,6 +27,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import Trial, TrialState
 
+from evaluators.prescreen import planned_flops as screen_flops
 from evaluators.result import METRICS, RUN_FIELDS
 from nas.compute import Compute, compute
 from nas.data import vocab_size_of
@@ -305,7 +306,9 @@ class Driver:
         payload = trial_payload(s, study, trial, arch)
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
-        self.allowance.reserve(trial.number, planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len))
+        screen = screen_flops(s.prescreen, arch) if s.prescreen else 0.0
+        self.allowance.reserve(trial.number, planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len) + screen,
+                               screen=screen)  # fmt: skip
 
     def _pending(self) -> tuple[list[float], list[tuple[float, float]]]:
         """What is left (for the time left): every trial of a search is one unit of work."""

@@ -133,7 +133,7 @@ class SearchSettings:
                 raise ConfigError("lm would train each candidate twice; a prescreen is a cheaper evaluator: "
                                   "probes[:TASK,TASK][@STEPS] or proxy:NAME", "search.prescreen (--prescreen)")  # fmt: skip
             try:
-                registry.check(self.prescreen)
+                registry.check(self.prescreen, kinds=registry.SCREENS)
             except ConfigError as err:
                 raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
         if self.max_flops is not None and self.budget.kind == "flops" and self.max_flops < self.budget.value:
