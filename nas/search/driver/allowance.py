@@ -19,8 +19,9 @@ passed: a trial starts only if its whole budget fits beside what was spent and
 what the running trials may still spend.  A pre-screen (``--prescreen``) adds
 its own FLOPs, known only once the candidate is sampled: each trial reserves
 its screen's, and the next must fit beside the costliest screen reserved so
-far (candidates of one space screen at similar cost), so only a screen
-costlier than every earlier one can pass the limit, by the difference.  With a steps or tokens budget a
+far (candidates of one space screen at similar cost), so only the first
+screen, or one costlier than every earlier one, can pass the limit (by at
+most its own cost).  With a steps or tokens budget a
 candidate's FLOPs depend on its architecture, known only once it is sampled:
 a trial starts while the spent and reserved FLOPs are below the limit, so the
 last one may pass it by up to its own budget (with a seconds budget, whose
