@@ -125,5 +125,6 @@ class Twins:
         trial.set_user_attr("pruned_at", at)
         trial.set_user_attr("duplicate_of", twin.number)
         study.tell(trial, state=TrialState.PRUNED)
-        return "PRUNED", (f"same architecture as trial {twin.number}: it still misses hurdle {at:g} "
-                          f"(loss {inter[stop]:.4f}); not trained again")
+        missed = (f"the prescreen (value {inter[stop]:.4f})" if at == 0.0 and "prescreen_value" in twin.attrs
+                  else f"hurdle {at:g} (loss {inter[stop]:.4f})")  # fmt: skip
+        return "PRUNED", f"same architecture as trial {twin.number}: it still misses {missed}; not trained again"
