@@ -64,6 +64,16 @@ def text(value: Any, name: str) -> None:
         raise ConfigError(f"must be a non-empty string, got {value!r}", name)
 
 
+def evaluator_name(examples: str) -> Any:
+    """An evaluator's name: a non-empty string (the registry checks the name itself, with torch loaded)."""
+
+    def check(value: Any, name: str) -> None:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"must be an evaluator name such as {examples}, got {value!r}", name)
+
+    return check
+
+
 def fractions(value: Any, name: str) -> None:
     """Hurdle fractions: each strictly between 0 and 1, increasing, none twice."""
     if not isinstance(value, tuple) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
@@ -187,12 +197,12 @@ class SearchSection(Section):
     evaluator: str = field(
         "lm", "lm: train each candidate; proxy:params / proxy:flops: score without training; "
         "probes[:TASK,TASK][@STEPS]: the synthetic capability probes (docs/probes.md)",
-        alias="--evaluator", check=text)  # fmt: skip
+        alias="--evaluator", check=evaluator_name("lm, proxy:params or probes@100"))  # fmt: skip
     prescreen: str | None = field(
         None, "a cheap evaluator run before each candidate trains, e.g. probes:selective_copying@100 or "
         "proxy:params; a candidate whose value is above hurdle_percentile of earlier architectures' values "
         "stops before training (a hurdle at budget fraction 0; docs/probes.md)", alias="--prescreen",
-        check=text, metavar="EVALUATOR")  # fmt: skip
+        check=evaluator_name("probes:memorization@100 or proxy:params"), metavar="EVALUATOR")  # fmt: skip
 
     def check(self) -> None:
         # the evaluator's name is checked by the search (nas.search.driver.settings): its registry imports torch

@@ -173,9 +173,23 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
         assert a["probe_score"] == pytest.approx((a["probe_memorization"] + a["probe_selective_copying"]) / 2)
 
 
+@pytest.mark.parametrize("value", [5, ["probes"], True, "", "  "])
+def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(tmp_path, text_corpus, capsys, value) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**copy.deepcopy(RAW), "search": {"prescreen": value}}))
+    code = main(["search", "--space", str(space), "--study", "bad", "--runs-dir", str(tmp_path / "runs"),
+                 "--data", str(text_corpus), "--trials", "2", "--local"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "search.prescreen" in err and "must be an evaluator name such as probes:" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
 @pytest.mark.parametrize(("flag", "message"), [
     ("lm", "search.prescreen (--prescreen): lm would train each candidate twice"),
     ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
+    ("sleep:1", "evaluator 'sleep:1' cannot be used here; valid: proxy:NAME"),
+    ("probes@0", "probes STEPS after @ must be a whole number >= 1"),
 ])  # fmt: skip
 def test_a_bad_prescreen_is_one_line(tmp_path, text_corpus, capsys, flag: str, message: str) -> None:
     space = tmp_path / "space.yaml"
