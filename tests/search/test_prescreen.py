@@ -190,12 +190,13 @@ def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(tmp_path, text_
     ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
     ("sleep:1", "evaluator 'sleep:1' cannot be used here; valid: proxy:NAME"),
     ("probes@0", "probes STEPS after @ must be a whole number >= 1"),
+    ("proxy:params --evaluator proxy:params", "search.prescreen (--prescreen): is the search's evaluator too"),
 ])  # fmt: skip
 def test_a_bad_prescreen_is_one_line(tmp_path, text_corpus, capsys, flag: str, message: str) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(copy.deepcopy(RAW)))
     code = main(["search", "--space", str(space), "--study", "bad", "--runs-dir", str(tmp_path / "runs"),
-                 "--data", str(text_corpus), "--trials", "2", "--local", "--prescreen", flag])  # fmt: skip
+                 "--data", str(text_corpus), "--trials", "2", "--local", "--prescreen", *flag.split()])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs" / "bad").exists()  # nothing half-written

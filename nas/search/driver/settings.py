@@ -136,6 +136,10 @@ class SearchSettings:
                 registry.check(self.prescreen, kinds=registry.SCREENS)
             except ConfigError as err:
                 raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
+            if self.prescreen == self.evaluator:
+                raise ConfigError(f"is the search's evaluator too ({self.evaluator}): each candidate would be "
+                                  "scored twice the same way; screen with a cheaper evaluator or leave it out",
+                                  "search.prescreen (--prescreen)")  # fmt: skip
         if self.max_flops is not None and self.budget.kind == "flops" and self.max_flops < self.budget.value:
             raise UserError(f"search.max_flops (--max-flops) {self.max_flops:g} is less than one candidate's budget "
                             f"({self.budget}): no trial could start")  # fmt: skip
