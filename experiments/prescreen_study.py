@@ -2,16 +2,16 @@
 """The pre-screen experiment of docs/RESULTS.md: does a probe-screened search reach a plain search's
 confirmed best loss for less compute?
 
-Per seed, two searches of ``experiments/spaces/prescreen.yaml`` (mixers per layer at the RESULTS shape,
+Per seed, searches of ``experiments/spaces/prescreen.yaml`` (mixers per layer at the RESULTS shape,
 5e12 FLOPs per candidate) under the same search compute (``--max-flops``, which counts the screen's
-FLOPs too): a plain one, and one with ``--prescreen`` (the probe set in ``PRESCREEN``: the two tasks
-that ranked best alone in the probe study) at the median.  Then ``confirm`` retrains each search's
-best at 1x on seeds 0-2, and the report compares the confirmed bests and the FLOPs each search spent
+FLOPs too): a plain one, and ones with ``--prescreen`` (the probe sets in ``KINDS``) at the median.
+Then ``confirm`` retrains each search's best at 1x on seeds 0-2, and the report compares the confirmed bests and the FLOPs each search spent
 to find them.  Nothing but ``run_search.py`` commands, each resumable (finished work is never redone).
 
 Run::
 
-    .venv/bin/python experiments/prescreen_study.py --seed 0           # one seed's two searches + confirms
+    .venv/bin/python experiments/prescreen_study.py --stage run --seed 0     # one seed's searches + confirms
+    .venv/bin/python experiments/prescreen_study.py --stage run --kind recall
     .venv/bin/python experiments/prescreen_study.py --stage report
 """
 
@@ -34,10 +34,15 @@ SPACE = "experiments/spaces/prescreen.yaml"
 RUNS_DIR = f"{RUNS}/prescreen"
 #: search compute per search: ten candidates' worth at 5e12 FLOPs each
 MAX_FLOPS = 5e13
-#: the two tasks that ranked best alone in the probe study (RESULTS.md), at the default 250 steps
-PRESCREEN = "probes:compression,memorization"
 SEEDS = (0, 1, 2)
-KINDS = ("plain", "screened")
+#: each search kind and its screen: none; the two tasks that ranked best alone in the probe study
+#: (RESULTS.md), at the default 250 steps; and, after those two saturated at this space's shape (1.0 for
+#: nearly every candidate), in-context recall alone, the task whose accuracy varied most there
+KINDS: dict[str, str | None] = {
+    "plain": None,
+    "screened": "probes:compression,memorization",
+    "recall": "probes:in_context_recall",
+}
 #: the one confirm that also trains the Transformer++ baseline
 BASELINE_IN = ("plain", 0)
 
@@ -47,7 +52,7 @@ def study(kind: str, seed: int) -> str:
 
 
 def search_cmd(kind: str, seed: int) -> list[str]:
-    screen = f" --prescreen {PRESCREEN} --hurdle-min-trials 3" if kind == "screened" else ""
+    screen = f" --prescreen {KINDS[kind]} --hurdle-min-trials 3" if KINDS[kind] else ""
     return cli(*f"search --space {SPACE} --study {study(kind, seed)} --runs-dir {RUNS_DIR} --seed {seed} "
                f"--max-flops {MAX_FLOPS:g} --workers 2 --cpus-per-trial {THREADS}{screen}".split())  # fmt: skip
 
@@ -62,7 +67,7 @@ def confirm_cmd(kind: str, seed: int) -> list[str]:
 
 def stage_run(args: argparse.Namespace) -> None:
     for seed in args.seed or SEEDS:
-        for kind in KINDS:
+        for kind in args.kind or KINDS:
             run(search_cmd(kind, seed))
             run(confirm_cmd(kind, seed))
 
@@ -128,7 +133,8 @@ def stage_report(args: argparse.Namespace) -> None:
     table = _doc.markdown_table(["search seed", "search", "its best", "confirmed best (1x, seeds 0-2)", "vs Transformer++",
                                  "FLOPs spent", "spent by its best", "of which screening", "trained", "screened out"], rows)  # fmt: skip
     body = (f"    python experiments/prescreen_study.py --stage report\n\n"
-            f"`{SPACE}`, `--max-flops {MAX_FLOPS:g}` per search, screen `{PRESCREEN}` at the median. "
+            f"`{SPACE}`, `--max-flops {MAX_FLOPS:g}` per search; screens at the median: "
+            + ", ".join(f"{k} `{v}`" for k, v in KINDS.items() if v) + ". "
             f"Transformer++ at the same shape and recipe, 1x, seeds 0-2: {base_loss:.4f}.\n\n{table}\n")
     _doc.write_section("prescreen-study", body, DOC)
 
@@ -140,6 +146,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stage", choices=tuple(STAGES), action="append", help="one stage (default: both)")
     parser.add_argument("--seed", type=int, action="append", help="search seeds to run (default 0, 1, 2)")
+    parser.add_argument("--kind", choices=tuple(KINDS), action="append", help="searches to run (default all)")
     args = parser.parse_args()
     for stage in args.stage or tuple(STAGES):
         STAGES[stage](args)

@@ -82,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_spec_flags(p, ("resources",))
     p.add_argument(
-        "--json", action="store_true", help='print {"runs", "summary", "rank_correlation", ...} as JSON'
+        "--json", action="store_true", help='print {"runs", "summary", "rank_correlation", "search_evaluator", ...} as JSON'
     )
     p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report with plots")
     p.add_argument("--force", action="store_true", help="replace --report and its figures even if this tool "
@@ -247,11 +247,12 @@ def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: A
     from nas.spec import Resources
 
     resources = apply(spec.replace(resources=Resources()), overrides(args)).resources
-    # every run trains in full: the search's hurdles and its pre-screen (a hurdle at fraction 0) would
-    # stop finalists and baselines, leaving seeds out of the report
+    # Every run trains the LM in full: the search's hurdles and its pre-screen (a hurdle at fraction 0)
+    # would stop finalists and baselines, leaving seeds out of the report; and a search scored by a proxy
+    # or the probes is confirmed by the loss it stands in for (the same value on every seed otherwise).
     search = {"objective": "loss", "sampler": "random", "trials": 1, "max_flops": None, "population": None,
               "hurdles": (), "hurdle_percentile": 50.0, "hurdle_min_trials": 3, "prescreen": None,
-              "seed": seed0}  # fmt: skip
+              "evaluator": "lm", "seed": seed0}  # fmt: skip
     confirm_spec = spec.replace(search=search, resources=resources)
     return SearchSettings.from_spec(confirm_spec, space, study=name, storage=url, runs_dir=args.runs_dir,
                                     data=data)  # fmt: skip
@@ -274,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
         text = render(report, report["baselines"], [p.name for p in images])
         write_output(outputs[0], lambda tmp: tmp.write_text(text, encoding="utf-8"))
     if args.json:
-        keys = ("baselines", "runs", "summary", "rank_correlation", "power_law", "verdicts")
+        keys = ("baselines", "search_evaluator", "runs", "summary", "rank_correlation", "power_law", "verdicts")
         print(json.dumps(jsonable({k: report[k] for k in keys}), indent=2))
         return 0
     print()

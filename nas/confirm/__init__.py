@@ -40,6 +40,10 @@ def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
     baselines = [by_index[i] for i in plan.baselines]
     runs = collect_runs(study, wanted)
     summary = summarize(runs, wanted, baselines, plan.scales, plan.seeds)
+    evaluator = _search_evaluator(study, storage)
+    if evaluator != "lm":  # the search's value (a probe score, a proxy) is not a loss: no gap to it
+        for row in summary:
+            row["search_gap"] = None
     settings = study.user_attrs.get("settings") or {}
     ((kind, value),) = (settings.get("budget") or {"steps": 0}).items()
     return {
@@ -51,9 +55,21 @@ def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
         "seeds": list(plan.seeds),
         "lrs": list(plan.lrs),
         "baselines": list(dict.fromkeys(b.base_name for b in baselines)),
+        "search_evaluator": evaluator,
         "runs": runs,
         "summary": summary,
         "rank_correlation": rank_correlation(summary, plan.scales),
         "power_law": power_laws(summary, wanted, baselines, plan.scales),
         "verdicts": verdicts(summary, wanted, baselines, plan.scales),
     }
+
+
+def _search_evaluator(study: optuna.Study, storage: str) -> str:
+    """The evaluator the confirmed search scored its trials with (``lm`` when it is not known)."""
+    from nas.search.storage.records import settings_of
+
+    try:
+        search = optuna.load_study(study_name=str(study.user_attrs.get(CONFIRM_OF)), storage=storage)
+    except KeyError:  # the search study is gone: its trials' losses were recorded in the plan
+        return "lm"
+    return str(settings_of(search).get("evaluator") or "lm")

@@ -88,7 +88,7 @@ def curse_table(report: dict[str, Any]) -> list[str]:
     lines = [
         "## The search's score against the confirmed mean (1x)",
         "",
-        "| architecture | search trial | search loss | confirmed mean | gap |",
+        f"| architecture | search trial | {_search_column(report)} | confirmed mean | gap |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
@@ -97,6 +97,12 @@ def curse_table(report: dict[str, Any]) -> list[str]:
             f"{_f(r['search_gap'], sign=True)} |"
         )
     return lines + [""]
+
+
+def _search_column(report: dict[str, Any]) -> str:
+    """What the search measured: its loss, or the value of its evaluator (a probe score, a proxy)."""
+    evaluator = report.get("search_evaluator") or "lm"
+    return "search loss" if evaluator == "lm" else f"search value ({evaluator})"
 
 
 def _corr_cells(c: dict[str, Any]) -> str:

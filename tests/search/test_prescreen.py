@@ -4,6 +4,7 @@ before any training.  And ``--evaluator probes``: the probe accuracies become th
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import optuna
@@ -171,6 +172,24 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
         assert a["probe_steps"] == 2 and a["probe_tasks"] == "memorization,selective_copying"
         assert t.value == pytest.approx(1 - a["probe_score"])
         assert a["probe_score"] == pytest.approx((a["probe_memorization"] + a["probe_selective_copying"]) / 2)
+
+
+def test_confirm_of_a_probes_search_trains_the_lm(tmp_path, text_corpus, capsys) -> None:
+    """The probe score stands in for the loss: confirm measures the loss (a probe run would give every
+    seed the same score), and reports the search's value as a value, with no gap to the loss."""
+    _search(tmp_path, text_corpus, "pv", "--evaluator", "probes:memorization@2", "--objective", "loss", trials=2)
+    url = f"sqlite:///{tmp_path}/pv.db"
+    capsys.readouterr()
+    assert main(["confirm", "--study", "pv", "--storage", url, "--top", "1", "--seeds", "2", "--scales", "1",
+                 "--local", "--no-tensorboard", "--json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    runs = optuna.load_study(study_name="pv-confirm", storage=url).trials
+    finalist = [t for t in runs if t.user_attrs.get("role") == "finalist"]
+    assert len(finalist) == 2 and all(t.user_attrs["train_flops"] > 0 for t in finalist)
+    assert not any("probe_score" in t.user_attrs for t in runs)
+    assert finalist[0].user_attrs["val_loss"] != finalist[1].user_attrs["val_loss"]  # two seeds, two runs
+    assert report["search_evaluator"] == "probes:memorization@2"
+    assert all(r["search_gap"] is None for r in report["summary"])
 
 
 @pytest.mark.parametrize("value", [5, ["probes"], True, "", "  "])
