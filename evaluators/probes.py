@@ -359,7 +359,8 @@ class ProbeEvaluator:
         for name in self.tasks:
             task = TASKS[name]
             length = input_len(name, self.seed)
-            total += self.steps * self.batch_size * length * compute(probe_arch(arch, task), length).train_flops_per_token
+            per_token = compute(probe_arch(arch, task), length).train_flops_per_token
+            total += self.steps * self.batch_size * length * per_token
         return total
 
     def evaluate(

@@ -18,6 +18,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -82,27 +83,23 @@ def _load(kind: str, seed: int, suffix: str = ""):
         return None
 
 
-def confirmed(kind: str, seed: int, role: str) -> list[float]:
-    """The 1x losses that one search's confirm gave the runs of ``role`` (finalist or baseline)."""
+def outcome(kind: str, seed: int) -> dict[str, float] | None:
+    """What one search spent and found: FLOPs (training + screen), trials trained, screened out, and the
+    confirmed mean losses at 1x of its best and of the baseline beside it (None while it has not run)."""
     import optuna
 
-    study_ = _load(kind, seed, "-confirm")
-    if study_ is None:
-        return []
-    return [t.user_attrs["val_loss"] for t in study_.get_trials(deepcopy=False)
-            if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("role") == role]  # fmt: skip
-
-
-def outcome(kind: str, seed: int) -> dict[str, float] | None:
-    """What one search spent and found: FLOPs (training + screen), trials trained, screened out, and its
-    best's confirmed mean loss at 1x (None while it has not run)."""
     from nas.search.driver.allowance import spent_flops
 
-    searched = _load(kind, seed)
-    finalist = confirmed(kind, seed, "finalist")
-    if searched is None or not finalist:
+    searched, confirm = _load(kind, seed), _load(kind, seed, "-confirm")
+    if searched is None or confirm is None:
+        return None
+    losses: dict[str, list[float]] = {"finalist": [], "baseline": []}
+    for t in confirm.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        losses.setdefault(str(t.user_attrs.get("role")), []).append(t.user_attrs["val_loss"])
+    if not losses["finalist"]:
         return None
     trials = searched.get_trials(deepcopy=False)
+    best = searched.best_trial
     return {
         "flops": spent_flops(trials),
         "screen_flops": sum(float(t.user_attrs.get("prescreen_flops") or 0.0) for t in trials
@@ -110,9 +107,10 @@ def outcome(kind: str, seed: int) -> dict[str, float] | None:
         "trained": sum(1 for t in trials if float(t.user_attrs.get("train_flops") or 0.0) > 0),
         "screened_out": sum(1 for t in trials if t.user_attrs.get("pruned_at") == 0.0),
         # what the search had spent when its best finished (trials in the order they started)
-        "to_best": spent_flops(t for t in trials if t.number <= searched.best_trial.number),
-        "best": statistics.mean(finalist),
-        "arch": str(searched.best_trial.user_attrs.get("arch_id", ""))[:8] if searched.best_trials else "",
+        "to_best": spent_flops(t for t in trials if t.number <= best.number),
+        "best": statistics.mean(losses["finalist"]),
+        "baseline": statistics.mean(losses["baseline"]) if losses["baseline"] else float("nan"),
+        "arch": str(best.user_attrs.get("arch_id", ""))[:8],
     }
 
 
@@ -123,8 +121,7 @@ def stage_report(args: argparse.Namespace) -> None:
             o = outcome(kind, seed)
             if o is None:
                 continue
-            base = confirmed(kind, seed, "baseline")
-            gap = f"{o['best'] - statistics.mean(base):+.4f}" if base else "-"
+            gap = "-" if math.isnan(o["baseline"]) else f"{o['best'] - o['baseline']:+.4f}"
             rows.append([str(seed), kind, f"`{o['arch']}`", f"{o['best']:.4f}", gap, f"{o['flops']:.3g}",
                          f"{o['to_best']:.3g}", f"{o['screen_flops']:.3g}", str(o["trained"]), str(o["screened_out"])])  # fmt: skip
     table = _doc.markdown_table(["search seed", "search", "its best", "confirmed best (1x, 3 seeds)",

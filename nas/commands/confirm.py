@@ -82,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_spec_flags(p, ("resources",))
     p.add_argument(
-        "--json", action="store_true", help='print {"runs", "summary", "rank_correlation", "search_evaluator", ...} as JSON'
+        "--json", action="store_true",
+        help='print {"runs", "summary", "rank_correlation", "search_evaluator", ...} as JSON',
     )
     p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report with plots")
     p.add_argument("--force", action="store_true", help="replace --report and its figures even if this tool "
