@@ -1,28 +1,47 @@
-"""GPU efficiency: training MFU of a GPT-2-small-sized vanilla candidate, and every block's cost.
+"""GPU efficiency: training MFU of GPT-2-small-sized candidates, where a step's time goes, every block's cost.
 
 Run on a CUDA machine::
 
-    .venv/bin/python benchmarks/gpu_mfu.py            # writes the gpu section of docs/BENCHMARKS.md
+    python3 benchmarks/gpu_mfu.py                  # all parts; writes the gpu section of docs/BENCHMARKS.md
+    python3 benchmarks/gpu_mfu.py --parts mfu --out /tmp/prof   # the MFU rows and the profile only
 
-1. Vanilla (d_model 768, 12 layers, 12 heads, T 1024, byte vocabulary), bf16
-   autocast, the evaluator's own training step (``evaluators.lm.TrainStep``),
-   eager and under ``torch.compile``: tokens/s and model FLOPs utilisation
-   (analytic training FLOPs per token from ``nas.compute`` x tokens/s / peak).
-2. Every attention block at T 1024 and 2048 (d_model 768, 4 layers, batch 8):
-   training tokens/s relative to ``mha`` in the same run.
+1. ``mfu``: vanilla (d_model 768, 12 layers, 12 heads, T 1024, ReLU FFN x4) and
+   Transformer++ at the same shape (rotary, RMSNorm, SwiGLU, no biases, tied
+   embeddings), byte vocabulary, bf16 autocast, the evaluator's own training step
+   (``evaluators.step.TrainStep``: forward, cross-entropy, backward, clipping,
+   fused AdamW).  Modes: ``eager``; ``compile model`` (``torch.compile`` of the
+   model alone, the loss and the optimizer eager); ``compile step`` (the forward
+   and the loss compiled as one function, as ``--compile`` trains); ``+ cudnn``
+   (the same with SDPA limited to cuDNN's attention kernel).  tokens/s is the
+   median of three timed runs of ``--steps`` steps after warm-up (compilation
+   included in the warm-up, never in the timing).  MFU = analytic training FLOPs
+   per token (``nas.compute``: 6 x matmul FLOPs of the forward pass, attention
+   counted as the full T x T products as PaLM's MFU does) x tokens/s / the
+   GPU's dense bf16 peak from its datasheet (``--peak`` overrides).  A large bf16
+   matrix product is timed too: its share says how far the step is from what
+   the GPU's matrix units give any real kernel.
+2. ``profile``: ``torch.profiler`` over three steps of the compiled vanilla step
+   (the best batch size above); the GPU time by kind of kernel (matrix products,
+   attention forward and backward, fused pointwise/normalisation kernels,
+   optimizer, other) and the ten largest kernels, written to ``--out``.
+3. ``blocks``: every attention block at T 1024 and 2048 (d_model 768, 4 layers,
+   12 heads, batch 8, eager), training tokens/s relative to ``mha`` in the same
+   run; each block is timed for about a second per repetition.
 
-Peak bf16 dense FLOP/s: H100 SXM 989e12, H100 PCIe 756e12, H200 989e12, A100 312e12
-(``--peak`` overrides).  Without CUDA it says so and exits 2.
+Without CUDA it says so and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -30,10 +49,11 @@ import torch  # noqa: E402
 
 import nas  # noqa: E402
 from benchmarks._doc import command, write_section  # noqa: E402
-from evaluators.lm import TrainStep  # noqa: E402
+from evaluators.step import TrainStep  # noqa: E402
 from nas.spec.training import TrainRecipe  # noqa: E402
 
 PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
+PARTS = ("mfu", "profile", "blocks")
 
 
 def peak_flops(name: str) -> float | None:
@@ -43,18 +63,30 @@ def peak_flops(name: str) -> float | None:
     return None
 
 
-def arch_for(block: str, d: int, layers: int, heads: int, T: int) -> nas.ArchConfig:
+def arch_for(block: str, d: int, layers: int, heads: int, T: int, **top: Any) -> nas.ArchConfig:
     att: dict = {"type": block}
     if block == "mixture":
         att["components"] = ["mha", "synth_random"]
     if block == "synth_factorized_dense":
         att.update(a=32, b=(T + 31) // 32)
-    layer = {"repeat": layers, "attention": att, "ffn": "relu"}
-    return nas.ArchConfig.from_dict({"d_model": d, "n_heads": heads, "max_len": T, "layers": layer})
+    ffn = top.pop("ffn", "relu")
+    layer = {"repeat": layers, "attention": att, "ffn": ffn}
+    return nas.ArchConfig.from_dict({"d_model": d, "n_heads": heads, "max_len": T, "layers": layer, **top})
 
 
-def gemm_flops_per_s(n: int = 8192, reps: int = 10) -> float:
-    """What this GPU reaches on one large bf16 matrix product: the practical ceiling of any MFU."""
+def vanilla() -> nas.ArchConfig:
+    return arch_for("mha", 768, 12, 12, 1024)
+
+
+def transformer_pp() -> nas.ArchConfig:
+    return arch_for(
+        "mha", 768, 12, 12, 1024, pos_encoding="rope", norm="rmsnorm", tie_embeddings=True,
+        ffn={"activation": "swiglu", "mult": 4},
+    )  # fmt: skip
+
+
+def gemm_flops_per_s(n: int = 8192, reps: int = 20) -> float:
+    """What this GPU reaches on one large bf16 matrix product (random data): the practical ceiling."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
@@ -67,42 +99,209 @@ def gemm_flops_per_s(n: int = 8192, reps: int = 10) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - t0)
 
 
-def tokens_per_s(arch: nas.ArchConfig, batch: int, steps: int, compile_model: bool = False) -> float:
+def make_step(arch: nas.ArchConfig, batch: int, mode: str) -> TrainStep:
     dev = torch.device("cuda")
     torch.manual_seed(0)
+    torch.compiler.reset()  # each configuration compiles its own graph: no dynamic-shape recompiles
     model = nas.build_model(arch).to(dev)
-    if compile_model:
-        model = torch.compile(model)
-    step = TrainStep(model, TrainRecipe(batch_size=batch), dev)
-    x = torch.randint(0, 256, (batch, arch.max_len), device=dev)
-    y = torch.randint(0, 256, (batch, arch.max_len), device=dev)
-    for _ in range(5 if not compile_model else 8):  # warm-up (and compilation)
+    if mode == "compile model":
+        return TrainStep(torch.compile(model), TrainRecipe(batch_size=batch), dev)
+    return TrainStep(model, TrainRecipe(batch_size=batch), dev, compile=mode.startswith("compile step"))
+
+
+def attention_backend(mode: str) -> contextlib.AbstractContextManager[Any]:
+    if mode.endswith("+ cudnn"):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([SDPBackend.CUDNN_ATTENTION])
+    return contextlib.nullcontext()
+
+
+def timed(step: Callable[[torch.Tensor, torch.Tensor], Any], x: torch.Tensor, y: torch.Tensor,
+          steps: int | None, warmup: int, seconds: float = 1.0, reps: int = 3) -> float:  # fmt: skip
+    """Median seconds per step: ``steps`` per repetition, or as many as fill about ``seconds``."""
+    for _ in range(warmup):
         step(x, y)
     torch.cuda.synchronize()
+    if steps is None:
+        t0 = time.perf_counter()
+        step(x, y)
+        torch.cuda.synchronize()
+        steps = max(1, int(seconds / max(time.perf_counter() - t0, 1e-4)))
     times = []
-    for _ in range(3):
+    for _ in range(reps):
         t0 = time.perf_counter()
         for _ in range(steps):
             step(x, y)
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    del model, step
-    torch.cuda.empty_cache()
-    return steps * batch * arch.max_len / statistics.median(times)
+        times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times)
+
+
+def batch_of(arch: nas.ArchConfig, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randint(0, arch.vocab_size, (batch, arch.max_len + 1), device="cuda", generator=g)
+    return x[:, :-1].contiguous(), x[:, 1:].contiguous()
+
+
+def mfu_rows(args: argparse.Namespace, peak: float | None, gemm: float, lines: list[str]) -> None:
+    """Measure every (model, mode, batch) row, and profile the compiled vanilla step at batch 32."""
+    found: list[str] = []
+    rows = [
+        ("vanilla", vanilla, "eager", 32),
+        ("vanilla", vanilla, "compile model", 32),
+        ("vanilla", vanilla, "compile step", 32),
+        ("transformer_pp", transformer_pp, "compile step", 32),
+        ("vanilla", vanilla, "compile step", 64),
+        ("vanilla", vanilla, "compile step + cudnn", 32),
+        ("transformer_pp", transformer_pp, "compile step + cudnn", 32),
+        ("transformer_pp", transformer_pp, "eager", 32),
+    ]
+    for name, make, mode, batch in rows:
+        arch = make()
+        flops = nas.compute(arch).train_flops_per_token
+        t0 = time.perf_counter()
+        try:
+            with attention_backend(mode):
+                step = make_step(arch, batch, mode)
+                x, y = batch_of(arch, batch)
+                per_step = timed(step, x, y, args.steps, warmup=3 if mode == "eager" else 6)
+        except Exception as err:  # noqa: BLE001 - a row that cannot run says why and the table goes on
+            lines.append(f"| {name} | {mode} | {batch} | failed: {type(err).__name__}: {str(err)[:80]} | | |")
+            print(lines[-1], flush=True)
+            continue
+        tps = batch * arch.max_len / per_step
+        mfu = f"{tps * flops / peak:.1%}" if peak else "-"
+        lines.append(f"| {name} | {mode} | {batch} | {tps:,.0f} | {mfu} | {tps * flops / gemm:.1%} |")
+        print(lines[-1], f"({time.perf_counter() - t0:.0f} s with compilation)", flush=True)
+        if args.profile and (name, mode, batch) == ("vanilla", "compile step", 32):
+            profiled = {"mode": mode, "batch": batch, "step": step, "x": x, "y": y}
+            try:  # at once: a stage cut short by its time limit still has it
+                profile(profiled, args, found)
+            except Exception as err:  # noqa: BLE001 - the MFU rows go on without the profile
+                found.append(f"profile failed: {type(err).__name__}: {err}")
+                print(found[-1], flush=True)
+            profiled.clear()
+        del step
+        torch.cuda.empty_cache()
+    lines += found
+
+
+KINDS = (
+    ("attention backward", ("flash_bwd", "attention_backward", "fmha_bwd", "dgrad", "bprop", "_bwd_")),
+    ("attention forward", ("flash_fwd", "fmha", "attention", "cudnn", "flash")),
+    ("matrix products", ("gemm", "cutlass", "xmma", "nvjet", "sm90_", "wgmma", "cublas")),
+    ("optimizer and clipping", ("adam", "multi_tensor", "foreach", "norm_kernel")),
+    ("fused pointwise/norm (Triton)", ("triton_",)),
+)
+
+
+def kind_of(kernel: str) -> str:
+    low = kernel.lower()
+    for kind, keys in KINDS:
+        if any(k in low for k in keys):
+            return kind
+    return "other (eager pointwise, copies, loss)"
+
+
+def profile(best: dict, args: argparse.Namespace, lines: list[str]) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    step, x, y = best["step"], best["x"], best["y"]
+    with attention_backend(best["mode"]):
+        for _ in range(2):
+            step(x, y)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step(x, y)
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / 3
+    kernels: dict[str, list[float]] = {}
+    for evt in prof.key_averages():
+        gpu_us = getattr(evt, "self_device_time_total", None) or getattr(evt, "self_cuda_time_total", 0)
+        if gpu_us and evt.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(evt.key, [0.0, 0])
+            kernels[evt.key][0] += gpu_us
+            kernels[evt.key][1] += evt.count
+    total = sum(v[0] for v in kernels.values())
+    by_kind: dict[str, float] = {}
+    for key, (us, _) in kernels.items():
+        by_kind[kind_of(key)] = by_kind.get(kind_of(key), 0.0) + us
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profile_table.txt").write_text(
+        prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=60)
+    )
+    if args.trace:  # tens of MB: only when asked
+        prof.export_chrome_trace(str(out / "profile_trace.json"))
+    lines += [
+        "",
+        f"Where the time of one step goes: `torch.profiler` over 3 steps of vanilla, {best['mode']}, batch "
+        f"{best['batch']}: {wall * 1e3:.1f} ms per step on the wall clock, {total / 3e3:.1f} ms of GPU "
+        f"kernels ({total / 3e3 / (wall * 1e3):.0%} busy).",
+        "",
+        "| kernels | GPU ms per step | share |",
+        "| --- | ---: | ---: |",
+    ]
+    for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {kind} | {us / 3e3:.2f} | {us / total:.1%} |")
+    lines += ["", "The ten largest kernels:", "", "| kernel | calls per step | GPU ms per step | share |",
+              "| --- | ---: | ---: | ---: |"]  # fmt: skip
+    for key, (us, count) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:10]:
+        lines.append(f"| `{key[:90]}` | {count / 3:.0f} | {us / 3e3:.2f} | {us / total:.1%} |")
+    print("\n".join(lines[-22:]), flush=True)
+
+
+def block_rows(args: argparse.Namespace, lines: list[str]) -> None:
+    lines += ["", "Every block, d_model 768, 4 layers, 12 heads, batch 8, bf16, eager, relative to `mha` "
+              "in the same run:", "", "| block | T 1024 tokens/s | vs mha | T 2048 tokens/s | vs mha |",
+              "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    results: dict[int, dict[str, float | str]] = {}
+    for T in (1024, 2048):
+        results[T] = {}
+        for b in nas.ATTENTION.names():
+            arch = arch_for(b, 768, 4, 12, T)
+            try:
+                step = make_step(arch, 8, "eager")
+                x, y = batch_of(arch, 8)
+                per_step = timed(step, x, y, None, warmup=2, seconds=args.block_seconds)
+                results[T][b] = 8 * T / per_step
+            except Exception as err:  # noqa: BLE001
+                results[T][b] = f"failed: {type(err).__name__}"
+            print(T, b, results[T][b], flush=True)
+            step = None  # type: ignore[assignment]
+            torch.cuda.empty_cache()
+    for b in nas.ATTENTION.names():
+        row = [b]
+        for T in (1024, 2048):
+            v, ref = results[T][b], results[T]["mha"]
+            ok = isinstance(v, float) and isinstance(ref, float)
+            row += [f"{v:,.0f}" if ok else str(v), f"{v / ref:.2f}x" if ok else "-"]  # type: ignore[operator]
+        lines.append("| " + " | ".join(row) + " |")
+    print("\n".join(lines[-len(nas.ATTENTION.names()) - 2 :]), flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peak", type=float, default=None, help="peak bf16 FLOP/s of the GPU")
-    ap.add_argument("--batches", default="16,32", help="batch sizes of the vanilla rows (default 16,32)")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--peak", type=float, default=None, help="peak dense bf16 FLOP/s of the GPU")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per repetition of an MFU row")
+    ap.add_argument("--block-seconds", type=float, default=0.7, help="seconds per repetition of a block")
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    ap.add_argument("--out", type=Path, default=Path("gpu_profile"), help="where the profile's files go")
+    ap.add_argument("--trace", action="store_true", help="also write the profile's Chrome trace")
+    ap.add_argument("--doc", type=Path, default=None, help="write the section into this file instead")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if any(p not in PARTS for p in parts):
+        print(f"--parts takes {', '.join(PARTS)}; got {args.parts!r}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("gpu_mfu.py needs a CUDA GPU; none is visible here", file=sys.stderr)
         return 2
-    torch.backends.cuda.matmul.allow_tf32 = True
     name = torch.cuda.get_device_name()
     peak = args.peak or peak_flops(name)
     gemm = gemm_flops_per_s()
@@ -111,43 +310,29 @@ def main() -> int:
         "",
         f"{name}, torch {torch.__version__}, CUDA {torch.version.cuda}; measured "
         f"{datetime.date.today().isoformat()}; command `{command()}`. bf16 autocast, the evaluator's "
-        "training step (forward, backward, clipping, fused AdamW); MFU = analytic training FLOPs per token "
-        f"(`nas.compute`, full T x T attention) x tokens/s / peak ({peak:.3g} FLOP/s dense bf16)."
-        if peak
-        else f"{name}: unknown peak, pass --peak.",
+        "training step (forward, cross-entropy, backward, clipping, fused AdamW); MFU = analytic training "
+        "FLOPs per token (`nas.compute`: 6 x the forward's matmul FLOPs, full T x T attention) x tokens/s / "
+        + (
+            f"the datasheet's dense bf16 peak ({peak:.3g} FLOP/s)."
+            if peak
+            else "an unknown peak (pass --peak)."
+        ),
         "",
-        "",
-        f"A {8192}^3 bf16 matrix product on this GPU reaches {gemm / 1e12:.0f} TFLOP/s; the last column is "
-        "the share of that.",
-        "",
-        "| vanilla d768 L12 T1024 | batch | tokens/s | MFU | of GEMM peak |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        f"An 8192^3 bf16 matrix product on this GPU reaches {gemm / 1e12:.0f} TFLOP/s (random data); the "
+        "last column is the share of that.",
     ]
-    vanilla = arch_for("mha", 768, 12, 12, 1024)
-    flops = nas.compute(vanilla).train_flops_per_token
-    modes = [("eager", False)] + ([] if args.skip_compile else [("torch.compile", True)])
-    for label, comp in modes:
-        for batch in (int(b) for b in args.batches.split(",")):
-            tps = tokens_per_s(vanilla, batch, args.steps, comp)
-            mfu = f"{tps * flops / peak:.1%}" if peak else "-"
-            lines.append(f"| {label} | {batch} | {tps:,.0f} | {mfu} | {tps * flops / gemm:.1%} |")
-            print(lines[-1], flush=True)
-    lines += ["", "Every block, d_model 768, 4 layers, 12 heads, batch 8, eager, relative to `mha` "
-              "in the same run:", "", "| block | T 1024 tokens/s | vs mha | T 2048 tokens/s | vs mha |",
-              "| --- | ---: | ---: | ---: | ---: |"]
-    results: dict[int, dict[str, float]] = {}
-    for T in (1024, 2048):
-        results[T] = {b: tokens_per_s(arch_for(b, 768, 4, 12, T), 8, args.steps)
-                      for b in nas.ATTENTION.names()}
-    for b in nas.ATTENTION.names():
-        row = [b]
-        for T in (1024, 2048):
-            row += [f"{results[T][b]:,.0f}", f"{results[T][b] / results[T]['mha']:.2f}x"]
-        lines.append("| " + " | ".join(row) + " |")
-        print(lines[-1], flush=True)
+    if "mfu" in parts or "profile" in parts:
+        lines += ["", "| model, d768 L12 T1024 | mode | batch | tokens/s | MFU | of GEMM |",
+                  "| --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+        args.profile = "profile" in parts
+        mfu_rows(args, peak, gemm, lines)
+    if "blocks" in parts:
+        block_rows(args, lines)
     body = "\n".join(lines)
     print(body)
-    if not args.no_write:
+    if args.doc is not None:
+        write_section("gpu", body, args.doc)
+    elif not args.no_write:
         write_section("gpu", body)
     return 0
 

@@ -61,21 +61,29 @@ class TrainStep:
     the module it wraps.
     """
 
-    def __init__(self, model: nn.Module, recipe: TrainRecipe, device: torch.device) -> None:
+    def __init__(
+        self, model: nn.Module, recipe: TrainRecipe, device: torch.device, *, compile: bool = False
+    ) -> None:
         self.model = model
         self.optimizer = make_optimizer(model, recipe, device)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.grad_clip = recipe.grad_clip
         self.device = device
+        # compile: the forward pass and the loss as one graph (the float cast of the logits and the
+        # cross-entropy fuse with the head); backward follows it, the optimizer stays eager and fused
+        self.forward_loss = torch.compile(self._forward_loss) if compile else self._forward_loss
+
+    def _forward_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        with autocast_for(self.device):
+            logits = self.model(x)  # (B, T, vocab)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
     def __call__(self, x: Tensor, y: Tensor) -> Tensor:
-        with autocast_for(self.device):
-            logits = self.model(x)  # (B, T, vocab)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
+        loss = self.forward_loss(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
         self.optimizer.step()

@@ -53,3 +53,33 @@ def test_its_flops_grow_linearly_with_the_sequence_and_equal_mhas_within_one_win
     per_token = [BLOCK.count_flops(dims, opts, ffn, T).fwd for T in (1024, 2048, 4096, 8192)]
     assert max(per_token) == pytest.approx(min(per_token))  # per token: constant in T
     assert mha.count_flops(dims, mha.Options(), ffn, 8192).fwd > 8 * per_token[0]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kv_heads", [0, 2])
+@pytest.mark.parametrize("T", [5, 23, 300])  # within a window, a few, and more than one 128-tile
+def test_the_flex_attention_path_equals_the_blocked_path(causal: bool, kv_heads: int, T: int) -> None:
+    """CUDA takes FlexAttention (tiles outside the band skipped); forward here, where FlexAttention has
+    no backward, and forward and backward compiled in tests/gpu."""
+    torch.manual_seed(0)
+    block = BLOCK(Dims(32, 4, 400), BLOCK.Options(window=5, kv_heads=kv_heads), ffn=FFNSpec()).double()
+    if not causal:
+        block.make_bidirectional()
+    x = torch.randn(2, T, 32, dtype=torch.float64)
+    with torch.no_grad():
+        block.flex = False
+        blocked = block(x)
+        block.flex = True
+        flex = block(x)
+    torch.testing.assert_close(flex, blocked, atol=1e-10, rtol=1e-10)
+
+
+def test_flex_attention_is_taken_on_cuda_only_and_never_with_padding_or_alibi() -> None:
+    block = BLOCK(Dims(32, 4, 64), BLOCK.Options(window=4), ffn=FFNSpec())
+    q = torch.zeros(1, 4, 8, 8)
+    assert not block.use_flex(q, None)  # CPU: FlexAttention has no backward here
+    block.flex = True  # as on CUDA
+    assert block.use_flex(q, None) and not block.use_flex(q, torch.ones(1, 8, dtype=torch.bool))
+    alibi = BLOCK(Dims(32, 4, 64, alibi=True), BLOCK.Options(window=4), ffn=FFNSpec())
+    alibi.flex = True
+    assert not alibi.use_flex(q, None)

@@ -19,6 +19,8 @@ causal form's 2 x window.
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +65,45 @@ def blocks(t: Tensor, window: int, n_blocks: int, ahead: int) -> Tensor:
     return padded.unfold(2, (2 + ahead) * window, window).transpose(-1, -2)
 
 
+_BAND_MASKS: dict[tuple[int, int, bool, str], object] = {}
+_COMPILED_FLEX: list[Callable[..., Tensor]] = []
+
+
+def band_block_mask(window: int, T: int, causal: bool, device: torch.device) -> object:
+    """FlexAttention's block mask of the band: key j is seen by query i when i - window < j <= i
+    (causal) or |i - j| < window (encoder).  Built once per shape in eager code; under
+    ``torch.compile`` it is traced into the graph (a fused kernel over the tiles)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def band(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        after = kv - q
+        return (after > -window) & (after <= (0 if causal else window - 1))
+
+    if torch.compiler.is_compiling():
+        return create_block_mask(band, None, None, T, T, device=device)
+    key = (window, T, causal, str(device))
+    if key not in _BAND_MASKS:
+        _BAND_MASKS[key] = create_block_mask(band, None, None, T, T, device=device)
+    return _BAND_MASKS[key]
+
+
+def flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask: object, enable_gqa: bool) -> Tensor:
+    """FlexAttention, compiled once per process when called from eager code on CUDA (uncompiled it
+    materializes every score); inside a compiled model, the model's compilation covers it.  On a
+    CPU (tests only: no backward there) it runs uncompiled, the reference form."""
+    from torch.nn.attention import flex_attention as fa
+
+    if torch.compiler.is_compiling():
+        return fa.flex_attention(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+    if not q.is_cuda:
+        with warnings.catch_warnings():  # "called without torch.compile": on purpose, see above
+            warnings.simplefilter("ignore", UserWarning)
+            return fa.flex_attention(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+    if not _COMPILED_FLEX:
+        _COMPILED_FLEX.append(torch.compile(fa.flex_attention, dynamic=False))
+    return _COMPILED_FLEX[0](q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+
+
 @ATTENTION.register("sliding_window")
 class SlidingWindowAttention(MultiHeadAttention):
     mixable = True  # its logits are mha's; a mixture applies its own (full) mask to them
@@ -79,6 +120,10 @@ class SlidingWindowAttention(MultiHeadAttention):
         if W >= T:  # the band is the whole causal triangle (or, in an encoder, everything): mha
             return super().forward(x, keep)
         q, k, v = self.heads(x, keep)
+        if self.use_flex(q, keep):
+            mask = band_block_mask(W, T, self.causal, q.device)
+            y = flex_attention(q, k, v, mask, self.grouped)
+            return self.out_proj(self.merge_heads(y))
         k, v = self._every_head(k), self._every_head(v)
         B, H, _, dh = q.shape
         n, ahead = -(-T // W), 0 if self.causal else 1
@@ -88,11 +133,19 @@ class SlidingWindowAttention(MultiHeadAttention):
         if keep is not None:  # and not a padding key of the block's context: (B, 1, n, W, context)
             real = blocks(keep[:, None, :, None].to(q.dtype), W, n, ahead)[..., 0] > 0  # (B, 1, n, context)
             mask = mask & real[:, :, :, None, :]
-        if self.dims.alibi:  # ALiBi's penalty where a key may be seen, -inf elsewhere: (B|1, H, n, W, context)
+        if self.dims.alibi:  # ALiBi's penalty where a key may be seen, else -inf: (B|1, H, n, W, context)
             penalty = alibi_penalty(H, after.to(x.device)).to(q.dtype)
             mask = torch.where(mask, penalty, float("-inf"))
         y = F.scaled_dot_product_attention(qb, blocks(k, W, n, ahead), blocks(v, W, n, ahead), attn_mask=mask)
         return self.out_proj(self.merge_heads(y.reshape(B, H, n * W, dh)[:, :, :T]))
+
+    #: None: FlexAttention where it is fast and has a backward (CUDA); True/False forces it (tests)
+    flex: bool | None = None
+
+    def use_flex(self, q: Tensor, keep: Tensor | None) -> bool:
+        if keep is not None or self.dims.alibi:  # per-batch padding and ALiBi keep the blocked form
+            return False
+        return q.is_cuda if self.flex is None else self.flex
 
     def reference_forward(self, x: Tensor) -> Tensor:
         q, k, v = self._reference_heads(x)

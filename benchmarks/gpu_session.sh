@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU checks of docs/gpu.md in one call of a short-lived GPU machine, each stage under its own
+# time limit, so one stage that runs long leaves the others their time.  From the repository root:
+#
+#   . benchmarks/gpu_carry.sh install                   # after `benchmarks/gpu_carry.sh pack` here
+#   bash benchmarks/gpu_session.sh tests mfu blocks     # any of: tests mfu blocks search
+#
+# Everything goes to $OUT (default gpu_out/): session.log (all output), mfu_section.md and
+# blocks_section.md (tables for docs/BENCHMARKS.md), profile_table.txt, search.log.  Stage limits in
+# seconds: TESTS_S, MFU_S, BLOCKS_S, SEARCH_S.
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+LOG="$OUT/session.log"
+export PYTHONUNBUFFERED=1
+say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
+
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$LOG"
+python3 -c "import torch, optuna, ray; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+'optuna', optuna.__version__, 'ray', ray.__version__)" 2>&1 | tee -a "$LOG"
+
+for stage in "$@"; do
+    case "$stage" in
+    tests)
+        say "tests (parallel part)"
+        # the two tests that fill or share the whole GPU run alone afterwards
+        timeout "${TESTS_S:-170}" python3 -m pytest -m gpu tests/gpu -q -n 8 -p no:cacheprovider \
+            --timeout 160 -k "not out_of_memory and not share_one_gpu" 2>&1 | tail -40 | tee -a "$LOG"
+        say "tests (alone)"
+        timeout 90 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --timeout 80 \
+            -k "out_of_memory or share_one_gpu" 2>&1 | tail -20 | tee -a "$LOG"
+        ;;
+    mfu)
+        say "mfu"
+        timeout "${MFU_S:-200}" python3 benchmarks/gpu_mfu.py --parts mfu,profile --out "$OUT" \
+            --doc "$OUT/mfu_section.md" 2>&1 | grep -v "^wrote" | tee -a "$LOG"
+        ;;
+    blocks)
+        say "blocks"
+        timeout "${BLOCKS_S:-110}" python3 benchmarks/gpu_mfu.py --parts blocks \
+            --doc "$OUT/blocks_section.md" 2>&1 | tee -a "$LOG"
+        ;;
+    search)
+        say "search"
+        # a compiled gpu.yaml search on the token corpus (gpu_carry.sh pack made the tokenizer)
+        timeout "${SEARCH_S:-200}" python3 run_search.py search --space search_spaces/gpu.yaml \
+            --data shakespeare --tokenizer .gpu_carry/tokenizer.json --resources.compile \
+            --search.trials "${SEARCH_TRIALS:-4}" --resources.workers 2 --resources.gpus_per_trial 0.5 \
+            --budget.flops "${SEARCH_FLOPS:-2e15}" --runs-dir /tmp/gpu_runs --no-tensorboard 2>&1 \
+            | tee "$OUT/search.log" | tail -40 | tee -a "$LOG"
+        ;;
+    *) say "unknown stage $stage (tests mfu blocks search)" ;;
+    esac
+done
+say "done"
