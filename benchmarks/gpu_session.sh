@@ -7,7 +7,7 @@
 #
 # Everything goes to $OUT (default gpu_out/): session.log (all output), mfu_section.md and
 # blocks_section.md (tables for docs/BENCHMARKS.md), profile_table.txt, search.log.  Stage limits in
-# seconds: TESTS_S, MFU_S, BLOCKS_S, SEARCH_S.
+# seconds: TESTS_S, ALONE_S (the two tests that run alone), MFU_S, BLOCKS_S, SEARCH_S.
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 LOG="$OUT/session.log"
@@ -27,7 +27,7 @@ for stage in "$@"; do
         timeout "${TESTS_S:-170}" python3 -m pytest -m gpu tests/gpu -q -n 8 -p no:cacheprovider \
             --timeout 160 -k "not out_of_memory and not share_one_gpu" 2>&1 | tail -40 | tee -a "$LOG"
         say "tests (alone)"
-        timeout 90 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --timeout 80 \
+        timeout "${ALONE_S:-90}" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --timeout 80 \
             -k "out_of_memory or share_one_gpu" 2>&1 | tail -20 | tee -a "$LOG"
         ;;
     mfu)
