@@ -27,7 +27,7 @@ from nas.errors import ConfigError
 from nas.models.attention.options import BlockOptions, FFNSpec, positive_int
 from nas.models.dims import Dims, Flops
 from nas.models.reference import causal_attend
-from nas.models.rotary import alibi_bias, alibi_slopes, reference_rotate, rotary_tables, rotate
+from nas.models.rotary import alibi_bias, alibi_slopes, reference_rotate, rotary_tables, rotate, rotate_tokens
 from nas.registry import Registry
 
 __all__ = [
@@ -103,6 +103,12 @@ class AttentionBlock(nn.Module):
         if not self.dims.rope_base:
             return t
         return rotate(t, self.rope_cos, self.rope_sin)
+
+    def rotary_tokens(self, z: Tensor) -> Tensor:
+        """Queries or keys (B, T, heads x dh) before the split into heads, turned as :meth:`rotary`."""
+        if not self.dims.rope_base:
+            return z
+        return rotate_tokens(z, self.rope_cos, self.rope_sin, self.d_head)
 
     def position_bias(self, T: int, device: torch.device) -> Tensor | None:
         """ALiBi's (H, T, T) logit bias when the model uses it, else None."""

@@ -73,9 +73,10 @@ class MultiHeadAttention(AttentionBlock):
         """Q (B, H, T, dh), K (and V) (B, G, T, dh); Q and K at their positions."""
         # a subclass's project(x) without keep still works wherever there is no padding
         z = self.project(x) if keep is None else self.project(x, keep)
-        parts = [self.split_heads(t) for t in z.split(self.widths, dim=-1)]
-        parts[0], parts[1] = self.rotary(parts[0]), self.rotary(parts[1])
-        return parts
+        parts = list(z.split(self.widths, dim=-1))
+        # turned before the transpose into heads: the same numbers, contiguous memory (rotate_tokens)
+        parts[0], parts[1] = self.rotary_tokens(parts[0]), self.rotary_tokens(parts[1])
+        return [self.split_heads(t) for t in parts]
 
     def _every_head(self, t: Tensor) -> Tensor:
         """K or V of G heads (B, G, T, dh) -> (B, H, T, dh), query head j reading group j // (H / G)."""
