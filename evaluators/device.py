@@ -9,8 +9,7 @@ from pathlib import Path
 import torch
 
 from nas.errors import UserError
-
-DEVICES = ("auto", "cpu", "cuda")
+from nas.spec.sections import DEVICES  # the one list of device names, which the spec checks too
 
 
 def resolve_device(device: str) -> torch.device:
