@@ -6,7 +6,8 @@ validates a name (the CLI, before anything starts); :func:`build` makes the
 evaluator from the name and plain settings (a worker, from its payload: the
 ``recipe`` dict, ``data``, ``device``, ``compile``...).  A new evaluator is a
 class with ``from_settings`` and ``evaluate`` (:class:`evaluators.base.Evaluator`)
-plus one entry in :data:`EVALUATORS`.
+registered with :func:`register` in :data:`EVALUATORS` (the same
+:class:`nas.registry.Registry` type as blocks and samplers); docs/adding_an_evaluator.md.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from evaluators.probes import TASKS as PROBE_TASKS
 from evaluators.probes import ProbeEvaluator, parse_tasks
 from evaluators.proxies import PROXIES, ProxyEvaluator, SleepEvaluator
 from nas.errors import ConfigError
+from nas.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Kind:
     usage: str  # how to write the name, for error messages and --help
     parse: Callable[[str | None], dict[str, Any]]  # the argument -> settings; raises ValueError when bad
     from_settings: Callable[[Mapping[str, Any]], Evaluator]
+    #: a cheap valid name, which the evaluator contract suite (tests/evaluators/test_contract.py) runs
+    example: str = ""
 
 
 def _no_argument(arg: str | None) -> dict[str, Any]:
@@ -75,12 +79,29 @@ def _probe_tasks(arg: str | None) -> dict[str, Any]:
     return out
 
 
-EVALUATORS: dict[str, Kind] = {
-    "lm": Kind("lm", _no_argument, LMEvaluator.from_settings),
-    "proxy": Kind(f"proxy:NAME (NAME: {', '.join(PROXIES)})", _proxy, ProxyEvaluator.from_settings),
-    "sleep": Kind("sleep:SECONDS", _seconds, SleepEvaluator.from_settings),
-    "probes": Kind("probes[:TASK,TASK...][@STEPS]", _probe_tasks, ProbeEvaluator.from_settings),
-}
+EVALUATORS: Registry[Kind] = Registry("evaluator")
+
+
+def register(
+    name: str, usage: str | None = None, parse: Callable[[str | None], dict[str, Any]] = _no_argument,
+    *, example: str | None = None,
+) -> Callable[[type], type]:  # fmt: skip
+    """Class decorator: the evaluator class (``from_settings``, ``evaluate``) under ``name``; ``usage``
+    says how to write the name (default: the name), ``parse`` reads the argument after its colon,
+    ``example`` is a cheap valid name the contract suite runs (default: the name)."""
+
+    def decorator(cls: type) -> type:
+        kind = Kind(usage or name, parse, cls.from_settings, example or name)  # type: ignore[attr-defined]
+        EVALUATORS.register(name)(kind)
+        return cls
+
+    return decorator
+
+
+register("lm")(LMEvaluator)
+register("proxy", f"proxy:NAME (NAME: {', '.join(PROXIES)})", _proxy, example="proxy:params")(ProxyEvaluator)
+register("sleep", "sleep:SECONDS", _seconds, example="sleep:0")(SleepEvaluator)
+register("probes", "probes[:TASK,TASK...][@STEPS]", _probe_tasks, example="probes:memorization@4")(ProbeEvaluator)
 
 
 #: the kinds that may screen candidates before training (``--prescreen``): cheaper than training them.

@@ -38,6 +38,10 @@ class Registry(Generic[T]):
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._items))
 
+    def items(self) -> list[tuple[str, T]]:
+        """(name, implementation) pairs in the order they were registered."""
+        return list(self._items.items())
+
     def __contains__(self, name: object) -> bool:
         return name in self._items
 
