@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from nas.execution.pool import Finished
+from nas.execution.pool import Finished, PoolBase
 from nas.execution.worker import run_trial
 
 
-class LocalPool:
+class LocalPool(PoolBase):
     """The pool interface of ``RayPool``; ``wait`` runs the submitted trial to its end."""
 
     def __init__(self, threads: int = 1) -> None:

@@ -9,6 +9,7 @@ hands back what happened to each.  Two exist: :class:`~nas.execution.ray_pool.Ra
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -27,12 +28,27 @@ class NoWorkersLeft(RuntimeError):
 
 
 class Pool(Protocol):
-    """The interface the driver uses.
+    """The interface the driver uses, all of it (the driver probes for nothing).
 
     ``submit`` is called only while ``has_idle()`` is true.  ``wait`` returns the
     trials that finished within ``timeout`` seconds (possibly none) and raises
     :class:`NoWorkersLeft` when the pool has no worker left to run anything.
+    ``notes``: lines for the user once the pool has started (workers capped, say);
+    ``size``: the workers it has (None: as many as were asked for); ``can_restart``:
+    whether ``restart()`` may start its workers anew after every one of them died
+    (a pool that started its own Ray); ``restart()`` returns lines for the user.
+    :class:`PoolBase` gives the defaults of the last four.
     """
+
+    notes: Sequence[str]
+
+    @property
+    def size(self) -> int | None: ...
+
+    @property
+    def can_restart(self) -> bool: ...
+
+    def restart(self) -> list[str]: ...
 
     def has_idle(self) -> bool: ...
 
@@ -45,3 +61,14 @@ class Pool(Protocol):
     def wait(self, timeout: float) -> list[Finished]: ...
 
     def shutdown(self) -> None: ...
+
+
+class PoolBase:
+    """The defaults of :class:`Pool`'s optional part, for pools that cannot restart their workers."""
+
+    notes: Sequence[str] = ()
+    size: int | None = None
+    can_restart: bool = False
+
+    def restart(self) -> list[str]:
+        raise RuntimeError(f"{type(self).__name__} cannot restart its workers (can_restart is False)")

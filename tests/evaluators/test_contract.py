@@ -42,10 +42,12 @@ def _built(kind: str, corpus_dir: Path) -> registry.Evaluator:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_evaluator_returns_what_the_driver_reads(kind: str, corpus_dir: Path, single_thread: None) -> None:
+def test_every_evaluator_returns_what_the_driver_reads(
+    kind: str, corpus_dir: Path, single_thread: None
+) -> None:
     seen: list[Progress] = []
-    result = _built(kind, corpus_dir).evaluate(ARCH, Budget("steps", 4), lambda p: seen.append(p) or False,
-                                                eval_at=(0.5,))  # fmt: skip
+    evaluator = _built(kind, corpus_dir)
+    result = evaluator.evaluate(ARCH, Budget("steps", 4), lambda p: seen.append(p) or False, eval_at=(0.5,))
     assert isinstance(result, Result)
     assert math.isfinite(result.val_loss)
     assert result.arch_id == ARCH.arch_id
@@ -59,11 +61,14 @@ def test_every_evaluator_returns_what_the_driver_reads(kind: str, corpus_dir: Pa
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_evaluator_stops_when_the_callback_says_so(kind: str, corpus_dir: Path, single_thread: None) -> None:
+def test_every_evaluator_stops_when_the_callback_says_so(
+    kind: str, corpus_dir: Path, single_thread: None
+) -> None:
     def stop_at_the_first_loss(p: Progress) -> bool:
         return p.val_loss is not None
 
-    result = _built(kind, corpus_dir).evaluate(ARCH, Budget("steps", 4), stop_at_the_first_loss, eval_at=(0.5,))
+    evaluator = _built(kind, corpus_dir)
+    result = evaluator.evaluate(ARCH, Budget("steps", 4), stop_at_the_first_loss, eval_at=(0.5,))
     assert result.stopped_early and result.stopped_at == pytest.approx(0.5)
     assert math.isfinite(result.val_loss)
 

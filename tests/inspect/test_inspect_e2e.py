@@ -18,6 +18,7 @@ import torch
 
 from nas.archfile import load_arch_file
 from nas.cli import main
+from nas.execution.pool import PoolBase
 from nas.execution.ray_pool import Finished
 from nas.execution.worker import run_trial
 from nas.search.driver.loop import Driver
@@ -30,7 +31,7 @@ from nas.spec.training import Budget, TrainRecipe
 SPACE = Path(__file__).resolve().parents[1] / "search" / "tiny_space.yaml"
 
 
-class InlinePool:
+class InlinePool(PoolBase):
     """The pool interface of ``RayPool``, one trial at a time in this process."""
 
     def __init__(self, settings: SearchSettings) -> None:

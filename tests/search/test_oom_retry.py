@@ -18,14 +18,14 @@ from optuna.trial import TrialState
 
 from nas.cli import build_parser
 from nas.commands.search import build_settings
-from nas.execution.pool import Finished
+from nas.execution.pool import Finished, PoolBase
 from nas.execution.worker import OUT_OF_MEMORY, run_trial
 from nas.search.driver.loop import Driver
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 
 
-class ScriptedPool:
+class ScriptedPool(PoolBase):
     """Runs trials inline; trials in ``oom`` run out of memory when shared, those in ``oom_alone`` when alone."""
 
     def __init__(self, oom: set[int], oom_alone: set[int] = frozenset()) -> None:

@@ -126,7 +126,7 @@ class Driver:
                     return study
             pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
             try:
-                for note in getattr(pool, "notes", ()):
+                for note in pool.notes:
                     report.line(note)
                 created = study is None
                 if study is None:
@@ -157,7 +157,7 @@ class Driver:
         self.twins = Twins.of(study.get_trials(deepcopy=False), METRIC_KEYS)
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             report.seen(t.values[0] if t.values else None)  # the progress line's best is the study's
-        workers = getattr(pool, "size", s.workers)
+        workers = pool.size or s.workers
         where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
         report.line(
             f"study {s.study!r}: {self.done} finished, running up to {self.allowance.describe(self.done)} "
@@ -200,7 +200,7 @@ class Driver:
         """The local Ray this search started died (its raylet killed, say): start a new one and
         run again what was running.  At most ``MAX_RAY_RESTARTS`` times per run; a joined cluster
         (``--address``) is not this driver's to restart, so it keeps waiting, then stopping."""
-        if not getattr(pool, "can_restart", False) or self.ray_restarts >= MAX_RAY_RESTARTS:
+        if not pool.can_restart or self.ray_restarts >= MAX_RAY_RESTARTS:
             return False
         self.ray_restarts += 1
         report.line(
@@ -208,7 +208,7 @@ class Driver:
             f"(restart {self.ray_restarts} of {MAX_RAY_RESTARTS})"
         )
         started = time.monotonic()
-        for note in pool.restart():  # type: ignore[attr-defined] - RayPool only (can_restart)
+        for note in pool.restart():
             report.line(note)
         again = list(self.running)
         self.retry = again  # the new workers run every trial that was running, first
