@@ -32,7 +32,7 @@ from typing import Any
 from nas.errors import ConfigError
 from nas.spec.sections import ALIASES, SECTIONS, DataSpec, Resources, SearchSection, named
 from nas.spec.spec import Spec
-from nas.spec.training import BUDGET_KINDS, RECIPE_HELP, Budget, TrainRecipe
+from nas.spec.training import BUDGET_KINDS, Budget, TrainRecipe
 
 BUDGET_HELP = {"steps": "optimizer steps", "tokens": "training tokens (e.g. 2e6)",
                "flops": "training FLOPs (e.g. 1e13); bigger models see fewer tokens",
@@ -66,11 +66,11 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
             if wanted is not None and f.name not in wanted:
                 continue
             meta = f.metadata
-            alias = meta.get("alias") or ALIASES.get(f"{section}.{f.name}")
+            alias = meta.get("alias")
             names = [f"--{section}.{f.name}"] + ([alias] if alias else [])
             kind = _base_type(hints[f.name])
             default = f.default if f.default is not dataclasses.MISSING else None
-            help_text = meta.get("help") or RECIPE_HELP.get(f.name, "")
+            help_text = meta.get("help", "")
             help_text = f"{help_text} (default: {_show(default)})" if default not in (None, ()) else help_text
             extra: dict[str, Any] = {"metavar": meta.get("metavar")}
             valid = getattr(meta.get("check"), "valid", None)

@@ -14,12 +14,13 @@ Torch-free: the read-only commands import this.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.validate import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_number, yaml_number
+from nas.spec.fields import evaluator_name, field, fractions, integer, number, one_of, text
+from nas.spec.training import TrainRecipe
+from nas.validate import MAX_SECONDS, MAX_SEED, MAX_THREADS, yaml_number
 
 OBJECTIVES = {
     "loss": ("minimize",), "loss+flops": ("minimize", "minimize"), "loss+flops+state": ("minimize",) * 3,
@@ -35,66 +36,17 @@ DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_TRIALS = 20
 
 
-def field(default: Any, help: str, *, alias: str | None = None, check: Any = None,
-          metavar: str | None = None) -> Any:  # fmt: skip
-    """A spec field: its default, help, the short flag that is an alias of it, and its check."""
-    meta = {"help": help, "alias": alias, "check": check, "metavar": metavar}
-    return dataclasses.field(default=default, metadata=meta)
-
-
-def integer(low: int, high: int | None = None) -> Any:
-    return lambda value, name: check_number(value, name, integer=True, low=low, high=high)
-
-
-def number(positive: bool = True, high: float | None = None) -> Any:
-    return lambda value, name: check_number(value, name, low=0, low_open=positive, high=high)
-
-
-def one_of(valid: tuple[str, ...]) -> Any:
-    def check(value: Any, name: str) -> None:
-        if value not in valid:
-            raise ConfigError(f"{value!r} is not valid; valid: {', '.join(valid)}", name)
-
-    check.valid = valid  # type: ignore[attr-defined]  # the flag offers these as argparse choices
-    return check
-
-
-def text(value: Any, name: str) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"must be a non-empty string, got {value!r}", name)
-
-
-def evaluator_name(examples: str) -> Any:
-    """An evaluator's name: a non-empty string (the registry checks the name itself, with torch loaded)."""
-
-    def check(value: Any, name: str) -> None:
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"must be an evaluator name such as {examples}, got {value!r}", name)
-
-    return check
-
-
-def fractions(value: Any, name: str) -> None:
-    """Hurdle fractions: each strictly between 0 and 1, increasing, none twice."""
-    if not isinstance(value, tuple) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
-        raise ConfigError(f"must be a list of fractions like [0.25, 0.5], got {value!r}", name)
-    if any(not (math.isfinite(v) and 0.0 < v < 1.0) for v in value):
-        raise ConfigError(f"each fraction must be between 0 and 1 (exclusive), got {list(value)}", name)
-    if list(value) != sorted(set(value)):
-        raise ConfigError(f"fractions must be increasing and distinct, got {list(value)}", name)
-
-
 def named(section: str, name: str) -> str:
     """``resources.workers (--workers)``: a field as messages name it, with its short flag when it has one."""
-    cls = SECTIONS.get(section)
+    cls = TrainRecipe if section == "recipe" else SECTIONS.get(section)
     fields_ = {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
     alias = fields_[name].metadata.get("alias") if name in fields_ else ALIASES.get(f"{section}.{name}")
     return f"{section}.{name} ({alias})" if alias else f"{section}.{name}"
 
 
-#: short flags of fields outside these sections (their dataclasses carry no metadata)
-ALIASES = {"recipe.seed": "--seed", "budget.steps": "--steps", "budget.tokens": "--tokens",
-           "budget.flops": "--budget-flops", "budget.seconds": "--seconds"}  # fmt: skip
+#: short flags of the budget's kinds (a budget is one kind and a value, not a dataclass of fields)
+ALIASES = {"budget.steps": "--steps", "budget.tokens": "--tokens", "budget.flops": "--budget-flops",
+           "budget.seconds": "--seconds"}  # fmt: skip
 
 
 class Section:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.spec.fields import bounded, choice, field
 from nas.validate import FP32_MAX, MAX_DIM, MAX_SEED, check_number, yaml_number
 
 BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
@@ -53,52 +54,40 @@ class Budget:
         return f"{self.value:g} {self.kind}"
 
 
-#: each recipe field's range: (low, high), inclusive unless named in ``_RECIPE_OPEN`` (low) or a beta (high)
-_RECIPE_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "batch_size": (1, MAX_DIM),
-    "seq_len": (2, MAX_DIM),
-    # the optimizer computes in the weights' dtype: a factor fp32 cannot hold is infinity there
-    "lr": (0, FP32_MAX),
-    "min_lr_ratio": (0, 1),  # the schedule decays from lr to lr * min_lr_ratio
-    "warmup_frac": (0, 1),  # a share of the budget
-    "weight_decay": (0, FP32_MAX),
-    "beta1": (0, 1),  # torch's AdamW takes betas in [0, 1)
-    "beta2": (0, 1),
-    "grad_clip": (0, FP32_MAX),
-    "eval_batches": (1, MAX_DIM),
-    "log_every": (1, MAX_DIM),
-    "seed": (0, MAX_SEED),
-}
-_RECIPE_INTS = ("batch_size", "seq_len", "eval_batches", "log_every", "seed")
-_RECIPE_OPEN = ("lr", "grad_clip")
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainRecipe:
-    """Optimizer and data settings shared by every candidate of a search."""
+    """Optimizer and data settings shared by every candidate of a search.
 
-    batch_size: int = 16
-    seq_len: int | None = None  # None: the architecture's max_len
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    warmup_frac: float = 0.05  # of the budget
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_batches: int = 8  # fixed validation slice: eval_batches * batch_size windows
-    log_every: int = 10  # steps between progress callbacks / TensorBoard scalars
-    seed: int = 0
-    decay: str = "matrices"  # which parameters weight_decay applies to: one of DECAY_RULES
+    Each field declares its help, its short flag and its range in its metadata
+    (:func:`nas.spec.fields.field`), as the other sections' fields do.
+    """
+
+    batch_size: int = field(16, "sequences per optimizer step", check=bounded(1, MAX_DIM, integer=True))
+    seq_len: int | None = field(None, "training context (default: the architecture's max_len)",
+                                check=bounded(2, MAX_DIM, integer=True))  # fmt: skip
+    # the optimizer computes in the weights' dtype: a factor fp32 cannot hold is infinity there
+    lr: float = field(3e-3, "peak learning rate (AdamW)", check=bounded(0, FP32_MAX, low_open=True))
+    min_lr_ratio: float = field(0.1, "the cosine schedule decays to lr * min_lr_ratio", check=bounded(0, 1))
+    warmup_frac: float = field(0.05, "share of the budget spent warming the learning rate up",
+                               check=bounded(0, 1))  # fmt: skip
+    weight_decay: float = field(0.1, "AdamW weight decay", check=bounded(0, FP32_MAX))
+    # torch's AdamW takes betas in [0, 1)
+    beta1: float = field(0.9, "AdamW beta1", check=bounded(0, 1, high_open=True))
+    beta2: float = field(0.95, "AdamW beta2", check=bounded(0, 1, high_open=True))
+    grad_clip: float = field(1.0, "gradient-norm clip", check=bounded(0, FP32_MAX, low_open=True))
+    eval_batches: int = field(8, "validation batches per evaluation (a fixed slice)",
+                              check=bounded(1, MAX_DIM, integer=True))  # fmt: skip
+    log_every: int = field(10, "steps between progress reports", check=bounded(1, MAX_DIM, integer=True))
+    seed: int = field(0, "seed of every trial's training (and of the sampler unless search.seed is set)",
+                      alias="--seed", check=bounded(0, MAX_SEED, integer=True))  # fmt: skip
+    decay: str = field("matrices", f"which parameters weight_decay applies to: {', '.join(DECAY_RULES)}",
+                       check=choice(DECAY_RULES))  # fmt: skip
 
     def __post_init__(self) -> None:
-        for key, (low, high) in _RECIPE_RANGES.items():
-            value = getattr(self, key)
-            if value is not None or key != "seq_len":
-                check_number(value, f"recipe.{key}", integer=key in _RECIPE_INTS, low=low, high=high,
-                             low_open=key in _RECIPE_OPEN, high_open=key in ("beta1", "beta2"))
-        if self.decay not in DECAY_RULES:
-            raise ConfigError(f"must be one of {', '.join(DECAY_RULES)}, got {self.decay!r}", "recipe.decay")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None or f.name != "seq_len":  # seq_len None: the architecture's max_len
+                f.metadata["check"](value, f"recipe.{f.name}")
 
     @classmethod
     def from_dict(cls, raw: Any) -> TrainRecipe:
@@ -117,21 +106,3 @@ class TrainRecipe:
         if out["decay"] == "matrices":  # the default is left out, so studies from before it still match
             del out["decay"]
         return out
-
-
-#: what each recipe field means (its ``--recipe.FIELD`` flag's help)
-RECIPE_HELP = {
-    "batch_size": "sequences per optimizer step",
-    "seq_len": "training context (default: the architecture's max_len)",
-    "lr": "peak learning rate (AdamW)",
-    "min_lr_ratio": "the cosine schedule decays to lr * min_lr_ratio",
-    "warmup_frac": "share of the budget spent warming the learning rate up",
-    "weight_decay": "AdamW weight decay",
-    "beta1": "AdamW beta1",
-    "beta2": "AdamW beta2",
-    "grad_clip": "gradient-norm clip",
-    "eval_batches": "validation batches per evaluation (a fixed slice)",
-    "log_every": "steps between progress reports",
-    "seed": "seed of every trial's training (and of the sampler unless search.seed is set)",
-    "decay": f"which parameters weight_decay applies to: {', '.join(DECAY_RULES)}",
-}
