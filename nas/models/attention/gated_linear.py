@@ -178,6 +178,8 @@ def chunked_gated_linear(
 @ATTENTION.register("gated_linear")
 class GatedLinearAttention(AttentionBlock):
     Options = GatedLinearOptions
+    bidirectional = False  # a causal recurrence: no encoder form (yet)
+    has_dot_terms = False
     short_option_names = {"gate": ""}  # gated_linear(data), gated_linear(fixed)
 
     def __init__(

@@ -151,6 +151,8 @@ def fft_causal_conv(u: Tensor, k: Tensor) -> Tensor:
 @ATTENTION.register("hyena")
 class HyenaOperator(AttentionBlock):
     Options = HyenaOptions
+    bidirectional = False  # causal long convolutions: no encoder form (yet)
+    has_dot_terms = False
     short_option_names = {"order": "o", "filter_order": "f", "emb_dim": "e"}
     # The short filter (starts at the identity, as mdha's), the skip D and the filter network:
     # filters, not weight matrices of the model.
