@@ -131,6 +131,24 @@ def chunked_gated_linear(
     return o.flatten(2, 3)[:, :, :T]
 
 
+def naive_gated_linear(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, index: Tensor | None = None
+) -> Tensor:
+    """``chunked_gated_linear``'s recurrence run one position at a time: same arguments, same result.
+
+    S_t = diag(exp(log_decay_t)) S_{t-1} + k_t v_t^T, o_t = q_t^T S_t; ``index`` is ignored.  The slow
+    reference (fla's ``naive.py``) that the tests compare the chunked form with, outputs and gradients.
+    """
+    B, H, T, dk = q.shape
+    decay = log_decay.exp().expand(B, H, T, dk)
+    S = q.new_zeros(B, H, dk, v.shape[-1])  # (B, H, dk, dv)
+    out = []
+    for t in range(T):
+        S = decay[:, :, t, :, None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out.append((q[:, :, t, None, :] @ S)[:, :, 0])  # (B, H, dv)
+    return torch.stack(out, dim=2)  # (B, H, T, dv)
+
+
 @ATTENTION.register("gated_linear")
 class GatedLinearAttention(AttentionBlock):
     Options = GatedLinearOptions
@@ -195,16 +213,19 @@ class GatedLinearAttention(AttentionBlock):
         else:
             gammas = retention_gammas(H)
             log_alpha = torch.tensor([[math.log(gammas[c // dk]) for c in range(H * dk)]] * T, dtype=x.dtype)
+
+        def heads(t: Tensor) -> Tensor:  # (T, H dk) -> (1, H, T, dk)
+            return t.reshape(T, H, dk).transpose(0, 1)[None]
+
+        q = q / math.sqrt(dk)
+        o = naive_gated_linear(heads(q), heads(k), heads(v), heads(log_alpha))[0]  # (H, T, dv)
         out = torch.zeros(T, H * dk, dtype=x.dtype)
         for h in range(H):
             cols = slice(h * dk, (h + 1) * dk)
-            S = torch.zeros(dk, dk, dtype=x.dtype)
             for t in range(T):
-                S = torch.exp(log_alpha[t, cols])[:, None] * S + torch.outer(k[t, cols], v[t, cols])
-                o = (q[t, cols] / math.sqrt(dk)) @ S
-                o = o / torch.sqrt((o * o).mean() + NORM_EPS) * self.norm.weight
+                oh = o[h, t] / torch.sqrt((o[h, t] * o[h, t]).mean() + NORM_EPS) * self.norm.weight
                 gate = g[t, cols]
-                out[t, cols] = o * gate / (1.0 + torch.exp(-gate))  # swish
+                out[t, cols] = oh * gate / (1.0 + torch.exp(-gate))  # swish
         return out @ self.out_proj.weight.T
 
     # -- sizes ----------------------------------------------------------------------------------

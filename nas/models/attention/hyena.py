@@ -105,6 +105,19 @@ def fft_causal_conv(u: Tensor, k: Tensor) -> Tensor:
     return CausalFFTConv.apply(u.to(wide), k.to(wide)).to(u.dtype)
 
 
+def naive_causal_conv(u: Tensor, k: Tensor) -> Tensor:
+    """``fft_causal_conv`` as a direct sum (fla's ``naive.py``): y[.., t] = sum_{s<=t} k[.., s] u[.., t-s].
+
+    u (B, C, T), k (C, T).  The slow reference that the tests compare the FFT path with, outputs and
+    gradients (through ``CausalFFTConv``'s hand-written backward).
+    """
+    y = torch.zeros_like(u)
+    for t in range(u.shape[-1]):
+        for s in range(t + 1):  # lag s: k at s times u at t - s
+            y[..., t] = y[..., t] + k[..., s] * u[..., t - s]
+    return y
+
+
 @ATTENTION.register("hyena")
 class HyenaOperator(AttentionBlock):
     Options = HyenaOptions
@@ -206,10 +219,7 @@ class HyenaOperator(AttentionBlock):
         h = self.reference_filters(T)
         for o in range(self.order - 1):
             u = gates[self.order - 1 - o] * v
-            conv = torch.zeros_like(u)
-            for t in range(T):
-                for s in range(t + 1):  # lag s: h at s times u at t - s
-                    conv[t] += h[o, s] * u[t - s]
+            conv = naive_causal_conv(u.T[None], h[o].T)[0].T  # (T, d)
             v = conv + self.skip[o] * u
         return (gates[0] * v) @ self.out_proj.weight.T
 
