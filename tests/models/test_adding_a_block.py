@@ -99,5 +99,6 @@ def test_new_file_gets_the_contract_suite(package_copy: Path) -> None:
         "test_block_is_causal", "test_block_flops_match_counter", "test_model_param_count_equals_compute",
         "test_gradients_reach_every_block_parameter", "test_state_dict_round_trip",
         "test_block_matches_reference", "test_scores_match_reference_logits",
+        "test_block_gradients_match_reference",
     }
     assert expected <= ran, sorted(expected - ran)

@@ -35,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import nas
 from nas.models import Flops
+from nas.models.attention.base import AttentionBlock
 from nas.models.attention.hyena import HyenaOperator
 from nas.models.attention.mdha import MultiDConvHeadAttention
 from nas.models.ffn import GATED, FeedForward, ffn_width
@@ -66,7 +67,7 @@ def per_step_flops(module: nn.Module, seq_len: int) -> Flops:
     """Input-independent work done once per forward, excluded from the per-token formulas."""
     total = Flops()
     for m in module.modules():
-        if hasattr(type(m), "step_flops"):  # a block that says what it does once per step (R1 R2^T, hyena's filters)
+        if isinstance(m, AttentionBlock):  # work once per step (R1 R2^T, hyena's filters); mostly none
             total = total + m.step_flops(m.dims, m.opts, seq_len)
     return total
 

@@ -20,6 +20,7 @@ from nas.models.attention.gated_linear import (
     GatedLinearAttention,
     chunk_size,
     chunked_gated_linear,
+    naive_gated_linear,
     retention_gammas,
 )
 
@@ -92,6 +93,27 @@ def test_chunked_forward_equals_the_recurrence(gate: str, rope: bool, T: int) ->
     x = seq(T)
     with torch.no_grad():
         torch.testing.assert_close(b(x), reference(b, x), atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("T", [1, 5, 64, 150])
+def test_chunked_op_has_the_outputs_and_gradients_of_the_naive_recurrence(T: int) -> None:
+    """fla's check: the chunked op against its naive form, outputs and the gradients of q, k, v and
+    the log-decay, per channel (GLA) and per head (RetNet's shape: one decay for every channel)."""
+    g = torch.Generator().manual_seed(T)
+    Bq, Hq, dk, dv = 2, 2, 4, 3
+    for width in (dk, 1):
+        q, k = (torch.randn(Bq, Hq, T, dk, generator=g, dtype=torch.float64) for _ in range(2))
+        v = torch.randn(Bq, Hq, T, dv, generator=g, dtype=torch.float64)
+        log_decay = -torch.rand(Bq, Hq, T, width, generator=g, dtype=torch.float64)  # decays in (1/e, 1]
+        inputs = [t.requires_grad_(True) for t in (q, k, v, log_decay)]
+        w = torch.randn(Bq, Hq, T, dv, generator=g, dtype=torch.float64)
+        fast_out, slow_out = chunked_gated_linear(*inputs), naive_gated_linear(*inputs)
+        torch.testing.assert_close(fast_out, slow_out, atol=1e-10, rtol=1e-9)
+        # At T 1 the chunked form never reads the decay (nothing before the first position).
+        fast = torch.autograd.grad((fast_out * w).sum(), inputs, allow_unused=True, materialize_grads=True)
+        slow = torch.autograd.grad((slow_out * w).sum(), inputs)
+        for name, f, s in zip(("dq", "dk", "dv", "dlog_decay"), fast, slow, strict=True):
+            torch.testing.assert_close(f, s, atol=1e-10, rtol=1e-9, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_rotary_positions_are_applied() -> None:

@@ -15,7 +15,13 @@ from torch.utils.flop_counter import FlopCounterMode
 import nas
 from nas.errors import ConfigError
 from nas.models import Dims, FFNSpec
-from nas.models.attention.hyena import COUNTER_FORMULAS, CausalFFTConv, HyenaOperator, fft_causal_conv
+from nas.models.attention.hyena import (
+    COUNTER_FORMULAS,
+    CausalFFTConv,
+    HyenaOperator,
+    fft_causal_conv,
+    naive_causal_conv,
+)  # fmt: skip
 
 BLOCK = nas.ATTENTION.get("hyena")
 FFN = FFNSpec()
@@ -33,13 +39,8 @@ def block(dims: Dims = DIMS, seed: int = 0, double: bool = False, **options: int
     return b.double() if double else b
 
 
-def direct_causal_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """u (B, C, T), k (C, T): y[..., t] = sum_{s <= t} k[..., s] u[..., t - s], as a loop."""
-    y = torch.zeros_like(u)
-    for t in range(u.shape[-1]):
-        for s in range(t + 1):
-            y[..., t] += k[..., s] * u[..., t - s]
-    return y
+#: the direct sum, written out beside the FFT path in hyena.py
+direct_causal_conv = naive_causal_conv
 
 
 def test_it_is_registered_causal_only_and_not_mixable() -> None:
@@ -48,6 +49,19 @@ def test_it_is_registered_causal_only_and_not_mixable() -> None:
     assert BLOCK.describe(BLOCK.Options(), short=True) == "hyena(o2,f64,e3)"
     with pytest.raises(ConfigError):
         block().make_bidirectional()
+
+
+@pytest.mark.parametrize("T", [1, 7, 31])
+def test_fft_convolution_has_the_gradients_of_the_direct_sum(T: int) -> None:
+    """fla's check: the fast op against its naive form on outputs and on both inputs' gradients."""
+    g = torch.Generator().manual_seed(T)
+    u = torch.randn(2, 3, T, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(3, T, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 3, T, generator=g, dtype=torch.float64)
+    fast = torch.autograd.grad((fft_causal_conv(u, k) * w).sum(), (u, k))
+    slow = torch.autograd.grad((naive_causal_conv(u, k) * w).sum(), (u, k))
+    for name, f, s in zip(("du", "dk"), fast, slow, strict=True):
+        torch.testing.assert_close(f, s, atol=1e-12, rtol=1e-10, msg=lambda m, n=name: f"{n}: {m}")
 
 
 @pytest.mark.parametrize("T", [1, 2, 7, 16, 31, 64])

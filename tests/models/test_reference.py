@@ -4,13 +4,18 @@ Each block carries its reference in its own file (``reference_forward``, and
 ``reference_scores`` for the logits of a mixable block), written with the
 loops of ``nas.models.reference`` on tiny shapes in float64: one causal
 softmax per query row over the keys j <= i, written out, sharing no code with
-the fast paths.  A block that brings no reference is skipped here with that
-reason; every shipped block brings one.
+the fast paths.  Outputs and gradients (w.r.t. the input and every trained
+parameter, fla's habit) are compared, so a hand-written backward
+(``hyena``'s FFT convolution, ``additive``'s pair logits) or a fused path
+taken only when gradients are needed (``mixture``) is checked as well.  A
+block that brings no reference is skipped here with that reason; every
+shipped block brings one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -79,6 +84,40 @@ def test_block_matches_reference(variant: Variant, T: int) -> None:
     torch.testing.assert_close(y, ref, atol=1e-10, rtol=1e-9)
 
 
+def gradients(
+    block: AttentionBlock, fn: Callable[[Tensor], Tensor], x: Tensor, seed: int = 7
+) -> dict[str, Tensor]:
+    """d <w, fn(x)> / d(x and every trained parameter of ``block``), for a fixed random w; zero
+    where there is no path (a fixed random synthesizer's logits depend on nothing trained)."""
+    x = x.detach().clone().requires_grad_(True)
+    y = fn(x)
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(y.shape, generator=g, dtype=y.dtype)
+    named = [("x", x)] + [(n, p) for n, p in block.named_parameters() if p.requires_grad]
+    if not y.requires_grad:
+        return {n: torch.zeros_like(t) for n, t in named}
+    grads = torch.autograd.grad((y * w).sum(), [t for _, t in named], allow_unused=True)
+    return {n: torch.zeros_like(t) if gr is None else gr for (n, t), gr in zip(named, grads, strict=True)}
+
+
+def assert_same_gradients(fast: dict[str, Tensor], slow: dict[str, Tensor]) -> None:
+    assert fast.keys() == slow.keys()
+    for name in fast:
+        torch.testing.assert_close(
+            fast[name], slow[name], atol=1e-10, rtol=1e-9, msg=lambda m, n=name: f"d/d{n}: {m}"
+        )
+
+
+@pytest.mark.parametrize("T", [5, L])
+def test_block_gradients_match_reference(variant: Variant, T: int) -> None:
+    """The fast path's gradients w.r.t. the input and every parameter are the reference's (float64)."""
+    block = tiny_block(variant)
+    x = seq(T)
+    fast = gradients(block, block, x)
+    slow = gradients(block, lambda t: reference(block, "reference_forward", t), x)
+    assert_same_gradients(fast, slow)
+
+
 def test_scores_match_reference_logits(variant: Variant) -> None:
     block = tiny_block(variant)
     if not has_scores(block):
@@ -90,6 +129,8 @@ def test_scores_match_reference_logits(variant: Variant) -> None:
         assert s.shape[1:] == (H, L, L) and s.shape[0] in (1, B)
         ref = reference(block, "reference_scores", x)
         torch.testing.assert_close(s.expand(B, -1, -1, -1), ref, atol=1e-10, rtol=1e-9)
+    fast = gradients(block, lambda t: block.scores(t).expand(B, -1, -1, -1), x)
+    assert_same_gradients(fast, gradients(block, lambda t: reference(block, "reference_scores", t), x))
 
 
 def test_multi_branch_matches_reference_for_every_activation(activation: str) -> None:
@@ -100,13 +141,15 @@ def test_multi_branch_matches_reference_for_every_activation(activation: str) ->
     with torch.no_grad():
         ref = reference(block, "reference_forward", x)
         torch.testing.assert_close(block(x), ref, atol=1e-10, rtol=1e-9)
+    slow = gradients(block, lambda t: reference(block, "reference_forward", t), x)
+    assert_same_gradients(gradients(block, block, x), slow)
 
 
 @pytest.mark.parametrize("T", [5, L])
 @pytest.mark.parametrize("positions", ["rope", "alibi"])
 def test_block_with_positions_in_attention_matches_reference(variant: Variant, T: int, positions: str) -> None:
     """Every block under ``pos_encoding: rope`` or ``alibi``: those with queries and keys turn them
-    (or bias their logits), the rest ignore it."""
+    (or bias their logits), the rest ignore it; outputs and gradients."""
     ffn = FFNSpec("relu", 4.0)
     # a small base turns every pair visibly within 8 positions
     dims = Dims(D, H, L, rope_base=100.0) if positions == "rope" else Dims(D, H, L, alibi=True)
@@ -121,6 +164,8 @@ def test_block_with_positions_in_attention_matches_reference(variant: Variant, T
             s = block.scores(x)
             torch.testing.assert_close(s.expand(B, -1, -1, -1), reference(block, "reference_scores", x),
                                        atol=1e-10, rtol=1e-9)  # fmt: skip
+    slow = gradients(block, lambda t: reference(block, "reference_forward", t), x)
+    assert_same_gradients(gradients(block, block, x), slow)
 
 
 @pytest.mark.parametrize("positions", ["rope", "alibi"])

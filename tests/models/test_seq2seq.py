@@ -89,17 +89,23 @@ def test_every_shipped_attention_block_can_be_an_encoder_layer() -> None:
 
 
 def test_a_subclass_is_not_bidirectional_unless_it_says_so() -> None:
+    from nas.models.attention.base import BlockRegistry
     from nas.models.attention.mha import MultiHeadAttention
 
     class Rewritten(MultiHeadAttention):  # a new forward might apply the causal mask itself
         pass
 
-    class Declared(MultiHeadAttention):
-        bidirectional = True
+    class Causal(MultiHeadAttention):
+        bidirectional = False
+        has_dot_terms = False
 
-    assert MultiHeadAttention.bidirectional and not Rewritten.bidirectional and Declared.bidirectional
+    registry = BlockRegistry("test block")
+    with pytest.raises(TypeError, match="does not state bidirectional and has_dot_terms"):
+        registry.register("rewritten")(Rewritten)
+    registry.register("causal")(Causal)
+    assert MultiHeadAttention.bidirectional and not Causal.bidirectional
     with pytest.raises(ConfigError, match="only runs causally"):
-        Rewritten(Dims(32, 4, 16), Rewritten.Options(), ffn=FFNSpec()).make_bidirectional()
+        Causal(Dims(32, 4, 16), Causal.Options(), ffn=FFNSpec()).make_bidirectional()
 
 
 @pytest.mark.parametrize("name", BLOCKS)

@@ -96,6 +96,7 @@ class AdditiveAttention(ValueAttention):
     Options = AdditiveOptions
     mixable = True
     bidirectional = True
+    has_dot_terms = False
     short_option_names = {"d_a": "da"}
 
     def __init__(self, dims: Dims, opts: AdditiveOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:

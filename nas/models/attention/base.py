@@ -10,12 +10,22 @@ logits also expose ``scores(x)`` and say ``mixable = True`` so that
 ``mixture`` can combine them.  What the rest of the engine needs to know
 about a block (its options in a search space, its name in reports, an
 optional slow reference) it asks the block class, never its name.
+
+What a block must write is abstract (``forward``, ``count_params``,
+``count_flops``; ``scores`` for a ``ValueAttention``); what it may do is a
+class attribute it states (``bidirectional`` and ``has_dot_terms`` in every
+registered class's own body, so a subclass never inherits a capability its
+new code may not have).  ``ATTENTION.register`` refuses a class that misses
+either, with one line that says what is missing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
+import sys
+from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -31,7 +41,7 @@ from nas.models.rotary import alibi_bias, alibi_slopes, reference_rotate, rotary
 from nas.registry import Registry
 
 __all__ = [
-    "ATTENTION", "AttentionBlock", "BlockOptions", "Draw", "FFNSpec", "ValueAttention",
+    "ATTENTION", "AttentionBlock", "BlockOptions", "BlockRegistry", "Draw", "FFNSpec", "ValueAttention",
     "default_scale", "positive_int", "sdpa", "sdpa_causal",
 ]
 
@@ -39,11 +49,13 @@ __all__ = [
 Draw = Callable[[str, float, float], float]
 
 
-class AttentionBlock(nn.Module):
+class AttentionBlock(nn.Module, metaclass=ABCMeta):
     """Base class: causal sequence mixing over [B, T, C].
 
     ``with_values=False`` builds only the part that produces logits (used as a
-    mixture component, whose value and output projections are shared).
+    mixture component, whose value and output projections are shared).  A block
+    implements ``forward``, ``count_params`` and ``count_flops`` (abstract) and
+    states ``bidirectional`` and ``has_dot_terms`` in its own class body.
     """
 
     name: ClassVar[str]
@@ -56,24 +68,18 @@ class AttentionBlock(nn.Module):
     static_scores: ClassVar[bool] = False
     #: True when the block can also run without the causal mask, as a seq2seq encoder layer
     #: (``make_bidirectional``); opt-in, because its forward must then honour ``self.causal``.
-    #: Not inherited (see ``__init_subclass__``): each class says it for itself.
+    #: Every registered class states it in its own body (a subclass that rewrites ``forward``,
+    #: like docs/adding_a_block.md's ALiBi, may apply the causal mask itself).
     bidirectional: ClassVar[bool] = False
+    #: True when ``dot_terms`` gives this block's logits as q k^T + bias, so that ``mixture`` fuses
+    #: it; stated in every registered class's own body (a subclass that changes ``scores`` but not
+    #: ``dot_terms`` says False, and a mixture writes its logits out).
+    has_dot_terms: ClassVar[bool] = False
     #: Names of this block's parameters that are not the weights of a linear map (logits,
     #: filters, biases); ``recipe.decay: weights_only`` leaves them out of weight decay.
     no_decay: ClassVar[tuple[str, ...]] = ()
     #: Short names of options in one-line summaries: {"kernel": "k"} gives ``mdha(k3)``.
     short_option_names: ClassVar[Mapping[str, str]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # A subclass that rewrites forward (docs/adding_a_block.md's ALiBi extends mha) may apply
-        # the causal mask itself, so a parent's bidirectional = True must not carry over to it.
-        if "bidirectional" not in cls.__dict__:
-            cls.bidirectional = False
-        # Likewise a subclass that changes its logits (the doc's ALiBi adds a bias in ``scores``)
-        # and not ``dot_terms`` would hand a mixture its parent's product: it falls back to ``scores``.
-        if {"scores", "add_scores"} & cls.__dict__.keys() and "dot_terms" not in cls.__dict__:
-            cls.dot_terms = AttentionBlock.dot_terms  # type: ignore[method-assign]
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__()
@@ -192,26 +198,35 @@ class AttentionBlock(nn.Module):
     def dot_terms(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None] | None:
         """``scores(x)`` as a product plus a bias: (q, k, bias) with ``scores = q @ k^T + bias``.
 
-        q (B, H, T, e), k (B|1, H, T, e), bias broadcastable to (H, T, T) or None.  A block whose
-        logits are no such product leaves this method alone (it returns None).  ``mixture`` concatenates its parts' q and k and hands the sum
-        of their biases to SDPA as an additive mask instead of writing (B, H, T, T) logits itself.
+        q (B, H, T, e), k (B|1, H, T, e), bias broadcastable to (H, T, T) or None.  Consulted only
+        when the class says ``has_dot_terms = True``; a block whose logits are no such product leaves
+        this method alone (it returns None).  ``mixture`` concatenates its parts' q and k and hands
+        the sum of their biases to SDPA as an additive mask instead of writing (B, H, T, T) logits.
         """
         return None
 
-    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:  # pragma: no cover - overridden
+    @abstractmethod
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         """x (B, T, C) -> (B, T, C); ``keep`` (B, T), an encoder's real tokens: padding is never attended to."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:
-        raise NotImplementedError
+        """Trained parameters of a block built with these sizes and options (``with_values=False``:
+        a mixture component, without the value and output projections it shares)."""
 
     @classmethod
+    @abstractmethod
     def count_flops(
         cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, seq_len: int, with_values: bool = True
     ) -> Flops:
         """FLOPs per token at sequence length ``seq_len`` (full T x T attention counted)."""
-        raise NotImplementedError
+
+    @classmethod
+    def step_flops(cls, dims: Dims, opts: BlockOptions, seq_len: int) -> Flops:
+        """Input-independent work done once per forward pass, shared by the batch and left out of
+        ``count_flops`` (``synth_factorized_random``'s R1 R2^T, ``hyena``'s filters); none here."""
+        return Flops()
 
     @classmethod
     def state_elements(cls, dims: Dims, opts: BlockOptions, seq_len: int, with_values: bool = True) -> int:
@@ -286,6 +301,10 @@ class ValueAttention(AttentionBlock):
     equivalent path); the value and output projections live here.
     """
 
+    @abstractmethod
+    def scores(self, x: Tensor) -> Tensor:
+        """Unmasked attention logits, (B, H, T, T), or (1, H, T, T) when ``static_scores``."""
+
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
         if with_values:
@@ -357,4 +376,43 @@ def default_scale(d_head: int) -> float:
     return 1.0 / math.sqrt(d_head)
 
 
-ATTENTION: Registry[type[AttentionBlock]] = Registry("attention block")
+#: What every registered block states in its own class body (see ``AttentionBlock``).
+DECLARED: tuple[str, ...] = ("bidirectional", "has_dot_terms")
+
+
+def check_block(name: str, cls: type[AttentionBlock]) -> None:
+    """Raise TypeError, naming the block and its file, unless ``cls`` keeps the contract."""
+    if not (isinstance(cls, type) and issubclass(cls, AttentionBlock)):
+        raise TypeError(f"attention block {name!r} ({cls!r}) does not subclass AttentionBlock")
+    source = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+    where = f"attention block {name!r} ({cls.__qualname__} in {source})"
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise TypeError(f"{where} does not implement {missing}, which every block must "
+                        "(docs/adding_a_block.md)")
+    unstated = [attr for attr in DECLARED if attr not in cls.__dict__]
+    if unstated:
+        raise TypeError(
+            f"{where} does not state {' and '.join(unstated)} in its own class body; each block says "
+            "what it can do rather than inheriting it (True or False; docs/adding_a_block.md)"
+        )
+    if cls.has_dot_terms and cls.dot_terms is AttentionBlock.dot_terms:
+        raise TypeError(f"{where} says has_dot_terms = True but writes no dot_terms")
+    if cls.mixable and cls.scores is AttentionBlock.scores:
+        raise TypeError(f"{where} says mixable = True but writes no scores")
+
+
+class BlockRegistry(Registry[type[AttentionBlock]]):
+    """The attention blocks' registry: ``register`` also checks the block contract (``check_block``)."""
+
+    def register(self, name: str) -> Callable[[type[AttentionBlock]], type[AttentionBlock]]:
+        add = super().register(name)
+
+        def decorator(cls: type[AttentionBlock]) -> type[AttentionBlock]:
+            check_block(name, cls)
+            return add(cls)
+
+        return decorator
+
+
+ATTENTION: BlockRegistry = BlockRegistry("attention block")

@@ -2,60 +2,16 @@
 Hardware-Efficient Training", GLA) and retention (Sun et al., 2023, "Retentive Network", RetNet),
 per head, causal only.
 
-Per head, with key and value widths d_k = d_v = d_head (so that rotary positions turn q and k
-with the model's own tables, and the state is the size of one head's q k^T), a state S_t of
-d_k x d_v floats follows
+Per head a state S_t of d_head x d_head floats follows
 
-    S_t = diag(alpha_t) S_{t-1} + k_t v_t^T,        o_t = (q_t d_k^-1/2)^T S_t,
+    S_t = diag(alpha_t) S_{t-1} + k_t v_t^T,        o_t = (q_t d_head^-1/2)^T S_t,
 
-with a decay alpha_t in (0, 1] per key channel, chosen by the option ``gate``:
-
-* ``data`` (GLA, the default): log alpha_t = logsigmoid(W_up W_down x_t + b) / 16, a rank-16
-  projection (W_down d_model -> 16, no bias; W_up 16 -> d_k per head, with the bias b), as fla's
-  GLA layer (``gate_low_rank_dim`` 16, ``gate_logit_normalizer`` 16);
-* ``fixed`` (RetNet): alpha = gamma_h = 1 - 2^(-5-h) on every channel of head h, no parameters.
-
-As fla's GLA layer (and its retention layer), the output is
-``o_proj(RMSNorm_head(o) * swish(g_proj x))``: each head's d_v channels are RMS-normalised (eps
-1e-5, one weight of d_v shared by the heads), gated by swish of a fourth projection of x, and
-projected back.  No biases but the gate's b.  fla's GLA uses keys of d_head / 2 (expand_k 0.5);
-here they are a full head wide, as in fla's retention.
-
-Positions: under ``pos_encoding: rope`` q and k are turned (``self.rotary``) before the state, as
-fla's retention does.  ALiBi biases logits, and this block has none: the decay is its own
-penalty on distance, so ``pos_encoding: alibi`` changes nothing here (as for ``additive`` and the
-synthesizers, which ignore positions they cannot use).
-
-The parallel (training) form is chunked.  T is padded with zeros to N chunks of C positions
-(C = 64, or the power of two >= T for shorter sequences).  With b_r the log-decay summed from the
-chunk's start to r (a cumulative sum, in float32 at least, also under bf16 autocast), key s
-reaches query r >= s of the same chunk with weight q_r . (k_s * exp(b_r - b_s)).  The usual
-factorisation (q_r exp(b_r)) . (k_s exp(-b_s)) overflows when the decays are very negative
-(exp(-b_s) grows without bound, and 0 * inf follows), so here every exponent is a difference
-b_later - b_earlier, <= 0 up to rounding (a cumulative sum of log-decays <= 0 does not grow):
-the C x C matrix A of these weights is built by halving.  In every block of 2h positions the
-queries of the second half meet the keys of the first half through one product of
-q_r * exp(b_r - b_m) and k_s * exp(b_m - b_s), m the last position of the first half; h runs
-over 1, 2, .., C/2 and the diagonal r = s (decay 1) is one more product, together the
-C(C+1)/2 entries of the lower triangle, gathered into A.  Then O = A V per chunk, plus what the
-state brings from the chunks before: (q_r * exp(b_r)) S_{n-1}, where the state after chunk n,
-S_n = exp(b_last) S_{n-1} + sum_s (k_s * exp(b_last - b_s))^T v_s, is carried by a Python loop
-over the chunks (elementwise work; every product is batched over all chunks at once).  The
-reference, ``reference_forward``, runs the recurrence itself one position at a time.
-
-FLOPs per token at sequence length T (``count_flops``; C, N and P = N C as above, d = d_model,
-d_h = d_head, r = 16; forward, and backward twice that, every product's inputs needing grads):
-
-    10 d^2                                       projections q, k, v, g (8 d^2) and output (2 d^2)
-    + 4 r d                                      the data gate's W_down, W_up (``gate: data`` only;
-                                                 no backward at T = 1, where no decay is used)
-    + (P / T) d (C + 1)                          A: C(C-1) d_k per chunk and head in the halving
-                                                 blocks, 2 C d_k on the diagonal
-    + (P / T) 2 C d                              A V, the full C x C product
-    + 4 (N - 1) C d d_h / T                      state updates and the state's outputs (chunks > 0)
-
-about 10 d^2 + 3 C d + 4 d d_h per token for T >> C, constant in T, where mha pays 8 d^2 + 4 T d.
-Generation keeps only S: ``state_elements`` = n_heads d_h^2 per sequence, whatever T.
+with a decay alpha_t in (0, 1] per key channel: learned from the token by a rank-16 gate
+(``gate: data``, GLA) or RetNet's fixed gamma_h = 1 - 2^(-5-h) per head (``gate: fixed``).  The
+output is ``o_proj(RMSNorm_head(o) * swish(g_proj x))``, as fla's GLA and retention layers.
+Training runs the chunked parallel form (``chunked_gated_linear``); ``reference_forward`` runs
+the recurrence one position at a time.  Rotary positions turn q and k; ALiBi changes nothing.
+The chunked form, its numerics and the FLOP formula are derived in docs/mixers.md.
 """
 
 from __future__ import annotations
@@ -175,9 +131,29 @@ def chunked_gated_linear(
     return o.flatten(2, 3)[:, :, :T]
 
 
+def naive_gated_linear(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, index: Tensor | None = None
+) -> Tensor:
+    """``chunked_gated_linear``'s recurrence run one position at a time: same arguments, same result.
+
+    S_t = diag(exp(log_decay_t)) S_{t-1} + k_t v_t^T, o_t = q_t^T S_t; ``index`` is ignored.  The slow
+    reference (fla's ``naive.py``) that the tests compare the chunked form with, outputs and gradients.
+    """
+    B, H, T, dk = q.shape
+    decay = log_decay.exp().expand(B, H, T, dk)
+    S = q.new_zeros(B, H, dk, v.shape[-1])  # (B, H, dk, dv)
+    out = []
+    for t in range(T):
+        S = decay[:, :, t, :, None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out.append((q[:, :, t, None, :] @ S)[:, :, 0])  # (B, H, dv)
+    return torch.stack(out, dim=2)  # (B, H, T, dv)
+
+
 @ATTENTION.register("gated_linear")
 class GatedLinearAttention(AttentionBlock):
     Options = GatedLinearOptions
+    bidirectional = False  # a causal recurrence: no encoder form (yet)
+    has_dot_terms = False
     short_option_names = {"gate": ""}  # gated_linear(data), gated_linear(fixed)
 
     def __init__(
@@ -237,16 +213,19 @@ class GatedLinearAttention(AttentionBlock):
         else:
             gammas = retention_gammas(H)
             log_alpha = torch.tensor([[math.log(gammas[c // dk]) for c in range(H * dk)]] * T, dtype=x.dtype)
+
+        def heads(t: Tensor) -> Tensor:  # (T, H dk) -> (1, H, T, dk)
+            return t.reshape(T, H, dk).transpose(0, 1)[None]
+
+        q = q / math.sqrt(dk)
+        o = naive_gated_linear(heads(q), heads(k), heads(v), heads(log_alpha))[0]  # (H, T, dv)
         out = torch.zeros(T, H * dk, dtype=x.dtype)
         for h in range(H):
             cols = slice(h * dk, (h + 1) * dk)
-            S = torch.zeros(dk, dk, dtype=x.dtype)
             for t in range(T):
-                S = torch.exp(log_alpha[t, cols])[:, None] * S + torch.outer(k[t, cols], v[t, cols])
-                o = (q[t, cols] / math.sqrt(dk)) @ S
-                o = o / torch.sqrt((o * o).mean() + NORM_EPS) * self.norm.weight
+                oh = o[h, t] / torch.sqrt((o[h, t] * o[h, t]).mean() + NORM_EPS) * self.norm.weight
                 gate = g[t, cols]
-                out[t, cols] = o * gate / (1.0 + torch.exp(-gate))  # swish
+                out[t, cols] = oh * gate / (1.0 + torch.exp(-gate))  # swish
         return out @ self.out_proj.weight.T
 
     # -- sizes ----------------------------------------------------------------------------------

@@ -97,6 +97,7 @@ def conv_channels(dims: Dims, opts: MDHAOptions, with_values: bool = True) -> in
 @ATTENTION.register("mdha")
 class MultiDConvHeadAttention(MultiHeadAttention):
     bidirectional = True  # mha's forward: the causal flag drops the mask; the convolution stays causal
+    has_dot_terms = True  # mha's dot_terms over its convolved queries and keys
     Options = MDHAOptions
     short_option_names = {"kernel": "k", "kv_heads": "kv", "centered": "centered="}
     no_decay = ("conv_weight",)  # a per-channel filter that starts at the identity, not a matrix

@@ -52,6 +52,7 @@ def kv_width(dims: Dims, opts: MHAOptions) -> int:
 class MultiHeadAttention(AttentionBlock):
     mixable = True
     bidirectional = True
+    has_dot_terms = True  # dot_terms: q k^T / sqrt(dh), which a mixture fuses
     Options = MHAOptions
     short_option_names = {"kv_heads": "kv"}
 

@@ -121,6 +121,7 @@ class MixtureOptions(BlockOptions):
 class Mixture(ValueAttention):
     Options = MixtureOptions
     bidirectional = True  # its components give logits only; the mask is applied here
+    has_dot_terms = False  # not a mixture component itself
     #: False: always write the logits out (``unfused``); benchmarks/fused_mixture.py compares the two.
     fuse: bool = True
 
@@ -177,7 +178,7 @@ class Mixture(ValueAttention):
                 dynamic.append((a, part))
         if not dynamic and keep is None:
             return self.attend_shared(torch.softmax(bias, dim=-1), x)
-        if self.fuse and dynamic and all(type(part).dot_terms is not AttentionBlock.dot_terms for _, part in dynamic):
+        if self.fuse and dynamic and all(part.has_dot_terms for _, part in dynamic):
             return self.fused(x, bias, [(a, part.dot_terms(x)) for a, part in dynamic], keep)  # type: ignore[misc]
         if keep is not None:  # padding keys: -inf for every sequence's own padding, (B, H, T, T)
             bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))

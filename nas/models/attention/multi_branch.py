@@ -86,6 +86,7 @@ class MultiBranchAttention(AttentionBlock):
     Options = MultiBranchOptions
     replaces_ffn = True
     bidirectional = True
+    has_dot_terms = False
     # kappa/alpha logits and the branch LayerNorms are vectors: no rule decays them.
 
     @classmethod

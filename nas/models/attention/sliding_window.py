@@ -108,6 +108,7 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask: object, enable_g
 class SlidingWindowAttention(MultiHeadAttention):
     mixable = True  # its logits are mha's; a mixture applies its own (full) mask to them
     bidirectional = True  # forward reads self.causal
+    has_dot_terms = True  # mha's dot_terms: as a mixture component its logits are mha's
     Options = WindowOptions
     short_option_names = {"window": "w", "kv_heads": "kv"}
 

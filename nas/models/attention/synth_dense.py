@@ -41,6 +41,7 @@ from nas.models.reference import head
 class DenseSynthesizer(ValueAttention):
     mixable = True
     bidirectional = True
+    has_dot_terms = True  # dot_terms: relu(X W1) W2 is a product (plus the bias b2)
     no_decay = ("b2",)  # the per-position logit bias (H, L)
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:

@@ -45,6 +45,7 @@ class FactorizedDenseSynthesizer(ValueAttention):
     Options = FactorizedDenseOptions
     mixable = True
     bidirectional = True
+    has_dot_terms = False
     no_decay = ("ba", "bb")  # biases of A and B (bb starts at 1)
 
     def __init__(

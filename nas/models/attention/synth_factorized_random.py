@@ -38,6 +38,7 @@ class FactorizedRandomSynthesizer(ValueAttention):
     Options = FactorizedRandomOptions
     mixable = True
     bidirectional = True
+    has_dot_terms = False
     no_decay = ("R1", "R2")  # factors of position-only logits
     static_scores = True
     short_option_names = {"rank": "r"}

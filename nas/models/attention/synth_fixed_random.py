@@ -13,4 +13,5 @@ from nas.models.attention.synth_random import RandomSynthesizer
 @ATTENTION.register("synth_fixed_random")
 class FixedRandomSynthesizer(RandomSynthesizer):
     bidirectional = True  # the random synthesizer's forward, with its matrix frozen
+    has_dot_terms = False
     trainable_logits = False

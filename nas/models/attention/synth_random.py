@@ -21,6 +21,7 @@ from nas.models.dims import Dims, Flops
 class RandomSynthesizer(ValueAttention):
     mixable = True
     bidirectional = True
+    has_dot_terms = False
     static_scores = True
     trainable_logits = True
     no_decay = ("R",)  # logits: decay would pull the attention towards uniform
