@@ -18,26 +18,58 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-#: ``scheme://user:PASSWORD@``: the password of a URL, wherever it sits in a string
-_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:([^@/\s]+)@")
+#: ``scheme://user:``: where a URL's password starts.  The password then runs to the first ``@`` on the
+#: line, as SQLAlchemy's URL grammar reads it (``username [^:/]*``, then ``:password [^@]*``, then ``@``):
+#: a ``/``, a ``:`` or a space inside it is still the password (``u:pa/ss@``, ``u:pa ss@``).
+_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:")
+#: ``password=VALUE`` in a URL's query (libpq and psycopg take one there) or a libpq connection string
+_KEYWORD = re.compile(r"(?i)(?<![A-Za-z0-9_])password=([^&@\s'\"]+)")
 MASK = "***"
+#: a password shorter than this is masked only where it stands as a password (in a URL, after
+#: ``password=``): masked everywhere, a one-letter password would hide that letter in every line
+MIN_ANYWHERE = 4
 
 _secrets: set[str] = set()
+
+
+def _password_spans(text: str) -> list[tuple[int, int]]:
+    """Where the passwords of the URLs (and ``password=`` values) in ``text`` lie, as (start, end)."""
+    spans = []
+    for match in _USERINFO.finditer(text):
+        start = match.end()
+        at = text.find("@", start)
+        line_end = text.find("\n", start)
+        if at > start and (line_end == -1 or at < line_end):
+            spans.append((start, at))
+    spans += [m.span(1) for m in _KEYWORD.finditer(text)]
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):  # one mask for spans that overlap (u:password=x@h)
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _passwords(text: str) -> list[str]:
+    return [text[a:b] for a, b in _password_spans(text)]
 
 
 def register(texts: Iterable[str]) -> None:
     """Remember the password of every URL in ``texts`` (command-line arguments), as given and decoded."""
     for text in texts:
-        for match in _PASSWORD.finditer(str(text)):
-            raw = match.group(1)
+        for raw in _passwords(str(text)):
             _secrets.update(s for s in (raw, urllib.parse.unquote(raw)) if s and s != MASK)
 
 
 def redact(text: str) -> str:
-    """``text`` with every registered password, and every URL's password, replaced by ``***``."""
-    text = _PASSWORD.sub(lambda m: m.group(0).replace(m.group(1), MASK), text)
+    """``text`` with every URL's password (and ``password=`` value) replaced by ``***``, and every
+    registered password of at least :data:`MIN_ANYWHERE` characters wherever it appears."""
+    for start, end in sorted(_password_spans(text), reverse=True):
+        text = text[:start] + MASK + text[end:]
     for secret in sorted(_secrets, key=len, reverse=True):
-        text = text.replace(secret, MASK)
+        if len(secret) >= MIN_ANYWHERE:
+            text = text.replace(secret, MASK)
     return text
 
 

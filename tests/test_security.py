@@ -141,3 +141,42 @@ def test_a_storage_password_is_never_printed(tmp_path: Path, capsys: pytest.Capt
         assert "alice:***@127.0.0.1" in out + err, err
     assert mask_url(url) == "postgresql://alice:***@127.0.0.1:1/studies"
     assert mask_url("sqlite:////tmp/a:b@c.db") == "sqlite:////tmp/a:b@c.db"  # a path, not a password
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("postgresql://u:pa/ss@h/db", "postgresql://u:***@h/db"),  # SQLAlchemy: the password runs to the @
+        ("postgresql://u:pa ss@h/db", "postgresql://u:***@h/db"),
+        ("mysql://u:p:q@h/db", "mysql://u:***@h/db"),
+        ("postgresql://u@h/db?password=secret&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+        ("postgresql://u:password=x@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://h:5432/db", "postgresql://h:5432/db"),  # a port, not a password
+        ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),  # a path
+    ],
+)
+def test_a_url_is_masked_where_sqlalchemy_and_libpq_read_a_password(url: str, masked: str) -> None:
+    from nas.redact import mask_url
+
+    assert mask_url(url) == masked
+
+
+def test_a_short_password_is_masked_where_it_stands_not_in_every_word() -> None:
+    from nas.redact import redact, register
+
+    register(["postgresql://u:x@h/db"])
+    assert redact("max exit: postgresql://u:x@h/db") == "max exit: postgresql://u:***@h/db"
+
+
+@pytest.mark.parametrize("password", ["pa/ss", "pa ss"])
+def test_no_command_prints_a_password_with_a_slash_or_a_space(
+    password: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nas.cli import main
+
+    for url in (f"postgresql://alice:{password}@127.0.0.1:1/studies",
+                f"postgresql://alice@127.0.0.1:1/studies?password={password.replace(' ', '%20')}"):  # fmt: skip
+        rc = main(["best", "--study", "s", "--storage", url])
+        out, err = capsys.readouterr()
+        assert rc == 2
+        assert password.replace(" ", "%20") not in out + err and password not in out + err, err
