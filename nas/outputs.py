@@ -33,6 +33,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,6 +141,16 @@ def plan_output(
     return Planned(p, what, replaces)
 
 
+def _mode_for(path: Path) -> int:
+    """The permissions a file written at ``path`` gets: the replaced file's own, or, for a new file,
+    what ``open()`` gives under the process's umask (0644 under the usual 022)."""
+    with contextlib.suppress(OSError):
+        return stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
     """Write ``target`` through ``write(temporary_path)`` under the rule above; returns the path.
 
@@ -162,6 +173,7 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
                 raise
             kept = "the earlier file is intact" if p.exists() else "nothing was written"
             raise UserError(f"{shown}: no room to write it ({full.strerror}); {kept}") from None
+        os.chmod(tmp, _mode_for(p))  # mkstemp's file is private (0600): give it what a plain open would
         if planned is None:
             os.replace(tmp, p)
             return p

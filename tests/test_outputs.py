@@ -9,6 +9,8 @@ the earlier file intact.
 from __future__ import annotations
 
 import errno
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +172,20 @@ def test_a_full_disk_under_a_search_is_one_line_and_the_next_start_continues(tmp
     assert len(err) == 1 and "study database" in err[0] and "Traceback" not in done.stderr, err
     # with room again, the same command takes the study over and goes on
     assert main([*argv[:-3], "--trials", "3", "--no-tensorboard", "--runs-dir", str(tmp_path / "runs")]) == 0
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_a_new_file_gets_the_mode_open_would_give_under_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    old = os.umask(umask)
+    try:
+        out = write_output(plan_output(tmp_path / "a.yaml", "--out"), lambda tmp: tmp.write_text("x\n"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path: Path) -> None:
+    first = write_output(plan_output(tmp_path / "a.yaml", "--out"), lambda tmp: tmp.write_text("x\n"))
+    first.chmod(0o640)
+    again = write_output(plan_output(first, "--out"), lambda tmp: tmp.write_text("y\n"))
+    assert again.read_text() == "y\n" and stat.S_IMODE(again.stat().st_mode) == 0o640
