@@ -68,7 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         try:
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a reader that went away (`best | head`) shows here, inside the try
+            return code
+        except BrokenPipeError:
+            # the reader of our output closed it: stop quietly, as `cat` does (128 + SIGPIPE), and point
+            # stdout at nothing so that the interpreter's last flush does not raise again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -189,3 +189,23 @@ def test_a_replaced_file_keeps_its_mode(tmp_path: Path) -> None:
     first.chmod(0o640)
     again = write_output(plan_output(first, "--out"), lambda tmp: tmp.write_text("y\n"))
     assert again.read_text() == "y\n" and stat.S_IMODE(again.stat().st_mode) == 0o640
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`best | head -1`: the pipe closes under the tool; it stops quietly (128 + SIGPIPE), as `cat` does."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "study.db"
+    shutil.copy(root / "experiments" / "runs" / "modern" / "study.db", db)
+    argv = [sys.executable, str(root / "run_search.py"), "best", "--study", "modern", "--storage", f"sqlite:///{db}",
+            "--top", "100"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what head does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141)
+    assert first.startswith(b"study 'modern'") and "Traceback" not in err and "BrokenPipe" not in err, err
