@@ -29,6 +29,10 @@ def start_ray(
         else:
             # Local Ray: loopback only (see ray_pool._import_ray), no dashboard unless asked, and never
             # attached to some other Ray found on this machine (address="local").
+            # Ray 2.5x+ turns token authentication on for a new local cluster and says so on every
+            # start ("Token authentication is enabled ... opt out"): a notice for Ray's own users, not
+            # one for ours; the authentication stays as Ray set it (RAY_AUTH_MODE still decides).
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             cpus = local_cpus(cpus_per_trial)
             n_workers, note = fit_local_workers(n_workers, cpus_per_trial, cpus, available_memory())
             notes += [note] if note else []

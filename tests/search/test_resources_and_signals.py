@@ -199,3 +199,12 @@ def test_sigterm_to_the_process_group_requeues_and_exits_143(tmp_path: Path, tex
     reasons = {"driver stopped (SystemExit)", "driver stopped while it was being launched"}
     assert stopped and all(t.user_attrs["fail_reason"] in reasons for t in stopped), [
         t.user_attrs["fail_reason"] for t in stopped]
+
+
+@pytest.mark.slow
+def test_a_local_search_prints_no_ray_notice_of_its_own(tmp_path: Path, text_corpus: Path) -> None:
+    """Ray's "Token authentication is enabled ... opt out" notice is Ray's, not the user's: not printed."""
+    proc = run_search(tmp_path, text_corpus, "--evaluator", "proxy:params", "--trials", "1", "--workers", "1")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Token authentication" not in out + err and "WARNING" not in err, err[-2000:]
