@@ -1,4 +1,5 @@
-"""Passwords in database URLs never reach the terminal, a log or a file the tool writes.
+"""Passwords in database URLs never reach the terminal, a log or a file the tool writes; nor do
+control characters (a terminal escape in a corpus's or a study's name reaches the terminal escaped).
 
 A storage URL such as ``postgresql://user:secret@host/db`` is echoed by many
 lines (errors, the ``study:`` and ``next:`` lines, hints; SQLAlchemy's own
@@ -78,14 +79,25 @@ def mask_url(url: str) -> str:
     return redact(url)
 
 
+#: control characters other than newline and tab (C0, DEL, C1): a name read from a file or a corpus
+#: could carry a terminal escape sequence; printed, it would move the cursor or rewrite the screen
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab shown as an escape (``\\x1b``)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
 class _Redacting:
-    """A text stream that redacts what is written to it, and passes everything else through."""
+    """A text stream that redacts what is written to it and shows control characters as escapes
+    (:func:`printable`), and passes everything else through."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(redact(text))
+        self._stream.write(printable(redact(text)))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:

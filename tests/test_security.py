@@ -180,3 +180,20 @@ def test_no_command_prints_a_password_with_a_slash_or_a_space(
         out, err = capsys.readouterr()
         assert rc == 2
         assert password.replace(" ", "%20") not in out + err and password not in out + err, err
+
+
+def test_a_control_character_in_a_name_reaches_the_terminal_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A corpus path carrying a terminal escape (ESC [2J clears the screen) is printed as ``\\x1b[2J``."""
+    from nas.cli import main
+
+    corpus = tmp_path / "books\x1b[2J"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("To be, or not to be, that is the question. " * 400)
+    (corpus / "b.txt").write_text("Whether 'tis nobler in the mind to suffer. " * 400)
+    rc = main(["train", "--arch", "vanilla", "--data", str(corpus), "--budget.steps", "1", "--threads", "1",
+               "--recipe.seq_len", "16", "--recipe.batch_size", "2"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err
+    assert "\\x1b[2J" in out + err, (rc, err[-1000:])
