@@ -91,6 +91,10 @@ class Section:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
 
 
+#: the keys of a corpus's record as a study and an exported file store it (nas.data.corpus.corpus_record)
+DATA_RECORD_KEYS = ("corpus", "tokenizer", "name", "vocab_size", "fingerprint", "tokenizer_fingerprint")
+
+
 @dataclasses.dataclass(frozen=True)
 class DataSpec(Section):
     """What the candidates train on; the vocabulary comes from it."""
@@ -110,7 +114,12 @@ class DataSpec(Section):
         if isinstance(raw, str):  # `data: PATH`, as architecture files write it
             return cls(corpus=raw)
         if isinstance(raw, Mapping) and "corpus" in raw and set(raw) - {"corpus", "tokenizer"}:
-            # an exported record (corpus, vocab_size, fingerprint, ...): what trains is corpus + tokenizer
+            # an exported record (corpus, vocab_size, fingerprint, ...): what trains is corpus + tokenizer;
+            # a key a record never has is a typo (tokenizr:), refused rather than dropped
+            unknown = sorted(str(k) for k in set(raw) - set(DATA_RECORD_KEYS))
+            if unknown:
+                raise ConfigError(f"unknown key; valid keys: corpus, tokenizer (an exported record also has "
+                                  f"{', '.join(DATA_RECORD_KEYS[2:])})", f"data.{unknown[0]}")  # fmt: skip
             return cls(corpus=raw["corpus"], tokenizer=raw.get("tokenizer"))
         return super().from_dict(raw)
 

@@ -227,3 +227,17 @@ def test_sections_are_the_commands_own() -> None:
     confirm = parser.parse_args(["confirm", "--study", "s", "--workers", "1", "--trial", "3,4"])
     assert overrides(confirm) == {"resources": {"workers": 1}}
     assert set(ALL_SECTIONS) == {"recipe", "budget", "data", "search", "resources"}
+
+
+def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
+    """`data: {corpus: books/, tokenizr: tok.json}` once trained on bytes: the typo was taken for a field of an
+    exported record and dropped. Only a record's own keys are read as one."""
+    from nas.data.corpus import corpus_record
+    from nas.errors import ConfigError
+    from nas.spec.sections import DATA_RECORD_KEYS, DataSpec
+
+    with pytest.raises(ConfigError, match=r"^data\.tokenizr: unknown key; valid keys: corpus, tokenizer"):
+        DataSpec.from_dict({"corpus": "books/", "tokenizr": "tok.json"})
+    record = corpus_record("b", {"corpus": "b", "tokenizer": "t.json", "tokenizer_fingerprint": "x"}, 9, "f")
+    assert set(record) <= set(DATA_RECORD_KEYS)  # every key an exported record has is read as one
+    assert DataSpec.from_dict(record) == DataSpec(corpus="b", tokenizer="t.json")
