@@ -46,6 +46,24 @@ def _classes() -> dict[str, Any]:
     return {"recipe": TrainRecipe, **SECTIONS}
 
 
+class _OneName(argparse.Action):
+    """Store the value, refusing a field given through two of its names (``--trials 5 --search.trials 7``):
+    which one wins would be a guess.  The same name given twice keeps argparse's rule (the last)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        given = namespace.__dict__.setdefault(GIVEN_AS, {})
+        earlier = given.get(self.dest)
+        if earlier is not None and earlier != option_string:
+            parser.error(f"{earlier} and {option_string} both set {self.dest}; give it once")
+        given[self.dest] = option_string
+        setattr(namespace, self.dest, values)
+
+
+#: the namespace attribute where :class:`_OneName` keeps which name set each field
+GIVEN_AS = "_spec_flag_names"
+
+
 def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = ALL_SECTIONS,
                    only: Mapping[str, Iterable[str]] | None = None) -> None:  # fmt: skip
     """Add a ``--section.field`` flag for every field of ``sections`` (``only[section]``: those fields)."""
@@ -56,7 +74,8 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
             excl = group.add_mutually_exclusive_group()
             for kind in BUDGET_KINDS:
                 excl.add_argument(f"--budget.{kind}", ALIASES[f"budget.{kind}"], dest=f"budget.{kind}",
-                                  type=_parser(float if kind != "steps" else int), default=argparse.SUPPRESS,
+                                  action=_OneName, type=_parser(float if kind != "steps" else int),
+                                  default=argparse.SUPPRESS,
                                   metavar=kind.upper(), help=BUDGET_HELP[kind])  # fmt: skip
             continue
         cls = _classes()[section]
@@ -78,7 +97,7 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
                 extra["choices"] = valid
             if kind is bool:
                 extra = {"nargs": "?", "const": True, "metavar": "BOOL"}
-            group.add_argument(*names, dest=f"{section}.{f.name}", type=_parser(kind),
+            group.add_argument(*names, dest=f"{section}.{f.name}", type=_parser(kind), action=_OneName,
                                default=argparse.SUPPRESS, help=help_text, **extra)  # fmt: skip
     if "resources" in sections and (not only.get("resources") or "tensorboard" in only["resources"]):
         # the one negative alias: `--no-tensorboard` is `--resources.tensorboard false`

@@ -241,3 +241,23 @@ def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
     record = corpus_record("b", {"corpus": "b", "tokenizer": "t.json", "tokenizer_fingerprint": "x"}, 9, "f")
     assert set(record) <= set(DATA_RECORD_KEYS)  # every key an exported record has is read as one
     assert DataSpec.from_dict(record) == DataSpec(corpus="b", tokenizer="t.json")
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--trials", "5", "--search.trials", "7"], "--trials and --search.trials both set search.trials"),
+        (["--budget.steps", "5", "--steps", "7"], "--budget.steps and --steps both set budget.steps"),
+        (["--seed", "1", "--recipe.seed", "2"], "--seed and --recipe.seed both set recipe.seed"),
+    ],
+)
+def test_a_field_given_through_two_of_its_names_is_refused(
+    argv: list[str], names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Which of two values would win was argparse's order, silently; now one line says to give it once."""
+    from nas.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", *argv, "--evaluator", "proxy:params"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and names in err and len(err.strip().splitlines()) == 1, err
