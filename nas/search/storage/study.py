@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
+from nas.program import prog_name
 from nas.redact import mask_url
 from nas.search.samplers.build import make_sampler, resolve_sampler, run_seed
 from nas.search.space.load import SearchSpace
@@ -139,8 +140,6 @@ def load_existing_study(settings: StudySettings, confirmation: bool = False) -> 
     # RandomSampler: a placeholder until the study's own record says which sampler continues it (below)
     study = optuna.load_study(study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler())
     if CONFIRM_OF in study.user_attrs and not confirmation:  # fixed runs: sampling into it would corrupt it
-        from nas.cli import prog_name
-
         raise UserError(
             f"--study {settings.study!r} is the confirmation of study {study.user_attrs[CONFIRM_OF]!r} (made by "
             f"`confirm`), not a search; continue it with `{prog_name()} confirm --study "
