@@ -24,6 +24,7 @@ from typing import Any
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.outputs import Planned, write_output
+from nas.program import prog_name
 from nas.yamlsafe import dump_yaml, read_yaml
 
 __all__ = ["SECTIONS", "dump_yaml", "load_arch", "load_arch_file", "read_yaml", "save_arch",
@@ -38,8 +39,6 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError("must be a mapping with an 'arch' section", source=str(path))
     if "arch" not in raw and "d_model" not in raw and {"globals", "seed_archs", "search"} & set(raw):
-        from nas.cli import prog_name
-
         raise UserError(
             f"{path}: is a search space (it has a globals: section), not an "
             f"architecture; search it with `{prog_name()} search --space {path}`, or give --arch an "

@@ -3,33 +3,21 @@
 Each command lives in ``nas/commands/<name>.py`` with ``register(subparsers)``
 adding its parser and setting ``func``.  User mistakes raise
 :class:`nas.errors.UserError`; they end here as one line on stderr, exit 2.
-Hints that name a command to run next use :func:`prog_name`: what the user ran.
+Hints that name a command to run next use :func:`nas.program.prog_name`: what the user ran.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
 from nas.errors import UserError
+from nas.program import prog_name
 from nas.redact import redacted_output
 
 COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm", "probe")
-
-
-def prog_name() -> str:
-    """The command the user ran, as hints should print it: ``python run_search.py`` (a script, by its
-    file name), ``python -m nas.cli``, else ``nas`` (the console script; also when called from other code)."""
-    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if main_spec is not None and main_spec.name == "nas.cli":  # (this module may be __main__ itself)
-        return "python -m nas.cli"
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    if script.endswith(".py") and script != "__main__.py":  # python -m SOMETHING_ELSE runs a __main__.py
-        return f"python {script}"
-    return "nas"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -21,6 +21,7 @@ from nas.data import (
     is_parallel_dir,
     load_corpus,
     load_parallel,
+    parallel_files,
     resolve_data,
     reversed_pairs,
     task_of,
@@ -29,7 +30,6 @@ from nas.data import (
     validation_windows,
     vocab_size_of,
 )
-from nas.data import parallel as parallel_module
 from nas.errors import UserError
 
 PAD, BOS, EOS = 256, 257, 258
@@ -224,7 +224,7 @@ def test_builtin_task_is_every_short_line_of_the_default_corpus_reversed() -> No
             assert src in lines and tgt.split() == src.split()[::-1]
             assert len(src.split()) >= 2 and len(src.encode()) <= 60
     # rebuilt from scratch it is the same data
-    rebuilt = parallel_module._load_reversed()
+    rebuilt = parallel_files._load_reversed()
     assert rebuilt.fingerprint == corpus.fingerprint and rebuilt.record()["corpus"] == DEFAULT_PARALLEL
 
 
@@ -268,7 +268,7 @@ def test_tokenized_builtin_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     stand_in = ParallelCorpus(
         DEFAULT_PARALLEL, small.train_pairs, small.val_pairs, source={"corpus": DEFAULT_PARALLEL}
     )
-    monkeypatch.setitem(parallel_module._MEMO, DEFAULT_PARALLEL, stand_in)
+    monkeypatch.setitem(parallel_files._MEMO, DEFAULT_PARALLEL, stand_in)
     spec = resolve_data(DEFAULT_PARALLEL, train_tiny_bpe(tmp_path / "tokenizer.json"))
     corpus = load_corpus(spec)
     assert isinstance(corpus, ParallelCorpus) and corpus.record()["corpus"] == DEFAULT_PARALLEL

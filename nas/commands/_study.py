@@ -8,6 +8,7 @@ import sys
 import optuna
 
 from nas.commands.common import non_empty
+from nas.program import prog_name
 from nas.search.reports.lookup import open_existing_study
 
 
@@ -40,7 +41,6 @@ def open_study(args: argparse.Namespace) -> tuple[optuna.Study, str]:
 
 def study_kind_note(study: optuna.Study) -> str | None:
     """What a study that is not a search's is (None: a search's)."""
-    from nas.cli import prog_name
     from nas.search.storage.records import CONFIRM_OF, SETTINGS
 
     attrs = study.user_attrs

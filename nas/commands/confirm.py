@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nas.cli import prog_name
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import UserError
 from nas.outputs import Planned, plan_output, write_output
+from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply, overrides
 
 DEFAULT_TOP = 3

@@ -16,12 +16,12 @@ from typing import Any
 from optuna.trial import TrialState
 
 from nas.archfile import save_arch
-from nas.cli import prog_name
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_negative_int
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.outputs import Planned, plan_output
+from nas.program import prog_name
 from nas.redact import mask_url
 from nas.search.reports.lookup import get_trial
 from nas.search.reports.tables import best_trial

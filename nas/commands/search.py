@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nas.cli import prog_name
 from nas.commands.common import data_or_default, non_empty
 from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
+from nas.program import prog_name
 from nas.shipped import shipped_spaces, space_path
 from nas.spec import Spec
 from nas.spec.flags import add_spec_flags, apply, overrides

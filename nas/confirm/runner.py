@@ -29,8 +29,8 @@ from nas.execution.worker import DIVERGED
 from nas.redact import mask_url
 from nas.search.driver.inflight import Running, default_pool
 from nas.search.driver.loop import Driver
+from nas.search.driver.payload import trial_payload
 from nas.search.driver.settings import SearchSettings
-from nas.search.space.candidate import trial_payload
 from nas.search.storage.records import CONFIRM_OF, REQUEUED, SETTINGS, load_study, study_exists
 from nas.search.storage.study import check_settings, check_spec, count_done, create_under_lease
 from nas.search.storage.urls import fast_sqlite_commits, open_storage

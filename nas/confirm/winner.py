@@ -9,6 +9,7 @@ import optuna
 from nas.confirm import build_report, confirm_study_name
 from nas.confirm.runner import scaled_budget
 from nas.errors import UserError
+from nas.program import prog_name
 from nas.redact import mask_url
 from nas.search.storage.records import load_study
 from nas.search.storage.urls import open_storage
@@ -21,8 +22,6 @@ def open_confirmation(study: str, url: str) -> optuna.Study:
     try:
         return load_study(open_storage(url, read_only=True), name)
     except UserError:
-        from nas.cli import prog_name
-
         raise UserError(
             f"--study {study!r} has no confirmation ({name!r} is not in {mask_url(url)}); run "
             f"`{prog_name()} confirm --study {study}` first"

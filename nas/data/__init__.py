@@ -13,9 +13,9 @@ vocabulary size, its bytes per token and a fingerprint of its content
 ``spec`` may also name a parallel corpus for a sequence-to-sequence task
 (:mod:`nas.data.parallel`): ``"shakespeare-reversed"`` (built in) or a directory
 holding ``train.src``, ``train.tgt``, ``val.src`` and ``val.tgt``; then
-``load_corpus`` gives a :class:`ParallelCorpus` and ``task_of(spec)`` is
-``"seq2seq"``.  Both kinds have ``task``, ``batch``, ``validation``, ``record``
-and ``describe``; :func:`train_batch` and :func:`validation_batches` call them.
+``load_corpus`` gives a :class:`ParallelCorpus` (loaded by :mod:`nas.data.parallel_files`)
+and ``task_of(spec)`` is ``"seq2seq"``.  Both kinds have ``task``, ``batch``, ``validation``,
+``record`` and ``describe``; :func:`train_batch` and :func:`validation_batches` call them.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from nas.data.parallel import (
     SIDES,
     ParallelCorpus,
     is_parallel_dir,
-    load_parallel,
     reversed_pairs,
     task_of,
 )
+from nas.data.parallel_files import load_parallel, read_parallel_meta, tokenize_parallel
 from nas.data.text import SEPARATOR, load_text, split_documents, validation_indices
 from nas.data.tokens import FILES as TOKEN_FILES
 from nas.data.tokens import META as TOKEN_META
@@ -77,7 +77,8 @@ def _check_spec(spec: str | os.PathLike[str] | None) -> None:
         return
     path = Path(spec).expanduser()
     if is_token_dir(path) and is_parallel_dir(path):  # which one was meant? never guessed silently
-        have = sorted(p.name for p in path.iterdir() if p.name in (*TOKEN_FILES, TOKEN_META, *SIDES, PARALLEL_META))
+        kinds = (*TOKEN_FILES, TOKEN_META, *SIDES, PARALLEL_META)
+        have = sorted(p.name for p in path.iterdir() if p.name in kinds)
         raise UserError(
             f"{spec}: holds two kinds of corpus ({', '.join(have)}): token files (train.bin, val.bin, "
             "meta.json) and a parallel corpus (train.src, train.tgt, ...); give a directory that holds one"
@@ -111,8 +112,6 @@ def resolve_data(
     if not str(tokenizer).strip():
         raise UserError("--tokenizer is empty; give the path of a tokenizer.json")
     if task_of(spec) == "seq2seq":
-        from nas.data.parallel_files import tokenize_parallel
-
         return str(tokenize_parallel(load_parallel(spec), tokenizer))
     from nas.data.tokenize import tokenize_corpus  # imports tokenizers only when asked for
 
@@ -134,8 +133,6 @@ def vocab_size_of(spec: str | os.PathLike[str] | None) -> int:
     if task_of(spec) == "seq2seq":
         path = Path(str(spec)).expanduser()
         if str(spec) != DEFAULT_PARALLEL and (path / PARALLEL_META).is_file():
-            from nas.data.parallel_files import read_parallel_meta
-
             return int(read_parallel_meta(path)["vocab_size"]) + N_SPECIALS
         return VOCAB_SIZE + N_SPECIALS
     if spec is not None and str(spec) != DEFAULT_CORPUS and is_token_dir(Path(spec).expanduser()):

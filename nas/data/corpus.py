@@ -25,6 +25,7 @@ from torch import Tensor
 from nas.data.batches import get_batch, validation_windows
 
 DEFAULT_CORPUS = "shakespeare"
+DEFAULT_PARALLEL = "shakespeare-reversed"  # the built-in seq2seq task (nas.data.parallel)
 VOCAB_SIZE = 256  # byte-level tokens
 
 

@@ -3,8 +3,9 @@
 A parallel corpus is a directory holding ``train.src``, ``train.tgt``,
 ``val.src`` and ``val.tgt``: UTF-8 text, one example per line, line ``i`` of
 ``.src`` aligned with line ``i`` of ``.tgt``.  Tokens are bytes (vocabulary
-256) unless a local tokenizer made a cached copy (:mod:`nas.data.parallel_files`);
-examples are stored as :class:`nas.data.pairs.Pairs`.
+256) unless a local tokenizer made a cached copy; examples are stored as
+:class:`nas.data.pairs.Pairs`.  This module says what a parallel corpus is;
+:mod:`nas.data.parallel_files` loads one (:func:`~nas.data.parallel_files.load_parallel`).
 Three special ids follow the base vocabulary: pad, bos and eos.
 
 A line pair where both sides are blank is skipped (a trailing blank line, blank
@@ -13,7 +14,9 @@ two files have gone out of step.  Lines end at ``\\n``; a ``\\r`` before it is
 dropped.  Every mistake is one :class:`UserError` naming the file.
 
 The built-in task ``shakespeare-reversed`` (:func:`reversed_pairs`) needs no
-download beyond the default corpus.
+download beyond the default corpus.  ``DEFAULT_PARALLEL``, its name, is defined
+beside the default corpus's (:mod:`nas.data.corpus`), so the text loader can name
+it without importing this module.
 """
 
 from __future__ import annotations
@@ -29,11 +32,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nas.data.corpus import DEFAULT_CORPUS, VOCAB_SIZE, corpus_record
+from nas.data.corpus import DEFAULT_CORPUS, DEFAULT_PARALLEL, VOCAB_SIZE, corpus_record
 from nas.data.pairs import Pairs, pad_rows
 from nas.errors import UserError
 
-DEFAULT_PARALLEL = "shakespeare-reversed"
 SIDES = ("train.src", "train.tgt", "val.src", "val.tgt")
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index: no loss on padding
 MAX_LINE_BYTES = 60  # the built-in task's longest source line
@@ -154,7 +156,7 @@ def _tokenizer(path: str) -> Any:
     return load_tokenizer(Path(path))[0]
 
 
-# -- loading -------------------------------------------------------------------------------------
+# -- which specs name one ------------------------------------------------------------------------
 
 
 def is_parallel_dir(path: Path) -> bool:
@@ -172,26 +174,6 @@ def task_of(spec: str | os.PathLike[str] | None) -> str:
     if spec is None or not str(spec).strip() or str(spec) == DEFAULT_CORPUS:
         return "lm"  # the default corpus's name wins over a directory of that name, as in load_corpus
     return "seq2seq" if is_parallel_dir(Path(spec).expanduser()) else "lm"
-
-
-_MEMO: dict[str, ParallelCorpus] = {}
-
-
-def load_parallel(spec: str | os.PathLike[str] | None) -> ParallelCorpus:
-    """The parallel corpus ``spec`` names: None or ``shakespeare-reversed`` (built-in), or a directory."""
-    if spec is None or str(spec) == DEFAULT_PARALLEL:
-        if DEFAULT_PARALLEL not in _MEMO:
-            _MEMO[DEFAULT_PARALLEL] = _load_reversed()
-        return _MEMO[DEFAULT_PARALLEL]
-    path = Path(spec).expanduser()
-    from nas.data.parallel_files import load_parallel_cache, read_parallel_text
-
-    if (path / PARALLEL_META).exists():
-        return load_parallel_cache(path)
-    if not path.is_dir():
-        what = "not found" if not path.exists() else "not a directory"
-        raise UserError(f"{path}: {what}; a parallel corpus is a directory holding {sides_text()}")
-    return read_parallel_text(path)
 
 
 def sides_text() -> str:
@@ -216,16 +198,3 @@ def reversed_pairs(text: str) -> list[tuple[str, str]]:
         if len(words) >= 2 and len(source.encode("utf-8")) <= MAX_LINE_BYTES:
             pairs.append((source, " ".join(reversed(words))))
     return pairs
-
-
-def _load_reversed() -> ParallelCorpus:
-    from nas.data.text import SEPARATOR, load_text
-
-    corpus = load_text(None)
-    splits = []
-    for part in (corpus.train, corpus.val):
-        docs = bytes(part.numpy()).split(SEPARATOR)
-        pairs = [p for doc in docs for p in reversed_pairs(doc.decode("utf-8"))]
-        srcs, tgts = [s.encode("utf-8") for s, _ in pairs], [t.encode("utf-8") for _, t in pairs]
-        splits.append(Pairs.from_sequences(srcs, tgts, torch.uint8))
-    return ParallelCorpus(DEFAULT_PARALLEL, splits[0], splits[1], source={"corpus": DEFAULT_PARALLEL})

@@ -1,4 +1,9 @@
-"""Parallel corpora on disk: the four text files, and their tokenized copy in the cache.
+"""Loading parallel corpora: the built-in task, the four text files, and their tokenized copy in the cache.
+
+:func:`load_parallel` is the entry point: ``None`` or ``shakespeare-reversed`` (the
+built-in task, made from the default corpus by :func:`nas.data.parallel.reversed_pairs`),
+a directory of text files (the rules are in :mod:`nas.data.parallel`), or a
+tokenized copy of either.
 
 ``--data DIR --tokenizer tok.json`` on a parallel directory (or the built-in
 task) encodes every example once, source and target separately and without
@@ -21,13 +26,53 @@ import torch
 
 from nas.data.corpus import written_whole
 from nas.data.pairs import Pairs
-from nas.data.parallel import PARALLEL_META, SIDES, ParallelCorpus, sides_text
+from nas.data.parallel import (
+    DEFAULT_PARALLEL,
+    PARALLEL_META,
+    SIDES,
+    ParallelCorpus,
+    reversed_pairs,
+    sides_text,
+)
 from nas.errors import UserError
 
 PAIRS_FILE = "pairs.npz"
 _FORMAT = "nas-lm-parallel/1"
 _DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 _MAX_VOCAB = (1 << 31) - 1 - 3  # ids and the three specials are int32 in memory
+
+_MEMO: dict[str, ParallelCorpus] = {}
+
+
+def load_parallel(spec: str | os.PathLike[str] | None) -> ParallelCorpus:
+    """The parallel corpus ``spec`` names: None or ``shakespeare-reversed`` (built-in), or a directory."""
+    if spec is None or str(spec) == DEFAULT_PARALLEL:
+        if DEFAULT_PARALLEL not in _MEMO:
+            _MEMO[DEFAULT_PARALLEL] = _load_reversed()
+        return _MEMO[DEFAULT_PARALLEL]
+    path = Path(spec).expanduser()
+    if (path / PARALLEL_META).exists():
+        return load_parallel_cache(path)
+    if not path.is_dir():
+        what = "not found" if not path.exists() else "not a directory"
+        raise UserError(f"{path}: {what}; a parallel corpus is a directory holding {sides_text()}")
+    return read_parallel_text(path)
+
+
+# -- the built-in task ---------------------------------------------------------------------------
+
+
+def _load_reversed() -> ParallelCorpus:
+    from nas.data.text import SEPARATOR, load_text
+
+    corpus = load_text(None)
+    splits = []
+    for part in (corpus.train, corpus.val):
+        docs = bytes(part.numpy()).split(SEPARATOR)
+        pairs = [p for doc in docs for p in reversed_pairs(doc.decode("utf-8"))]
+        srcs, tgts = [s.encode("utf-8") for s, _ in pairs], [t.encode("utf-8") for _, t in pairs]
+        splits.append(Pairs.from_sequences(srcs, tgts, torch.uint8))
+    return ParallelCorpus(DEFAULT_PARALLEL, splits[0], splits[1], source={"corpus": DEFAULT_PARALLEL})
 
 
 # -- text ----------------------------------------------------------------------------------------

@@ -35,8 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from nas.data.corpus import DEFAULT_CORPUS, Corpus, file_lock
-from nas.data.parallel import DEFAULT_PARALLEL
+from nas.data.corpus import DEFAULT_CORPUS, DEFAULT_PARALLEL, Corpus, file_lock
 from nas.errors import UserError
 from nas.outputs import cache_dir
 from nas.validate import check_writable_dir

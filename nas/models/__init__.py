@@ -4,10 +4,11 @@ Imports torch only (no optuna, ray or yaml).
 """
 
 from nas.models.attention import ATTENTION, AttentionBlock, BlockOptions, FFNSpec
+from nas.models.build import build_model
 from nas.models.config import ArchConfig, AttentionSpec, LayerConfig
 from nas.models.dims import Dims, Flops
 from nas.models.ffn import ACTIVATIONS
-from nas.models.model import TransformerLM, build_model
+from nas.models.model import TransformerLM
 from nas.models.seq2seq import Seq2SeqTransformer, greedy_decode
 
 FFN = ACTIVATIONS

@@ -110,14 +110,3 @@ def init_gpt2(model: nn.Module, n_layers: int) -> None:
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=EMBED_STD)
 
-
-def build_model(arch: ArchConfig) -> nn.Module:
-    """The model for ``arch`` (an LM, or an encoder-decoder for ``task: seq2seq``), freshly
-    initialised from the current torch RNG state."""
-    if not isinstance(arch, ArchConfig):
-        raise TypeError(f"build_model takes an ArchConfig, got {type(arch).__name__}")
-    if arch.is_seq2seq:
-        from nas.models.seq2seq import Seq2SeqTransformer  # imports this module
-
-        return Seq2SeqTransformer(arch)
-    return TransformerLM(arch)

@@ -39,9 +39,10 @@ from nas.search.driver.allowance import Allowance, planned_flops, spent_flops
 from nas.search.driver.console import Reporter
 from nas.search.driver.inflight import Running, Waiting, default_pool
 from nas.search.driver.outcome import fail, finish_now, tell_result
+from nas.search.driver.payload import trial_payload
 from nas.search.driver.settings import SearchSettings
 from nas.search.driver.twins import Twins
-from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible, trial_payload
+from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible
 from nas.search.storage.lease import DriverLease, LeaseLost
 from nas.search.storage.study import (
     count_done,
@@ -307,8 +308,8 @@ class Driver:
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
         screen = screen_flops(s.prescreen, arch) if s.prescreen else 0.0
-        self.allowance.reserve(trial.number, planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len) + screen,
-                               screen=screen)  # fmt: skip
+        planned = planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len)
+        self.allowance.reserve(trial.number, planned + screen, screen=screen)
 
     def _pending(self) -> tuple[list[float], list[tuple[float, float]]]:
         """What is left (for the time left): every trial of a search is one unit of work."""

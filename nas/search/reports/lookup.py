@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from nas.errors import UserError
+from nas.program import prog_name
 from nas.search.storage.records import load_study, state_name
 from nas.search.storage.urls import default_storage, open_storage
 
@@ -38,8 +39,6 @@ def open_existing_study(
         path = Path(url[len("sqlite:///") :])
         if not path.is_file():
             if storage is None:
-                from nas.cli import prog_name
-
                 found = list_studies(runs_dir)
                 where = f"studies in {runs_dir}/: {', '.join(found)}" if found else (
                     f"{runs_dir}/ holds no studies (start one with: {prog_name()} search --study NAME)"

@@ -1,4 +1,4 @@
-"""From a sampled architecture to a worker's job: the space's caps and the trial payload.
+"""The space's caps on a sampled architecture, and how a candidate over them is told.
 
 A candidate over the space's ``constraints`` is never trained.  It is told
 COMPLETE with an infinite loss, its analytic FLOPs per token and Optuna's
@@ -12,21 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import Trial
 
-from nas.execution.payload import TrialPayload
-from nas.models import ArchConfig
-from nas.search.driver.settings import SearchSettings
 from nas.search.storage.records import INFEASIBLE
 from nas.spec.sections import OBJECTIVE_METRICS
 
 
 def over_caps(caps: Mapping[str, float], params: int, flops_per_token: float) -> list[str]:
-    """Why a candidate breaks the space's ``constraints`` (``max_params``, ``max_flops_per_token``); [] if not."""
+    """Why a candidate breaks the space's ``constraints`` (``max_params``, ``max_flops_per_token``);
+    [] if it does not."""
     over = []
     if params > caps.get("max_params", math.inf):
         over.append(f"params {params:,} > max_params {caps['max_params']:,.0f}")
@@ -44,37 +40,20 @@ def constraint_values(caps: Mapping[str, float], params: int, flops_per_token: f
 
 
 def tell_infeasible(
-    study: optuna.Study, trial: Trial, reason: str, flops_per_token: float, objective: str, state_bytes: int = 0
+    study: optuna.Study,
+    trial: Trial,
+    reason: str,
+    flops_per_token: float,
+    objective: str,
+    state_bytes: int = 0,
 ) -> tuple[str, str]:
     """Tell an over-cap candidate COMPLETE-but-infeasible (see the module docstring); (state, text)."""
     trial.set_user_attr(INFEASIBLE, reason)
     # The loss is infinite, so that nothing that forgets the constraint can rank it as good.
-    measured = {"val_loss": math.inf, "flops_per_token": float(flops_per_token), "state_bytes": float(state_bytes)}
+    measured = {
+        "val_loss": math.inf,
+        "flops_per_token": float(flops_per_token),
+        "state_bytes": float(state_bytes),
+    }
     study.tell(trial, [measured[key] for key in OBJECTIVE_METRICS[objective]])
     return "INFEASIBLE", reason
-
-
-def trial_payload(s: SearchSettings, study: optuna.Study, trial: Trial, arch: ArchConfig) -> TrialPayload:
-    """What a worker needs to run ``trial``; the hurdle thresholds come from the trials finished so far."""
-    return TrialPayload(
-        arch=arch.to_dict(),
-        recipe=s.recipe.to_dict(),
-        budget=s.budget.to_dict(),
-        data=s.data,
-        device=s.device if s.device != "auto" else ("cuda" if s.gpus_per_trial > 0 else "cpu"),
-        hurdles=list(s.hurdles.fractions),
-        thresholds=s.hurdles.thresholds(study.get_trials(deepcopy=False)) if s.hurdles.fractions else {},
-        logdir=str(Path(s.tb_dir) / f"trial_{trial.number:05d}") if s.tb_dir else None,
-        hparams=_hparams(trial.params, arch.arch_id, trial.number),
-        evaluator=s.evaluator,
-        compile=s.compile,
-        prescreen=s.prescreen,
-    )
-
-
-def _hparams(params: dict[str, Any], arch_id: str, number: int) -> dict[str, Any]:
-    """The trial's parameters as TensorBoard's HParams table takes them (scalars and strings)."""
-    out: dict[str, Any] = {"trial": number, "arch_id": arch_id}
-    for k, v in params.items():
-        out[k] = v if isinstance(v, (int, float, str, bool)) else str(v)
-    return out

@@ -19,6 +19,7 @@ from typing import Any
 from nas.errors import ConfigError
 from nas.models import ACTIVATIONS, ATTENTION
 from nas.models.config import TASKS
+from nas.program import prog_name
 from nas.search.space.combinations import check_combinations as _check_combinations
 from nas.search.space.combinations import chosen_options, product
 from nas.search.space.params import Param, label
@@ -69,8 +70,6 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     if not isinstance(raw, Mapping):
         raise ConfigError("a search space must be a mapping with 'globals' and 'layers'")
     if "arch" in raw or ("d_model" in raw and isinstance(raw.get("layers"), list)):
-        from nas.cli import prog_name
-
         raise ConfigError(
             f"is an architecture file, not a search space; train it with `{prog_name()} train --arch "
             f"{source}`, or give --space a search space (a shipped one's name such as default)"

@@ -10,16 +10,15 @@ a database is opened are in :mod:`nas.search.storage.urls`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
+from nas.program import prog_name
 from nas.redact import mask_url
-from nas.search.driver.settings import OBJECTIVES, SearchSettings
-from nas.spec.sections import OBJECTIVE_METRICS
 from nas.search.samplers.build import make_sampler, resolve_sampler, run_seed
 from nas.search.space.load import SearchSpace
 from nas.search.storage.lease import DriverLease, Holder, any_holder, refuse_if_held
@@ -38,6 +37,30 @@ from nas.search.storage.urls import (
     storage_exists,
 )
 from nas.spec import Spec, describe, differences, is_mutable
+from nas.spec.sections import OBJECTIVE_METRICS, OBJECTIVES
+
+
+class StudySettings(Protocol):
+    """What opening or creating a search study reads of a run's settings.
+
+    The driver's :class:`~nas.search.driver.settings.SearchSettings` is one; the storage
+    sits below the driver and does not import it.
+    """
+
+    study: str
+    storage: str
+    space: SearchSpace
+    objective: str
+    #: a sampler's name, or ``auto`` (:func:`sampler_name`)
+    sampler: str
+    population: int | None
+    seed: int
+    trials: int | None
+    spec: Spec | None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match for a study to be continued (:func:`check_settings`)."""
+        ...
 
 
 def check_spec(study: optuna.Study, spec: Spec | None) -> None:
@@ -102,7 +125,7 @@ def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: 
             )
 
 
-def load_existing_study(settings: SearchSettings, confirmation: bool = False) -> optuna.Study | None:
+def load_existing_study(settings: StudySettings, confirmation: bool = False) -> optuna.Study | None:
     """The study ``settings`` names if it exists (None otherwise), after checking it may be continued.
 
     Reads only: a missing SQLite file is not created, and a study run under other
@@ -117,8 +140,6 @@ def load_existing_study(settings: SearchSettings, confirmation: bool = False) ->
     # RandomSampler: a placeholder until the study's own record says which sampler continues it (below)
     study = optuna.load_study(study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler())
     if CONFIRM_OF in study.user_attrs and not confirmation:  # fixed runs: sampling into it would corrupt it
-        from nas.cli import prog_name
-
         raise UserError(
             f"--study {settings.study!r} is the confirmation of study {study.user_attrs[CONFIRM_OF]!r} (made by "
             f"`confirm`), not a search; continue it with `{prog_name()} confirm --study "
@@ -144,7 +165,7 @@ def load_existing_study(settings: SearchSettings, confirmation: bool = False) ->
 
 
 def create_new_study(
-    settings: SearchSettings, heartbeat: float | None = None
+    settings: StudySettings, heartbeat: float | None = None
 ) -> tuple[optuna.Study, list[str], DriverLease]:
     """Create the search study (and its SQLite file and directory) under this driver's lease.
 
@@ -272,7 +293,7 @@ def _never_ran(study: optuna.Study) -> bool:
     return all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
-def sampler_name(settings: SearchSettings, study: optuna.Study | None = None) -> str:
+def sampler_name(settings: StudySettings, study: optuna.Study | None = None) -> str:
     """The sampler a run of ``settings`` uses on ``study`` (None: a study it is about to create).
 
     A sampler named explicitly is used as named (a study may change samplers between
@@ -292,7 +313,7 @@ def sampler_name(settings: SearchSettings, study: optuna.Study | None = None) ->
     return "evolution" if evolved else UNRECORDED_SAMPLER
 
 
-def record_sampler(study: optuna.Study, settings: SearchSettings) -> str:
+def record_sampler(study: optuna.Study, settings: StudySettings) -> str:
     """Record in ``study`` the sampler this run uses (the driver, under its lease); returns its name."""
     name = sampler_name(settings, study)
     if study.user_attrs.get(SAMPLER) != name:
@@ -300,7 +321,7 @@ def record_sampler(study: optuna.Study, settings: SearchSettings) -> str:
     return name
 
 
-def _sampler(settings: SearchSettings, name: str, n_trials: int = 0) -> optuna.samplers.BaseSampler:
+def _sampler(settings: StudySettings, name: str, n_trials: int = 0) -> optuna.samplers.BaseSampler:
     """The sampler ``name`` for a run starting on a study of ``n_trials`` trials (0: a new study)."""
     return make_sampler(name, settings.population, run_seed(settings.seed, n_trials), settings.trials)
 
