@@ -29,7 +29,7 @@ def measure(space_path: Path, table_path: Path, n_archs: int, budget_flops: floa
     import torch
 
     from evaluators.lm import train_lm
-    from nas.compute import compute
+    from nas.cost import compute
     from nas.data import load_corpus
     from nas.search.space.load import load_space
     from nas.spec.training import Budget, TrainRecipe

@@ -74,7 +74,7 @@ def hypervolume(points: Sequence[tuple[float, float]], ref: tuple[float, float])
 
 def reference(table: dict[str, Any]) -> tuple[float, float]:
     """(worst measured loss, largest FLOPs per token) of the measured architectures."""
-    from nas.compute import compute
+    from nas.cost import compute
     from nas.models import ArchConfig
 
     flops = [compute(ArchConfig.from_dict(r["arch"])).fwd_flops_per_token for r in table["archs"]]

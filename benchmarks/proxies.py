@@ -84,7 +84,7 @@ def full_space_note() -> str:
         return "The full space has not been measured (`proxies.py --measure`)."
     import numpy as np
 
-    from nas.compute import compute
+    from nas.cost import compute
     from nas.data import load_corpus
     from nas.models import ArchConfig
 
@@ -133,7 +133,7 @@ def main() -> int:
         measure(FULL_SPACE, FULL_TABLE, args.n_archs, args.budget_flops, args.threads, seed=2025)
         return 0
     from evaluators.proxies import PROXIES
-    from nas.compute import compute
+    from nas.cost import compute
     from nas.models import ArchConfig
 
     rows = []

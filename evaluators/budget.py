@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evaluators.base import check_eval_at
-from nas.compute import Compute, compute
+from nas.cost import Compute, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.spec.training import Budget, TrainRecipe

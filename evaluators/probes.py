@@ -81,7 +81,7 @@ from evaluators.base import Diverged, Progress, ProgressCallback, Spent, check_e
 from evaluators.device import device_name, setup_device
 from evaluators.result import Result
 from evaluators.step import TrainStep, autocast_for, compute_dtype
-from nas.compute import compute
+from nas.cost import compute
 from nas.errors import ConfigError
 from nas.models import ArchConfig, build_model
 from nas.spec.training import Budget, TrainRecipe

@@ -23,7 +23,7 @@ from typing import Any
 
 from evaluators.base import Progress, ProgressCallback, check_eval_at
 from evaluators.result import Result
-from nas.compute import Compute, compute
+from nas.cost import Compute, compute
 from nas.errors import ConfigError
 from nas.models import ArchConfig
 from nas.spec.training import Budget, TrainRecipe

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch: the read side (best, show) imports this module for its field names
-    from nas.compute import Compute
+    from nas.cost import Compute
     from nas.models import ArchConfig
 
 _METRIC = {"group": "metric"}  # recorded on every trial and shown by `best` / `show`

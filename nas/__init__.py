@@ -17,14 +17,12 @@ the other torch-free modules: ``nas.validate``, ``nas.yamlsafe``,
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nas.archfile import load_arch, save_arch
     from nas.checkpoint import load_checkpoint, load_model, save_checkpoint
-    from nas.compute import Compute, compute
+    from nas.cost import Compute, compute
     from nas.errors import CheckpointError, ConfigError, UserError
     from nas.models import (
         ACTIVATIONS,
@@ -45,8 +43,8 @@ _SOURCES = {
     "load_checkpoint": "nas.checkpoint",
     "load_model": "nas.checkpoint",
     "save_checkpoint": "nas.checkpoint",
-    "Compute": "nas.compute",
-    "compute": "nas.compute",
+    "Compute": "nas.cost",
+    "compute": "nas.cost",
     "CheckpointError": "nas.errors",
     "ConfigError": "nas.errors",
     "UserError": "nas.errors",
@@ -87,19 +85,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_SOURCES))
-
-
-class _Package(types.ModuleType):
-    """``nas.compute`` is the function, as it was when this package imported its names eagerly.
-
-    Importing the submodule ``nas.compute`` (which ``nas.checkpoint`` and others do)
-    binds the module on its package after it runs; this keeps the function there instead.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "compute" and isinstance(value, types.ModuleType) and hasattr(value, "compute"):
-            value = value.compute
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package  # "Customizing module attribute access" in the data model docs

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nas.compute import check_fits
+from nas.cost import check_fits
 from nas.errors import CheckpointError, ConfigError
 from nas.models import ArchConfig, build_model
 from nas.outputs import Planned, write_output

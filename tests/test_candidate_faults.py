@@ -17,7 +17,7 @@ import torch
 from optuna.trial import TrialState
 
 from nas.cli import main
-from nas.compute import compute
+from nas.cost import compute
 from nas.models import ArchConfig
 from nas.models.attention.mdha import MultiDConvHeadAttention
 

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.compute import compute
+from nas.cost import compute
 from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run
 from nas.errors import UserError
 from nas.execution.pool import Pool

@@ -6,7 +6,7 @@ import json
 
 import optuna
 
-from nas.compute import compute, layer_flops, layer_params
+from nas.cost import compute, layer_flops, layer_params
 from nas.models import ArchConfig
 
 

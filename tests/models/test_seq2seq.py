@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from nas.compute import compute, layer_rows
+from nas.cost import compute, layer_rows
 from nas.errors import ConfigError
 from nas.models import ATTENTION, ArchConfig, Seq2SeqTransformer, build_model, greedy_decode
 from nas.models.attention import FFNSpec

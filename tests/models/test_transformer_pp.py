@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import nas
-from nas.compute import compute
+from nas.cost import compute
 from nas.models import ArchConfig, build_model
 from nas.models.ffn import ffn_width
 from nas.models.norms import RMSNorm

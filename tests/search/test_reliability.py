@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from nas.cli import build_parser, main
 from nas.commands.search import build_settings
-from nas.compute import compute
+from nas.cost import compute
 from nas.execution.chaos import WorkerKiller
 from nas.models import ArchConfig
 from nas.search.driver.inflight import default_pool

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial
 
-from nas.compute import Compute
+from nas.cost import Compute
 from nas.spec.training import Budget
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ import dataclasses
 
 from optuna.trial import Trial
 
-from nas.compute import Compute
+from nas.cost import Compute
 from nas.execution.payload import TrialPayload
 from nas.execution.pool import Pool
 from nas.models import ArchConfig

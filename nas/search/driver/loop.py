@@ -29,7 +29,7 @@ from optuna.trial import Trial, TrialState
 
 from evaluators.prescreen import planned_flops as screen_flops
 from evaluators.result import METRICS, RUN_FIELDS
-from nas.compute import Compute, compute
+from nas.cost import Compute, compute
 from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
 from nas.execution.pool import Finished, NoWorkersLeft, Pool

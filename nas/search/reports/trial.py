@@ -52,7 +52,7 @@ def origin(t: FrozenTrial) -> str:
 
 def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     """Everything ``show`` says about one trial, as plain data (its ``--json``)."""
-    from nas.compute import compute, layer_rows  # torch: imported when needed
+    from nas.cost import compute, layer_rows  # torch: imported when needed
     from nas.models import ATTENTION, ArchConfig
 
     ua = t.user_attrs
