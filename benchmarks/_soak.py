@@ -26,8 +26,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from benchmarks._chaos import WorkerKiller, is_trial_worker
 from benchmarks._doc import command, machine
-from nas.execution.chaos import WorkerKiller, is_trial_worker
 from nas.search.storage.records import REQUEUED
 from nas.search.storage.study import count_done
 

@@ -43,10 +43,10 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
+from benchmarks._chaos import WorkerKiller  # noqa: E402
 from benchmarks._soak import family, soak  # noqa: E402
 from nas.cli import build_parser  # noqa: E402
 from nas.commands.search import build_settings  # noqa: E402
-from nas.execution.chaos import WorkerKiller  # noqa: E402
 from nas.search.driver.inflight import default_pool  # noqa: E402
 from nas.search.driver.loop import Driver  # noqa: E402
 

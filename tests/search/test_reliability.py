@@ -18,10 +18,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from benchmarks._chaos import WorkerKiller
 from nas.cli import build_parser, main
 from nas.commands.search import build_settings
 from nas.cost import compute
-from nas.execution.chaos import WorkerKiller
 from nas.models import ArchConfig
 from nas.search.driver.inflight import default_pool
 from nas.search.driver.loop import Driver

@@ -1,4 +1,6 @@
-"""Fault injection for reliability tests and ``benchmarks/chaos.py``: kill busy workers at random.
+"""Fault injection for the reliability tests and ``benchmarks/chaos.py``: kill busy workers at random.
+
+Test-only code, kept out of the package (it lived in ``nas/execution/``).
 
 :class:`WorkerKiller` is a thread that, every few seconds, picks a worker
 process that is running a trial (``pool.busy_pids()``) and kills it with
