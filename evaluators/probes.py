@@ -23,7 +23,8 @@ mixers on recall (docs/probes.md).  Datasets are generated in memory with
 Accuracy is the argmax over the whole vocabulary at the scored positions of a held-out test set,
 micro-averaged (correct scored positions / scored positions, pooled over all test sequences;
 MAD's torchmetrics call may average per class instead).  The score is the unweighted mean of the
-task scores (the accuracy; for the two recall tasks above, how far it rose above the plateau), and ``val_loss`` is ``1 - score``: a search that minimises val_loss maximises
+task scores (the accuracy; for the two recall tasks above, how far it rose above the plateau), and
+``val_loss`` is ``1 - score``: a search that minimises val_loss maximises
 the score (``val_ppl`` is exp of it and means nothing; ``val_bpb`` is None).  The search's
 budget is ignored (the probe's steps are fixed, so scores compare across trials); ``params``,
 FLOPs and state are the architecture's as given (``nas.compute``), not those of the probe models.

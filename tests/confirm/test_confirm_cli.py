@@ -403,7 +403,8 @@ def _stop_after_one_run(monkeypatch) -> None:
     monkeypatch.setattr(runner, "_drive", one_run)
 
 
-def test_export_confirmed_names_no_winner_from_an_unfinished_comparison(studies, monkeypatch, capsys, tmp_path):
+def test_export_confirmed_names_no_winner_from_an_unfinished_comparison(studies, monkeypatch, capsys,
+                                                                       tmp_path):
     """An interrupted confirm leaves one architecture measured at the largest scale: export --confirmed
     refuses (exit 2, one line naming what is missing and the command that finishes it, nothing
     written) instead of calling it the winner there; that command finishes it, and then it exports."""
