@@ -45,7 +45,7 @@ def main() -> int:
             arch = nas.ArchConfig.from_dict({"d_model": 64, "n_heads": 4, "max_len": 64, "layers": layers})
             t0 = time.perf_counter()
             ev = ProbeEvaluator("in_context_recall", steps=steps, batch_size=64, device="cpu")
-            score = ev.evaluate(arch).extra["probe_score"]
+            score = ev.evaluate(arch).extra["probe_in_context_recall_accuracy"]  # raw: the table's column
             row += [f"{score:.3f}", f"{time.perf_counter() - t0:.0f}"]
             print(f"{block} {steps} steps: {score:.3f}", file=sys.stderr)
         rows.append(row)

@@ -15,13 +15,16 @@ for a 2-layer width-64 mha, and a decay would lower the lr before it), a fixed n
 per task [``DEFAULT_STEPS``], batch [32], one seed [0] for the data and the initial weights.
 CAVEAT: the default steps fit a minute per task on one CPU thread, and they are far below that
 recall transition: at the defaults the recall tasks sit on their plateau (about 0.31, what
-guessing a frequent value in context gives) for attention too; raise ``steps`` to separate
+guessing a frequent value in context gives) for attention too.  So ``in_context_recall`` and
+``noisy_in_context_recall`` are scored above that plateau (``above_plateau`` of the accuracy and
+``frequent_value_accuracy``): 0 says the task separated nothing; raise ``steps`` to separate
 mixers on recall (docs/probes.md).  Datasets are generated in memory with
 ``numpy.random.default_rng((seed, task number, split))``: the same seed gives the same data.
 Accuracy is the argmax over the whole vocabulary at the scored positions of a held-out test set,
 micro-averaged (correct scored positions / scored positions, pooled over all test sequences;
 MAD's torchmetrics call may average per class instead).  The score is the unweighted mean of the
-task accuracies, and ``val_loss`` is ``1 - score``: a search that minimises val_loss maximises
+task scores (the accuracy; for the two recall tasks above, how far it rose above the plateau), and
+``val_loss`` is ``1 - score``: a search that minimises val_loss maximises
 the score (``val_ppl`` is exp of it and means nothing; ``val_bpb`` is None).  The search's
 budget is ignored (the probe's steps are fixed, so scores compare across trials); ``params``,
 FLOPs and state are the architecture's as given (``nas.compute``), not those of the probe models.
@@ -47,14 +50,11 @@ Tasks, as implemented (MAD's baseline in parentheses; ``T`` = model input length
   places among blanks (55 tokens), then the copy token and 8 blanks (T = 64).  Scored: the 8 final
   blanks, whose targets are the content tokens in order; other positions are ignored in training
   too (as MAD: no shift).  (MAD: length 256, 16 tokens to copy.)
-``compression``: vocab 16 (content 0-14, compression token 15); 31 random tokens, the compression
-  token, then the same 31 tokens again, input = all but the last (T = 62).  Scored (train and
-  test): the 31 positions from the compression token on, each predicting the next token of the
-  reproduction.  DEPARTURE: MAD encodes the sequence, pools the last position and decodes all
-  of it from that one vector (an autoencoder head this engine's decoder-only LMs lack).  Here the
-  model may look back at the tokens it must reproduce, so an attention model can solve it by
-  copying; what it still tests is whether a fixed-size state (a recurrent or convolutional mixer)
-  can carry 31 arbitrary tokens past the compression token.  (MAD: length 32, reconstruct all.)
+``compression``: vocab 16 (content 0-14, compression token 15); 31 random tokens then the
+  compression token (T = 32); the target is the whole input.  As MAD, through a bottleneck: the
+  candidate encodes, its last position's state is pooled and a fixed-shape decoder
+  (:class:`BottleneckAutoencoder`) reconstructs every position from it, so nothing can be copied.
+  (MAD: the same baseline, length 32, vocab 16.)
 ``memorization``: vocab 128, a fixed map of 63 facts (keys 0-62, each to a distinct value of
   63-126 drawn from the seed, as MAD's zip leaves one value unused; insert token 127), each
   sequence 16 (key, insert) pairs (T = 32), keys uniform with replacement.  Scored (train and
@@ -127,6 +127,37 @@ def recall_instance(rng: np.random.Generator, train: bool, *, vocab: int = 16, s
     return seq[:-1], (seq[1:] if train else np.array(scored[1:], dtype=np.int64))
 
 
+def frequent_value_accuracy(x: torch.Tensor, y: torch.Tensor, *, vocab: int = 16, noise_vocab: int = 0,
+                            **_: Any) -> float:  # fmt: skip
+    """The accuracy on a recall test set of a rule that cannot recall: at each scored position, the
+    value token seen most often so far in the sequence (ties: the lowest), whatever the key.
+
+    It is the plateau a model sits on before it learns to look a key up (about 0.31 on
+    ``in_context_recall``): a recall accuracy not above it did not recall anything.
+    """
+    real = vocab - noise_vocab
+    low = real // 2
+    correct = total = 0
+    for xs, ys in zip(x.tolist(), y.tolist(), strict=True):
+        counts = [0] * (real - low)
+        for token, target in zip(xs, ys, strict=True):
+            if low <= token < real:
+                counts[token - low] += 1
+            if target != IGNORE:
+                correct += int(low + max(range(len(counts)), key=lambda i: (counts[i], -i)) == target)
+                total += 1
+    return correct / max(total, 1)
+
+
+def above_plateau(acc: float, plateau: float, n: int) -> float:
+    """How far ``acc`` rose from the no-recall ``plateau`` towards 1, as a share of the way (0 when not
+    above it by more than two standard errors of an accuracy over ``n`` scored positions: noise)."""
+    margin = 2.0 * math.sqrt(max(plateau * (1.0 - plateau), 1e-12) / max(n, 1))
+    if acc <= plateau + margin or plateau >= 1.0:
+        return 0.0
+    return (acc - plateau) / (1.0 - plateau)
+
+
 def _tuples(rng: np.random.Generator, low: int, high: int, size: int) -> tuple[int, ...]:
     """An ordered tuple of ``size`` distinct tokens from [low, high)."""
     return tuple(int(t) for t in rng.permutation(np.arange(low, high))[:size])
@@ -184,14 +215,15 @@ def selective_copy_instance(rng: np.random.Generator, train: bool, *, vocab: int
 
 
 def compression_instance(rng: np.random.Generator, train: bool, *, vocab: int = 16,
-                         seq_len: int = 64) -> Instance:  # fmt: skip
-    """Random tokens, the compression token, the same tokens again; the reproduction is scored."""
-    n = seq_len // 2 - 1
-    x = rng.integers(0, vocab - 1, size=n)
-    seq = np.concatenate([x, [vocab - 1], x]).astype(np.int64)
-    targets = seq[1:].copy()
-    targets[:n] = IGNORE  # the random tokens and the compression token itself: from the compression token on
-    return seq[:-1], targets
+                         seq_len: int = 32) -> Instance:  # fmt: skip
+    """``seq_len - 1`` random tokens and the compression token; the target is the whole input (as MAD).
+
+    The model that reads it is a :class:`BottleneckAutoencoder`: every target is decoded from the
+    last position's state alone, so nothing can be copied from the input.
+    """
+    x = rng.integers(0, vocab - 1, size=seq_len - 1)
+    seq = np.concatenate([x, [vocab - 1]]).astype(np.int64)
+    return seq, seq.copy()
 
 
 def memorization_map(vocab: int, seed: int) -> np.ndarray:
@@ -210,6 +242,49 @@ def memorization_instance(rng: np.random.Generator, train: bool, *, vocab: int =
     return inputs.astype(np.int64), targets.astype(np.int64)
 
 
+# ---------------------------------------------------------------------------------------- the models
+
+
+class BottleneckAutoencoder(torch.nn.Module):
+    """MAD's compression model: the candidate's LM as the encoder, pooled at its last position, and a
+    small decoder of MAD's shape that reconstructs every position from that one vector.
+
+    The decoder (not the candidate's: the same for every architecture) adds a fixed sinusoidal
+    embedding of each output position to the pooled state, then LayerNorm, Linear(d, d), GELU twice,
+    a LayerNorm and Linear(d, vocab).  Each output sees the input only through the pooled state:
+    a mixer that copies tokens cannot solve the task, one that packs the sequence into the last
+    position's state can.  The candidate's LM head is not used (it gets no gradient).
+    """
+
+    def __init__(self, arch: ArchConfig) -> None:
+        super().__init__()
+        from nas.models.model import init_gpt2, sinusoidal_table
+
+        d = arch.d_model
+        self.lm = build_model(arch)
+        self.register_buffer("positions", sinusoidal_table(arch.max_len, d), persistent=False)
+        self.decoder = torch.nn.Sequential(
+            torch.nn.LayerNorm(d), torch.nn.Linear(d, d), torch.nn.GELU(),
+            torch.nn.LayerNorm(d), torch.nn.Linear(d, d), torch.nn.GELU(),
+            torch.nn.LayerNorm(d), torch.nn.Linear(d, arch.vocab_size),
+        )  # fmt: skip
+        init_gpt2(self.decoder, 1)
+
+    def encode(self, idx: torch.Tensor) -> torch.Tensor:
+        """The last position's state, (B, d): all that the decoder sees."""
+        return self.lm.hidden(idx)[:, -1]
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pooled = self.encode(idx)
+        return self.decoder(pooled[:, None, :] + self.positions[: idx.size(1)].to(pooled.dtype))
+
+    @staticmethod
+    def extra_train_flops_per_token(arch: ArchConfig) -> float:
+        """The decoder's training FLOPs per output position beyond the LM head it replaces (two d x d
+        matrices, forward and backward: 3 x 2 x 2 d^2)."""
+        return 12.0 * arch.d_model * arch.d_model
+
+
 # ---------------------------------------------------------------------------------------- the tasks
 
 
@@ -224,6 +299,18 @@ class Task:
     n_test: int
     make: Callable[..., Instance]
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    bottleneck: bool = False  # trained as a BottleneckAutoencoder (compression), else as the LM
+    #: the accuracy of a rule without the capability on the test set (recall: the frequent-value plateau);
+    #: a task with one is scored by how far the accuracy rose above it (``above_plateau``)
+    plateau: Callable[..., float] | None = None
+
+    def model(self, parch: ArchConfig) -> torch.nn.Module:
+        """The model this task trains for the architecture ``parch`` (from the current torch RNG)."""
+        return BottleneckAutoencoder(parch) if self.bottleneck else build_model(parch)
+
+    def train_flops_per_token(self, parch: ArchConfig, length: int) -> float:
+        extra = BottleneckAutoencoder.extra_train_flops_per_token(parch) if self.bottleneck else 0.0
+        return compute(parch, length).train_flops_per_token + extra
 
     def instance(self, rng: np.random.Generator, train: bool, seed: int = 0) -> Instance:
         memo = self.make is memorization_instance
@@ -234,12 +321,12 @@ class Task:
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
-        Task("in_context_recall", 16, 64, 4096, 256, recall_instance),
+        Task("in_context_recall", 16, 64, 4096, 256, recall_instance, plateau=frequent_value_accuracy),
         Task("noisy_in_context_recall", 32, 64, 4096, 256, recall_instance,
-             {"noise_vocab": 16, "frac_noise": 0.2}),  # fmt: skip
+             {"noise_vocab": 16, "frac_noise": 0.2}, plateau=frequent_value_accuracy),  # fmt: skip
         Task("fuzzy_in_context_recall", 16, 64, 4096, 256, fuzzy_recall_instance, {"k_max": 3, "v_max": 3}),
         Task("selective_copying", 16, 64, 4096, 256, selective_copy_instance, {"n_copy": 8}),
-        Task("compression", 16, 64, 4096, 256, compression_instance),
+        Task("compression", 16, 32, 4096, 256, compression_instance, bottleneck=True),
         Task("memorization", 128, 32, 256, 256, memorization_instance),
     )
 }
@@ -318,6 +405,8 @@ class TaskRun:
     tokens: int
     train_flops: float
     train_seconds: float
+    score: float = 0.0  # what the task adds to the probe score: the accuracy, or how far above its plateau
+    plateau: float | None = None  # the task's no-capability rule's accuracy on the same test set
 
 
 class ProbeEvaluator:
@@ -359,7 +448,7 @@ class ProbeEvaluator:
         for name in self.tasks:
             task = TASKS[name]
             length = input_len(name, self.seed)
-            per_token = compute(probe_arch(arch, task), length).train_flops_per_token
+            per_token = task.train_flops_per_token(probe_arch(arch, task), length)
             total += self.steps * self.batch_size * length * per_token
         return total
 
@@ -395,11 +484,14 @@ class ProbeEvaluator:
             run, stopped_at, loss = self._train(task, parch, dev, total, marks, runs, intermediate, callback)
             runs[task.name] = run
             if self.log is not None:
-                self.log(f"{task.name}: accuracy {run.accuracy:.3f} ({run.steps} steps, "
+                above = "" if run.plateau is None else (
+                    f", no-recall rule {run.plateau:.3f}: " + ("not above it, scored 0" if run.score == 0
+                                                               else f"scored {run.score:.3f} above it"))
+                self.log(f"{task.name}: accuracy {run.accuracy:.3f}{above} ({run.steps} steps, "
                          f"{run.train_seconds:.1f} s)")  # fmt: skip
             if stopped_at is not None:
                 break
-        score = sum(r.accuracy for r in runs.values()) / len(probes)
+        score = sum(r.score for r in runs.values()) / len(probes)
         if stopped_at is None:
             loss = 1.0 - score
         steps = sum(r.steps for r in runs.values())
@@ -407,7 +499,10 @@ class ProbeEvaluator:
         train_seconds = sum(r.train_seconds for r in runs.values())
         extra: dict[str, Any] = {"probe_score": score, "probe_steps": self.steps,
                                  "probe_tasks": ",".join(self.tasks)}  # fmt: skip
-        extra.update({f"probe_{name}": run.accuracy for name, run in runs.items()})
+        for name, run in runs.items():
+            extra[f"probe_{name}"] = run.score
+            if run.plateau is not None:
+                extra.update({f"probe_{name}_accuracy": run.accuracy, f"probe_{name}_plateau": run.plateau})
         return Result.measured(
             arch, compute(arch), loss, bytes_per_token=None,
             train_flops=sum(r.train_flops for r in runs.values()), tokens=tokens, steps=steps,
@@ -425,20 +520,26 @@ class ProbeEvaluator:
         x, y = make_dataset(task, task.n_train, True, self.seed)
         x_test, y_test = make_dataset(task, task.n_test, False, self.seed)
         torch.manual_seed(self.seed)
-        model = build_model(parch).to(dev)
+        model = task.model(parch).to(dev)
         model.train()
         step_fn = TrainStep(model, self.recipe, dev)
         order = torch.Generator().manual_seed(self.seed)
         perm, at = torch.randperm(x.size(0), generator=order), 0
         tokens_per_step = self.batch_size * x.size(1)
-        per_token = compute(parch, x.size(1)).train_flops_per_token
+        per_token = task.train_flops_per_token(parch, x.size(1))
         done = sum(r.steps for r in runs.values())
         n_tasks = total // self.steps
         seconds, loss = 0.0, 1.0
+        plateau = None if task.plateau is None else task.plateau(x_test, y_test, vocab=task.vocab_size,
+                                                                 **task.options)  # fmt: skip
+        n_scored = int((y_test != IGNORE).sum())
+
+        def score(acc: float) -> float:
+            return acc if plateau is None else above_plateau(acc, plateau, n_scored)
 
         def run(steps: int, acc: float) -> TaskRun:
             tokens = steps * tokens_per_step
-            return TaskRun(acc, steps, tokens, tokens * per_token, seconds)
+            return TaskRun(acc, steps, tokens, tokens * per_token, seconds, score(acc), plateau)
 
         for step in range(1, self.steps + 1):
             if at + self.batch_size > perm.numel():  # a new epoch, reshuffled
@@ -462,7 +563,7 @@ class ProbeEvaluator:
             if not due:
                 continue
             acc = accuracy(model, x_test, y_test, dev)
-            loss = 1.0 - (sum(r.accuracy for r in runs.values()) + acc) / n_tasks
+            loss = 1.0 - (sum(r.score for r in runs.values()) + score(acc)) / n_tasks
             for f in due:
                 intermediate[f] = loss
                 progress = Progress(step=done + step, fraction=f, tokens=(done + step) * tokens_per_step,

@@ -128,6 +128,19 @@ def _baselines(
     return out
 
 
+def plan_flags(args: argparse.Namespace) -> str:
+    """The flags that chose this confirmation's runs, as a command line would give them again."""
+    which = ["--trial", args.trial] if args.trial else ["--top", str(args.top or DEFAULT_TOP)]
+    flags = [*which, "--seeds", str(args.seeds), "--scales", args.scales]
+    for f in args.baseline or ():
+        flags += ["--baseline", f]
+    if args.baseline_shape != "finalist":
+        flags += ["--baseline-shape", args.baseline_shape]
+    if args.lrs:
+        flags += ["--lrs", args.lrs]
+    return shlex.join(flags)
+
+
 def plan_report(args: argparse.Namespace) -> list[Planned]:
     """The report and the figures beside it (``STEM_compute.png``, ``STEM_deltas.png``), checked now
     under nas.outputs' rule: new files, or what an earlier ``confirm`` wrote and nobody changed since."""
@@ -143,7 +156,9 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
     from nas.confirm.plan import LR_RANGE, SCALE_RANGE, build_entries, finalists, parse_list
+    from nas.data import data_record
     from nas.search.storage.records import study_exists
+    from nas.search.storage.study import check_data
     from nas.search.storage.urls import open_storage
 
     scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
@@ -153,6 +168,10 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     study, url = open_study(args)
     record, spec, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
+    # the same check as a continued search: the finalists' search losses and seed runs were measured
+    # on the data the study records, and the confirm runs are compared with them
+    check_data(study, data_record(data), "confirm compares new runs with the search's, so it needs the data "
+               "the search ran on: put it back as it was, or run a new search on this data")  # fmt: skip
     top = args.top or DEFAULT_TOP
     finals = finalists(study, top, numbers)
     if numbers is None and len(finals) < top:
@@ -268,7 +287,8 @@ def run(args: argparse.Namespace) -> int:
     settings, every, plan, url = build(args)
     with sigterm_stops_the_driver():
         study = run_confirmation(
-            settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout
+            settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout,
+            flags=plan_flags(args),
         )
     report = build_report(study, url)
     if outputs:

@@ -26,7 +26,7 @@ from nas.redact import mask_url
 from nas.search.reports.lookup import get_trial
 from nas.search.reports.tables import best_trial
 from nas.search.reports.trial import metrics_of
-from nas.search.storage.records import INFEASIBLE, is_infeasible, settings_of, state_name
+from nas.search.storage.records import CONFIRM_OF, INFEASIBLE, is_infeasible, settings_of, state_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     out = plan_output(args.out, "--out", force=args.force, example="best.yaml")  # checked again when written
     study, url = open_study(args)
     if args.confirmed:
-        return _export_confirmed(study, url, out)
+        return _export_confirmed(study, url, out, args)
     trial = best_trial(study) if args.best else get_trial(study, args.trial)
     if trial.state != TrialState.COMPLETE or is_infeasible(trial):
         why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get(INFEASIBLE)
@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise UserError(f"trial {trial.number}: its recorded architecture does not validate: {err}") from None
     settings = settings_of(study)
+    recipe, budget = settings.get("recipe"), settings.get("budget")
     source: dict[str, Any] = {
         "study": study.study_name,
         "storage": mask_url(url),
@@ -83,14 +84,18 @@ def run(args: argparse.Namespace) -> int:
         "arch_id": arch.arch_id,
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if CONFIRM_OF in study.user_attrs:  # one confirm run: its own seed, lr and scale of the budget
+        recipe, budget = _confirm_run(study, trial, settings)
+        source.update(confirms=study.user_attrs[CONFIRM_OF], name=trial.user_attrs.get("name"),
+                      role=trial.user_attrs.get("role"))  # fmt: skip
     for key in ("seed_arch", "parent", "duplicate_of"):
         if trial.user_attrs.get(key) is not None:
             source[key] = trial.user_attrs[key]
     save_arch(
         out,
         arch,
-        recipe=settings.get("recipe"),
-        budget=settings.get("budget"),
+        recipe=recipe,
+        budget=budget,
         data=settings.get("data"),
         metrics=metrics_of(trial),
         source=source,
@@ -110,12 +115,44 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_confirmed(search: Any, url: str, out: Planned) -> int:
+def _confirm_run(study: Any, trial: Any, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A confirm run's recipe (its seed and lr) and budget (its scale of the study's), from the trial's
+    fixed parameters; refused when the trial does not say which run it was."""
+    from nas.confirm.plan import Run
+    from nas.confirm.winner import recipe_and_budget
+
+    run = Run.from_params(trial.params or {})
+    if run is None or "budget" not in settings:
+        raise UserError(
+            f"--trial {trial.number} of study {study.study_name!r} (a confirmation of "
+            f"{study.user_attrs[CONFIRM_OF]!r}) does not record its scale, seed and lr, so its budget and "
+            f"seed are not known; export the confirmation's winner with `{prog_name()} export --study "
+            f"{study.user_attrs[CONFIRM_OF]} --confirmed`"
+        )
+    return recipe_and_budget(settings, {"seed": run.seed, "lr": run.lr, "scale": run.scale})
+
+
+def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namespace) -> int:
     """``--confirmed``: the confirmation's winner, its recipe (seed, lr) and budget at the deciding scale."""
+    import shlex
+
+    from nas.confirm.runner import FLAGS
     from nas.confirm.winner import confirmed_winner, header_lines, open_confirmation, recipe_and_budget
 
+    if CONFIRM_OF in search.user_attrs:
+        raise UserError(f"--study {search.study_name!r} is a confirmation; pass the search study "
+                        f"{search.user_attrs[CONFIRM_OF]!r} with --confirmed")  # fmt: skip
     study = open_confirmation(search.study_name, url)
-    w = confirmed_winner(study, url)
+    where = (
+        f" --storage {shlex.quote(mask_url(args.storage))}"
+        if args.storage
+        else ("" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
+    )
+    flags = study.user_attrs.get(FLAGS)
+    finish = f"`{prog_name()} confirm --study {shlex.quote(search.study_name)}{where}" + (
+        f" {flags}`" if flags else "` with the flags of the confirm that started it"
+    )
+    w = confirmed_winner(study, url, finish)
     trial, run = w["trial"], w["run"]
     settings = settings_of(study)
     recipe, budget = recipe_and_budget(settings, run)

@@ -71,8 +71,12 @@ def run(args: argparse.Namespace) -> int:
 
 def format_table(m: dict[str, Any], tasks: tuple[str, ...]) -> str:
     width = max(len(t) for t in (*tasks, "score"))
-    lines = [f"{'task':<{width}}  accuracy", f"{'-' * width}  --------"]
-    lines += [f"{t:<{width}}  {m[f'probe_{t}']:8.3f}" for t in tasks]
+    lines = [f"{'task':<{width}}     score  accuracy", f"{'-' * width}  --------  --------"]
+    for t in tasks:
+        acc = m.get(f"probe_{t}_accuracy", m[f"probe_{t}"])  # recall: scored above its no-recall plateau
+        plateau = m.get(f"probe_{t}_plateau")
+        note = "" if plateau is None else f"  (no-recall rule {plateau:.3f}; above it is scored)"
+        lines.append(f"{t:<{width}}  {m[f'probe_{t}']:8.3f}  {acc:8.3f}{note}")
     lines += [f"{'-' * width}  --------", f"{'score':<{width}}  {m['probe_score']:8.3f}"]
     lines.append(f"\n{m['arch_id']}: {m['probe_steps']} steps per task, {m['seconds']:.1f} s "
                  f"on {m['device']} ({m.get('threads')} threads)")  # fmt: skip

@@ -39,6 +39,9 @@ from nas.validate import MAX_SEED
 
 ARCHS = "confirm_archs"  # confirm study user attr: [Entry.to_dict()], the ``arch`` param indexes it
 PLAN = "confirm_plan"  # confirm study user attr: what the last `confirm` asked for (see ``Plan``)
+#: confirm study user attr: the flags of the last `confirm` that chose its runs (``--top 3 --seeds 3 ...``),
+#: so that what finishes an unfinished confirmation can be named (``export --confirmed``)
+FLAGS = "confirm_flags"
 
 
 def confirm_study_name(study: str) -> str:
@@ -268,6 +271,28 @@ def best_lrs(
     return out
 
 
+def sweep_runs(plan: Plan, wanted: Sequence[Entry]) -> list[Run]:
+    """The lr sweep's runs (``plan.lrs``): each architecture at each scale and lr, with the first seed."""
+    return [Run(e.index, sc, plan.seeds[0], lr) for sc in plan.scales for e in wanted for lr in plan.lrs]
+
+
+def planned_runs(study: optuna.Study, plan: Plan, wanted: Sequence[Entry], recipe_lr: float) -> list[Run]:
+    """The runs ``plan`` compares: every architecture at every scale and seed, at the recipe's lr or,
+    after an lr sweep, at the lr its first seed did best with (none for one whose sweep has no result)."""
+    if not plan.lrs:
+        return [
+            Run(e.index, sc, seed, recipe_lr) for sc in plan.scales for seed in plan.seeds for e in wanted
+        ]
+    chosen = best_lrs(study, wanted, plan.scales, plan.seeds[0], plan.lrs)
+    return [
+        Run(e.index, sc, seed, chosen[(e.index, sc)])
+        for sc in plan.scales
+        for seed in plan.seeds
+        for e in wanted
+        if (e.index, sc) in chosen
+    ]
+
+
 def _drive(
     settings: SearchSettings,
     study: optuna.Study,
@@ -291,34 +316,24 @@ def run_confirmation(
     plan: Plan,
     pool_factory: Callable[[SearchSettings], Pool] | None = None,
     out: TextIO | None = None,
+    flags: str = "",
 ) -> optuna.Study:
-    """Train every wanted architecture at every scale and seed (after the lr sweep when ``plan.lrs``)."""
+    """Train every wanted architecture at every scale and seed (after the lr sweep when ``plan.lrs``);
+    ``flags`` are the command's flags that chose the runs, recorded beside the plan."""
     settings.check_environment()  # before the study is created: a missing corpus leaves nothing behind
     study = open_confirm_study(settings, source, every)
     rerun_before = len(study.get_trials(deepcopy=False))  # failed runs of earlier confirms run again
     study.set_user_attr(PLAN, plan.to_dict())
+    study.set_user_attr(FLAGS, flags)
     by_index = {e.index: e for e in every}
     wanted = [by_index[i] for i in plan.wanted]
-    scales, seeds, lrs = plan.scales, plan.seeds, plan.lrs
+    lrs = plan.lrs
     pools = _KeptPool(pool_factory or default_pool)
     try:
         if lrs:
-            sweep = [Run(e.index, sc, seeds[0], lr) for sc in scales for e in wanted for lr in lrs]
-            enqueue_missing(study, sweep, by_index, rerun_before)
+            enqueue_missing(study, sweep_runs(plan, wanted), by_index, rerun_before)
             _drive(settings, study, every, pools, out)
-            chosen = best_lrs(study, wanted, scales, seeds[0], lrs)
-            runs = [
-                Run(e.index, sc, seed, chosen[(e.index, sc)])
-                for sc in scales
-                for seed in seeds
-                for e in wanted
-                if (e.index, sc) in chosen
-            ]
-        else:
-            runs = [
-                Run(e.index, sc, seed, settings.recipe.lr) for sc in scales for seed in seeds for e in wanted
-            ]
-        enqueue_missing(study, runs, by_index, rerun_before)
+        enqueue_missing(study, planned_runs(study, plan, wanted, settings.recipe.lr), by_index, rerun_before)
         _drive(settings, study, every, pools, out)
     finally:
         pools.close()

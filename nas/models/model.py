@@ -82,6 +82,10 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def forward(self, idx: Tensor) -> Tensor:
+        return self.lm_head(self.hidden(idx))  # (B, T, vocab)
+
+    def hidden(self, idx: Tensor) -> Tensor:
+        """The final normalised states before the head, (B, T, C) (the compression probe pools them)."""
         B, T = idx.shape
         if T > self.arch.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len {self.arch.max_len}")
@@ -90,7 +94,7 @@ class TransformerLM(nn.Module):
             x = x + self.pos_emb[:T].to(x.dtype)
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.ln_f(x))  # (B, T, vocab)
+        return self.ln_f(x)
 
 
 def position_table(arch: ArchConfig) -> Tensor:

@@ -386,3 +386,104 @@ def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch,
     assert [(t.number, t.state, t.values) for t in _load(url, "one-confirm").trials] == before
     assert main(["best", "--study", "one-confirm", "--storage", url]) == 0
     assert "note: study 'one-confirm' is the confirmation of study 'one'" in capsys.readouterr().err
+
+
+def _stop_after_one_run(monkeypatch) -> None:
+    """Make every confirm stop after one more run, as an interrupted one does (the rest stay queued)."""
+    import dataclasses
+
+    import nas.confirm.runner as runner
+    from nas.search.storage.study import count_done
+
+    def one_run(settings, study, entries, pools, out):
+        if any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
+            target = count_done(study) + 1
+            runner.ConfirmDriver(dataclasses.replace(settings, trials=target), entries, pools, out).run()
+
+    monkeypatch.setattr(runner, "_drive", one_run)
+
+
+def test_export_confirmed_names_no_winner_from_an_unfinished_comparison(studies, monkeypatch, capsys,
+                                                                       tmp_path):
+    """An interrupted confirm leaves one architecture measured at the largest scale: export --confirmed
+    refuses (exit 2, one line naming what is missing and the command that finishes it, nothing
+    written) instead of calling it the winner there; that command finishes it, and then it exports."""
+    url = f"sqlite:///{tmp_path}/one.db"  # a copy: the module's study stays as it was
+    optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
+    assert main(_confirm(url, "one", "--top", "1", "--seeds", "2", "--scales", "1")) == 0
+    with monkeypatch.context() as m:
+        _stop_after_one_run(m)
+        assert main(_confirm(url, "one", "--top", "1", "--seeds", "2", "--scales", "1,2")) == 0
+    done = [t for t in _load(url, "one-confirm").trials if t.state == TrialState.COMPLETE]
+    assert [t.user_attrs["scale"] for t in done].count(2.0) == 1  # one architecture measured at 2x
+    capsys.readouterr()
+    out = tmp_path / "w.yaml"
+    export = ["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(out)]
+    assert main(export) == 2
+    err = capsys.readouterr().err.strip()
+    n_arch = len(_load(url, "one-confirm").user_attrs["confirm_plan"]["wanted"])
+    finish = f"confirm --study one --storage {url} --top 1 --seeds 2 --scales 1,2"
+    assert len(err.splitlines()) == 1, err
+    assert f"is not finished: {2 * n_arch - 1} run(s) have no result ({2 * n_arch - 1} at 2x)" in err, err
+    assert f"{finish}` finishes it" in err, err
+    assert not out.exists()
+    # the command it names finishes the comparison; then the winner is the best over every architecture
+    assert main(["confirm", *finish.split()[1:], "--local", "--no-tensorboard"]) == 0
+    assert main(export) == 0
+    doc = load_arch_file(out)
+    assert doc["budget"] == {"steps": 16}
+    report = capsys.readouterr()
+    conf = _load(url, "one-confirm")
+    at2 = {}
+    for t in conf.trials:
+        if t.state == TrialState.COMPLETE and t.user_attrs["scale"] == 2.0:
+            at2.setdefault(t.user_attrs["arch_id"], []).append(t.values[0])
+    assert all(len(v) == 2 for v in at2.values()) and len(at2) == n_arch
+    winner = min(at2, key=lambda a: sum(at2[a]))
+    assert doc["source"]["arch_id"] == winner, report
+
+
+def test_export_of_a_confirm_run_writes_its_own_seed_and_budget(studies, capsys, tmp_path):
+    """export --best / --trial on a confirm study writes the run's seed, lr and budget at its scale (not
+    the search's 1x budget and seed), and the retrain it prints gives the run's loss again."""
+    url = f"sqlite:///{tmp_path}/one.db"
+    optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
+    flags = ["--top", "1", "--seeds", "2", "--scales", "1,2", "--baseline", "vanilla"]
+    assert main(_confirm(url, "one", *flags)) == 0
+    conf = _load(url, "one-confirm")
+    run = next(t for t in conf.trials if t.state == TrialState.COMPLETE and t.params["seed"] == 1
+               and t.params["scale"] == 2.0)  # fmt: skip
+    capsys.readouterr()
+    for which in (["--trial", str(run.number)], ["--best"]):
+        out = tmp_path / f"{which[0][2:]}.yaml"
+        assert main(["export", "--study", "one-confirm", "--storage", url, *which, "--out", str(out)]) == 0
+        doc = load_arch_file(out)
+        t = run if which[0] == "--trial" else min(
+            (t for t in conf.trials if t.state == TrialState.COMPLETE), key=lambda t: t.values[0])
+        assert doc["recipe"]["seed"] == t.params["seed"] and doc["recipe"]["lr"] == t.params["lr"]
+        assert doc["budget"] == {"steps": round(8 * t.params["scale"])}
+        assert doc["source"]["confirms"] == "one"
+    printed = capsys.readouterr().out
+    retrain = next(line for line in printed.splitlines() if line.startswith("retrain it with:"))  # --trial's
+    argv = retrain.split(":", 1)[1].split()[1:]  # after the program's name
+    assert argv[:3] == ["train", "--arch", str(tmp_path / "trial.yaml")]
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["val_loss"] == pytest.approx(run.values[0], abs=1e-6)
+
+
+def test_confirm_refuses_a_study_whose_data_changed(studies, tmp_path, capsys):
+    """confirm checks the data as a continued search does: the corpus changed since the search is one
+    line, exit 2, and nothing is created (no confirm study)."""
+    from synthetic_text import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus", 12)
+    url = _search(tmp_path, corpus, "d", "--objective", "loss", "--trials", "2")
+    (corpus / "doc_00.txt").write_text("other text than the search trained on\n" * 200)
+    before = _snapshot(url)
+    capsys.readouterr()
+    assert main(_confirm(url, "d", "--top", "1", "--seeds", "1", "--scales", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "--study 'd' was run on other data" in err and "needs the data the search ran on" in err, err
+    assert _snapshot(url) == before

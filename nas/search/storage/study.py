@@ -92,6 +92,24 @@ def record_spec(study: optuna.Study, spec: Spec | None) -> None:
         study.set_user_attr(SPEC, spec.to_dict())
 
 
+def check_data(study: optuna.Study, now: dict[str, Any], remedy: str) -> None:
+    """Refuse data whose record ``now`` (:func:`nas.data.data_record`) is not the data ``study`` ran on.
+
+    By content: the same text elsewhere is fine, new text at the same path is not.  Used
+    wherever a study's trials are continued or compared with new runs (``search``, ``confirm``);
+    ``remedy`` says what to do instead.  A study that records no data is not checked.
+    """
+    old = (study.user_attrs.get(SETTINGS) or {}).get("data", _NO_RECORD)
+    if old is not _NO_RECORD and not same_data(old, now):
+        raise UserError(
+            f"--study {study.study_name!r} was run on other data ({describe_record(old)}, "
+            f"now {describe_record(now)}); {remedy}"
+        )
+
+
+_NO_RECORD = object()
+
+
 def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: bool = False) -> None:
     """Refuse to continue a study under different settings (the results would not compare).
 
@@ -109,13 +127,8 @@ def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: 
                 f"{settings.get('space_file')}, fingerprint {settings.get(key)}); "
                 "continue it with the same space or choose a new --study name"
             )
-        if key == "data" and key in old:  # by content: same text elsewhere is fine, new text here is not
-            if not same_data(old[key], settings[key]):
-                raise UserError(
-                    f"--study {study.study_name!r} was run on other data ({describe_record(old[key])}, "
-                    f"now {describe_record(settings[key])}); continue it on the same data or choose a new "
-                    "--study name"
-                )
+        if key == "data" and key in old:
+            check_data(study, settings[key], "continue it on the same data or choose a new --study name")
             continue
         if key in old and old[key] != settings.get(key):
             raise UserError(
