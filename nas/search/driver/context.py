@@ -1,17 +1,20 @@
-"""What a search run needs: ``SearchSettings``, made from an experiment spec.
+"""What a search run reads: the validated spec plus the run's context (:class:`RunContext`).
 
-:meth:`SearchSettings.from_spec` is the one place a spec (``nas.spec``: the
-space file plus flags) becomes the settings a driver runs; ``search`` and
-``confirm`` both come through it.  The values' rules live in the spec's
-sections (``nas.spec.sections``); settings built field by field (tests,
-Python callers) are checked by building those sections from them, so there
-is one set of rules, and messages name the spec field (``search.trials``,
-the file key and the ``--search.trials`` flag).
+The spec (:mod:`nas.spec`: the space file plus flags) is the one config object; a
+run adds only what the spec cannot say: the study's name and storage, the runs
+directory and the resolved corpus.  The driver, ``confirm``, the study storage,
+the preflight and the trial payload read ``run.spec.SECTION.FIELD``; the few values
+derived from several fields (the hurdles with the prescreen's, the number of
+workers on this machine, the trials wanted) are properties here, computed from
+the spec, never copied.  The rules between a spec's fields live in its sections'
+``check`` (and :class:`~nas.spec.Spec`'s), so they hold wherever a spec is built;
+what is checked here is the context, and the evaluator names against the
+evaluator registry (which imports torch, so not in the torch-free spec).
 
 Two stages: creation checks the values alone and touches nothing;
 ``check_environment`` checks what the values point at (the corpus, the runs
 directory, the storage file, a Ray address) just before a search starts,
-since that can change between making the settings and running them.
+since that can change between making the run and running it.
 """
 
 from __future__ import annotations
@@ -29,76 +32,25 @@ from nas.errors import ConfigError, UserError
 from nas.search.samplers.hurdles import Hurdles
 from nas.search.space.load import SearchSpace
 from nas.search.storage.urls import check_storage_url, default_storage, is_memory_sqlite, sqlite_path
-from nas.spec import Budget, Resources, SearchSection, Spec, TrainRecipe
-from nas.spec.sections import DEVICES, OBJECTIVES
+from nas.spec import Spec
 from nas.validate import check_output_file, check_study_name, check_writable_dir
 
-__all__ = ["DEVICES", "OBJECTIVES", "SearchSettings", "check_address", "flag"]
+__all__ = ["RunContext", "check_address", "tensorboard_dir"]
 
 
-@dataclasses.dataclass
-class SearchSettings:
-    """Everything a search run needs; see :meth:`from_spec`."""
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """One run of a spec: the spec, its validated space, and where the run keeps its study and files."""
 
+    spec: Spec
+    #: the spec's space, validated against the block registry (``nas.search.space.load``)
+    space: SearchSpace
     study: str
     storage: str
-    space: SearchSpace
-    #: finished trials wanted; None: as many as ``max_flops`` buys
-    trials: int | None
-    budget: Budget
-    recipe: TrainRecipe
-    objective: str = "loss+flops"
-    #: ``auto``: the measured best for the objective (``nas.search.samplers.build.AUTO``; ``nas.search.storage.study.sampler_name``)
-    sampler: str = "auto"
-    population: int | None = None
-    seed: int = 0
-    #: training FLOPs the whole search may spend (nas.search.driver.allowance); None: no such limit
-    max_flops: float | None = None
-    hurdles: Hurdles = dataclasses.field(default_factory=Hurdles)
-    workers: int = 1
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    address: str | None = None
-    device: str = "auto"
+    #: the corpus the trials train on, resolved (with a tokenizer: the token files); None: the default
     data: str | None = None
-    tb_dir: str | None = None
     #: where the study's files go by default (checked writable before anything starts)
     runs_dir: str | None = None
-    retries: int = 2
-    #: seconds a Ray worker may take to start or restart before the search goes on without it
-    worker_timeout: float = 300.0
-    trial_timeout: float | None = None  # seconds a trial may run before its worker is killed
-    #: run trials one at a time in the driver's process, without Ray (``--local``)
-    local: bool = False
-    dashboard: bool = False
-    #: "lm" trains; "proxy:params" etc. scores without training; "sleep:S" is for overhead benchmarks
-    evaluator: str = "lm"
-    #: an evaluator run before each candidate trains; its value meets a hurdle at fraction 0
-    #: (``hurdles.fractions`` then starts with 0.0; :mod:`evaluators.prescreen`)
-    prescreen: str | None = None
-    #: train through torch.compile; not in the fingerprint: it changes speed, not what is measured
-    compile: bool = False
-    #: the spec this run was made from, kept whole in the study (None: settings built by hand)
-    spec: Spec | None = None
-
-    @classmethod
-    def from_spec(cls, spec: Spec, space: SearchSpace, *, study: str, storage: str, runs_dir: str,
-                  data: str | None) -> SearchSettings:  # fmt: skip
-        """The settings of a run of ``spec`` (``space`` is its validated space, ``data`` its resolved corpus)."""
-        s, r = spec.search, spec.resources
-        return cls(
-            study=study, storage=storage, space=space, trials=s.wanted_trials(), budget=spec.budget,
-            recipe=spec.recipe, objective=s.objective, sampler=s.sampler, population=s.population,
-            seed=spec.seed, max_flops=s.max_flops,
-            hurdles=Hurdles((0.0,) * (s.prescreen is not None) + s.hurdles, percentile=s.hurdle_percentile,
-                            min_trials=s.hurdle_min_trials),
-            workers=r.worker_count(os.cpu_count()), cpus_per_trial=r.cpus_per_trial,
-            gpus_per_trial=r.gpus_per_trial, address=r.address, device=r.device, data=data,
-            tb_dir=tensorboard_dir(runs_dir, study, storage) if r.tensorboard else None, runs_dir=runs_dir,
-            retries=r.retries, worker_timeout=r.worker_timeout, trial_timeout=r.trial_timeout,
-            local=r.local, dashboard=r.dashboard, evaluator=s.evaluator, prescreen=s.prescreen, compile=r.compile,
-            spec=spec,
-        )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_study_name(self.study, "--study")
@@ -107,70 +59,73 @@ class SearchSettings:
                 f"--storage {self.storage!r} keeps the study in memory: every trial would be lost when the "
                 "search ends; use a file (sqlite:///path/study.db) or a database server (postgresql://...)"
             )
-        if self.trials is None and self.max_flops is None:
-            raise UserError("give search.trials, search.max_flops or both: a search needs something that ends it")
-        h = self.hurdles
-        # the spec's sections hold the rules; building them from these fields applies them
-        SearchSection(objective=self.objective, sampler=self.sampler, population=self.population,
-                      seed=self.seed, trials=self.trials, max_flops=self.max_flops,
-                      hurdles=tuple(f for f in h.fractions if f > 0), hurdle_percentile=h.percentile,
-                      hurdle_min_trials=h.min_trials, prescreen=self.prescreen)  # fmt: skip
-        if (0.0 in h.fractions) != (self.prescreen is not None):
-            raise ValueError("a hurdle at fraction 0 is the prescreen's: hurdles start with 0.0 exactly when "
-                             "prescreen is set")  # fmt: skip
-        Resources(workers=self.workers, cpus_per_trial=self.cpus_per_trial, gpus_per_trial=self.gpus_per_trial,
-                  address=self.address, retries=self.retries, worker_timeout=self.worker_timeout,
-                  trial_timeout=self.trial_timeout, device=self.device, compile=self.compile, local=self.local,
-                  dashboard=self.dashboard)  # fmt: skip
         from evaluators import registry  # the registry of evaluator names (torch: not in nas.spec)
 
+        search = self.spec.search
         try:
-            registry.check(self.evaluator)
+            registry.check(search.evaluator)
         except ConfigError as err:
             raise ConfigError(err.message, "search.evaluator (--evaluator)") from None
-        if self.prescreen is not None:
-            if self.prescreen.partition(":")[0] == "lm":
-                raise ConfigError("lm would train each candidate twice; a prescreen is a cheaper evaluator: "
-                                  "probes[:TASK,TASK][@STEPS] or proxy:NAME", "search.prescreen (--prescreen)")  # fmt: skip
+        if search.prescreen is not None:
             try:
-                registry.check(self.prescreen, kinds=registry.SCREENS)
+                registry.check(search.prescreen, kinds=registry.SCREENS)
             except ConfigError as err:
                 raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
-            if self.prescreen == self.evaluator:
-                raise ConfigError(f"is the search's evaluator too ({self.evaluator}): each candidate would be "
-                                  "scored twice the same way; screen with a cheaper evaluator or leave it out",
-                                  "search.prescreen (--prescreen)")  # fmt: skip
-        if self.max_flops is not None and self.budget.kind == "flops" and self.max_flops < self.budget.value:
-            raise UserError(f"search.max_flops (--max-flops) {self.max_flops:g} is less than one candidate's budget "
-                            f"({self.budget}): no trial could start")  # fmt: skip
+
+    @property
+    def trials(self) -> int | None:
+        """Finished trials wanted (None: as many as ``search.max_flops`` buys)."""
+        return self.spec.search.wanted_trials()
+
+    @property
+    def workers(self) -> int:
+        """Concurrent trials: ``resources.workers``, or the default for this machine."""
+        return self.spec.resources.worker_count(os.cpu_count())
+
+    @property
+    def hurdles(self) -> Hurdles:
+        """The search's hurdles; with a prescreen, one at fraction 0 first (``evaluators.prescreen``)."""
+        s = self.spec.search
+        return Hurdles((0.0,) * (s.prescreen is not None) + s.hurdles, percentile=s.hurdle_percentile,
+                       min_trials=s.hurdle_min_trials)  # fmt: skip
+
+    @property
+    def tb_dir(self) -> str | None:
+        """The study's TensorBoard runs (None: ``resources.tensorboard`` off, or no runs directory)."""
+        if not self.spec.resources.tensorboard or self.runs_dir is None:
+            return None
+        return tensorboard_dir(self.runs_dir, self.study, self.storage)
 
     def check_environment(self) -> Any:
-        """Refuse settings whose corpus, directories, storage or Ray address cannot work now;
+        """Refuse a run whose corpus, directories, storage or Ray address cannot work now;
         returns the corpus.  Creates nothing; the default corpus is fetched (once per process) here.
         """
         from nas.data import load_corpus
         from nas.preflight import check_devices, check_search
 
+        r = self.spec.resources
         # a device the trials' machine does not have would fail every trial: refused before anything exists
         # joined: a cluster's GPUs are checked by the pool once joined (so is a Ray this process already
         # runs, which the pool uses as it is: a library caller's, or the tests' cluster)
         ray = sys.modules.get("ray")
-        joined = not self.local and (self.address is not None or bool(ray and ray.is_initialized()))
-        check_devices(self.device, self.gpus_per_trial, on_ray=not self.local, this_machine=not joined)
+        joined = not r.local and (r.address is not None or bool(ray and ray.is_initialized()))
+        check_devices(r.device, r.gpus_per_trial, on_ray=not r.local, this_machine=not joined)
 
         corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
-        check_search(self.space, self.recipe, self.budget, corpus, trains=self.evaluator == "lm")
+        check_search(self.space, self.spec.recipe, self.spec.budget, corpus,
+                     trains=self.spec.search.evaluator == "lm")  # fmt: skip
         if self.runs_dir is not None:
             check_writable_dir(self.runs_dir, "--runs-dir")
-        if self.tb_dir is not None:
-            check_writable_dir(self.tb_dir, "--runs-dir")
+        tb = self.tb_dir
+        if tb is not None:
+            check_writable_dir(tb, "--runs-dir")
         check_storage_url(self.storage)
         db = sqlite_path(self.storage)
         if db is not None:  # the database file and its directory, as every output path
             check_output_file(db, f"--storage {self.storage!r}")
-        if self.address is not None and not self.local:
-            check_address(self.address)
+        if r.address is not None and not r.local:
+            check_address(r.address)
         return corpus
 
     def fingerprint(self) -> dict[str, Any]:
@@ -178,12 +133,12 @@ class SearchSettings:
         return {
             "space_fingerprint": self.space.fingerprint,
             "space_file": self.space.source,
-            "objective": self.objective,
-            "budget": self.budget.to_dict(),
-            "recipe": self.recipe.to_dict(),
+            "objective": self.spec.search.objective,
+            "budget": self.spec.budget.to_dict(),
+            "recipe": self.spec.recipe.to_dict(),
             "data": data_record(self.data),  # by content: name, vocabulary, fingerprint, tokenizer
-            "seed": self.seed,
-            "evaluator": self.evaluator,
+            "seed": self.spec.seed,
+            "evaluator": self.spec.search.evaluator,
         }
 
 
@@ -195,12 +150,6 @@ def tensorboard_dir(runs_dir: str, study: str, storage: str) -> str:
     if storage != default_storage(runs_dir, study):
         tb = tb / f"storage-{hashlib.sha256(storage.encode()).hexdigest()[:8]}"
     return str(tb)
-
-
-def flag(field: str) -> str:
-    """The spec field (and ``--`` flag) that sets the settings field ``field``."""
-    section = "resources" if field in {f.name for f in dataclasses.fields(Resources)} else "search"
-    return f"{section}.{field}"
 
 
 def check_address(address: str) -> None:
