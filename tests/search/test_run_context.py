@@ -114,7 +114,7 @@ def test_payload_keys_are_what_the_worker_reads() -> None:
                            evaluator="lm")
     d = payload.to_dict()
     assert list(d) == ["arch", "recipe", "budget", "data", "device", "hurdles", "thresholds", "logdir",
-                       "hparams", "evaluator", "compile", "prescreen"]
+                       "hparams", "evaluator", "compile", "prescreen", "spec"]
     assert d["thresholds"] == {"0.5": 3.0} and d["arch"] == {"d_model": 16}
     assert TrialPayload.from_dict(d) == payload
 

@@ -1,6 +1,6 @@
 """From a sampled architecture to a worker's job: the trial payload, made from the run's spec.
 
-The recipe and the budget travel as their own ``to_dict`` forms; the
+The recipe, the budget and the spec's other sections travel as their own ``to_dict`` forms; the
 rest is what the driver resolves for the worker (the corpus, the device, the hurdles' thresholds,
 the TensorBoard run).  The space's caps, checked before a candidate gets this far, are in
 :mod:`nas.search.space.candidate`; the payload's fields in :mod:`nas.execution.payload`.
@@ -18,6 +18,10 @@ from nas.execution.payload import TrialPayload
 from nas.models import ArchConfig
 from nas.search.driver.context import RunContext
 
+#: the spec's sections a payload carries whole under ``spec`` (recipe and budget have keys of their own)
+SECTIONS = ("data", "search", "resources")
+
+
 def trial_payload(run: RunContext, study: optuna.Study, trial: Trial, arch: ArchConfig) -> TrialPayload:
     """What a worker needs to run ``trial``; the hurdle thresholds come from the trials finished so far."""
     spec, r, hurdles, tb = run.spec, run.spec.resources, run.hurdles, run.tb_dir
@@ -34,6 +38,7 @@ def trial_payload(run: RunContext, study: optuna.Study, trial: Trial, arch: Arch
         evaluator=spec.search.evaluator,
         compile=r.compile,
         prescreen=spec.search.prescreen,
+        spec={name: getattr(spec, name).to_dict() for name in SECTIONS},
     )
 
 
