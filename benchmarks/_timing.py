@@ -15,10 +15,10 @@ def timed_search(argv: list[str]) -> tuple[Any, dict[str, float]]:
     been told (the pool is shut down); ``shut`` when the pool's shutdown has returned.
     """
     from nas.cli import build_parser
-    from nas.commands.search import build_settings
+    from nas.commands.search import build_run
     from nas.search.driver import loop as drv
 
-    settings = build_settings(build_parser().parse_args(argv))
+    settings = build_run(build_parser().parse_args(argv))
     marks: dict[str, float] = {"start": time.perf_counter()}
 
     def pool_factory(s: Any) -> Any:

@@ -46,7 +46,7 @@ from optuna.trial import TrialState  # noqa: E402
 from benchmarks._chaos import WorkerKiller  # noqa: E402
 from benchmarks._soak import family, soak  # noqa: E402
 from nas.cli import build_parser  # noqa: E402
-from nas.commands.search import build_settings  # noqa: E402
+from nas.commands.search import build_run  # noqa: E402
 from nas.search.driver.inflight import default_pool  # noqa: E402
 from nas.search.driver.loop import Driver  # noqa: E402
 
@@ -132,7 +132,7 @@ def main() -> int:
             "--workers", str(opts.workers), "--retries", str(opts.retries), "--sampler", "random",
             "--seed", str(opts.seed), "--no-tensorboard",
         ])  # fmt: skip
-        settings = build_settings(args)
+        settings = build_run(args)
         holder: dict[str, Any] = {}
 
         def factory(s: Any) -> Any:

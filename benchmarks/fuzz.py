@@ -56,7 +56,7 @@ def main_() -> None:
     local_pool = nas.search.driver.loop.default_pool
 
     def no_ray(s: object) -> object:
-        if not getattr(s, "local", False):
+        if not s.spec.resources.local:  # type: ignore[attr-defined]
             raise AssertionError("a fuzz case started the Ray pool")
         return local_pool(s)  # type: ignore[arg-type]
 

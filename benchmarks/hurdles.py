@@ -129,9 +129,8 @@ not been rerun.
 def run_search(name: str, seed: int, runs: Path) -> dict[str, Any]:
     """One search in this process (as the CLI builds it); returns its trials as plain data."""
     from nas.cli import build_parser
-    from nas.commands.search import build_settings
+    from nas.commands.search import build_run
     from nas.search.driver.loop import Driver
-    from nas.search.samplers.hurdles import Hurdles
 
     flags = SEARCHES[name][1]
     args = build_parser().parse_args([
@@ -139,9 +138,10 @@ def run_search(name: str, seed: int, runs: Path) -> dict[str, Any]:
         "--seed", str(seed), "--budget-flops", f"{BUDGET:g}", "--no-tensorboard", "--device", "cpu",
         "--runs-dir", str(runs), "--study", f"{name}-seed{seed}", *flags,
     ])
-    settings = build_settings(args)
+    settings = build_run(args)
     if name.startswith("reference"):  # hurdles that record, never stop: no threshold ever becomes active
-        settings = dataclasses.replace(settings, hurdles=Hurdles(RECORD, min_trials=sys.maxsize))
+        search = {"hurdles": RECORD, "hurdle_min_trials": sys.maxsize}
+        settings = dataclasses.replace(settings, spec=settings.spec.replace(search=search))
     t0 = time.perf_counter()
     study = Driver(settings, out=io.StringIO()).run()
     return record(study, flags, seed, time.perf_counter() - t0)

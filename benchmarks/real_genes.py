@@ -44,7 +44,7 @@ def run(
     """(drawn at random, all values) by kind of gene, over the trials after the start-up ones."""
     import nas.search.storage.study as study_mod
     from nas.cli import build_parser
-    from nas.commands.search import build_settings
+    from nas.commands.search import build_run
     from nas.search.driver.loop import Driver
     from nas.search.samplers.build import default_population
     from nas.search.samplers.nsga import record_random_draws
@@ -64,7 +64,7 @@ def run(
             "--trials", str(trials), "--budget-flops", f"{budget:g}", "--no-tensorboard", "--device", "cpu",
             "--runs-dir", str(runs), "--study", f"{sampler}-{seed}", "--sampler", sampler,
         ])  # fmt: skip
-        study = Driver(build_settings(args), out=io.StringIO()).run()
+        study = Driver(build_run(args), out=io.StringIO()).run()
     finally:
         study_mod.make_sampler = original
     start = default_population(trials)

@@ -24,7 +24,7 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     local_pool = nas.search.driver.loop.default_pool
 
     def no_ray_pool(settings: Any) -> Any:  # every case runs with --local: Ray must never start
-        if not settings.local:
+        if not settings.spec.resources.local:
             raise AssertionError("a fuzz case started the Ray pool")
         return local_pool(settings)
 

@@ -263,7 +263,7 @@ def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: A
               seed0: int) -> Any:  # fmt: skip
     """The confirmation's own settings: the search's spec, one run at a time from a queue, the
     resources this command was given."""
-    from nas.search.driver.settings import SearchSettings
+    from nas.search.driver.context import RunContext
     from nas.spec import Resources
 
     resources = apply(spec.replace(resources=Resources()), overrides(args)).resources
@@ -274,8 +274,7 @@ def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: A
               "hurdles": (), "hurdle_percentile": 50.0, "hurdle_min_trials": 3, "prescreen": None,
               "evaluator": "lm", "seed": seed0}  # fmt: skip
     confirm_spec = spec.replace(search=search, resources=resources)
-    return SearchSettings.from_spec(confirm_spec, space, study=name, storage=url, runs_dir=args.runs_dir,
-                                    data=data)  # fmt: skip
+    return RunContext(confirm_spec, space, study=name, storage=url, data=data, runs_dir=args.runs_dir)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from nas.spec.flags import add_spec_flags, apply, overrides
 from nas.validate import check_study_name
 
 if TYPE_CHECKING:
-    from nas.search.driver.settings import SearchSettings
+    from nas.search.driver.context import RunContext
     from nas.search.space.load import SearchSpace
 
 #: a search_spaces/default.yaml in the working directory wins; else the shipped one (nas.shipped)
@@ -108,15 +108,15 @@ def _stored_spec(args: argparse.Namespace) -> Spec | None:
         return None  # a storage that cannot be read is refused, in one line, where the search opens it
 
 
-def build_settings(args: argparse.Namespace) -> SearchSettings:
-    """The settings of this run: the spec (file, study or default, then flags), checked once."""
+def build_run(args: argparse.Namespace) -> RunContext:
+    """This run: the spec (file, study or default, then flags), checked once, and its context."""
     from nas.data import resolve_data
-    from nas.search.driver.settings import SearchSettings
+    from nas.search.driver.context import RunContext
 
     spec, space, study, storage = resolve_spec(args)
     # with a tokenizer: the cached token files, made once here
     data = resolve_data(data_or_default(spec.data.corpus, space.task), spec.data.tokenizer)
-    return SearchSettings.from_spec(spec, space, study=study, storage=storage, runs_dir=args.runs_dir, data=data)
+    return RunContext(spec, space, study=study, storage=storage, data=data, runs_dir=args.runs_dir)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,11 +124,12 @@ def run(args: argparse.Namespace) -> int:
     from nas.search.reports.lookup import state_counts
     from nas.search.reports.tables import format_table, leaderboard
 
-    settings = build_settings(args)
+    settings = build_run(args)
     if args.demo:
+        budget = settings.spec.budget
         print(
             f"Demo search: {settings.trials} candidate architectures from {settings.space.source}, each "
-            f"trained on Shakespeare for the same compute ({settings.budget}) on {settings.workers} local "
+            f"trained on Shakespeare for the same compute ({budget}) on {settings.workers} local "
             "Ray worker(s);\na candidate whose validation loss is worse than the median at half its budget "
             "stops there (a hurdle).\nEach line below is one finished candidate; the Pareto front of loss "
             f"vs FLOPs per token comes at the end.\nSee `{prog_name()} search --help` for the real thing.",

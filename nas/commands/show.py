@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     study, url = open_study(args)
     if args.spec or args.trial is None:
         return _show_study(args, study)
-    from nas.search.driver.settings import tensorboard_dir
+    from nas.search.driver.context import tensorboard_dir
     from nas.search.reports.lookup import get_trial
     from nas.search.reports.trial import format_trial, trial_detail
 

@@ -27,10 +27,10 @@ from nas.errors import UserError
 from nas.execution.pool import Pool
 from nas.execution.worker import DIVERGED
 from nas.redact import mask_url
+from nas.search.driver.context import RunContext
 from nas.search.driver.inflight import Running, default_pool
 from nas.search.driver.loop import Driver
 from nas.search.driver.payload import trial_payload
-from nas.search.driver.settings import SearchSettings
 from nas.search.storage.records import CONFIRM_OF, REQUEUED, SETTINGS, load_study, study_exists
 from nas.search.storage.study import check_settings, check_spec, count_done, create_under_lease
 from nas.search.storage.urls import fast_sqlite_commits, open_storage
@@ -63,12 +63,13 @@ class ConfirmDriver(Driver):
 
     def __init__(
         self,
-        settings: SearchSettings,
+        settings: RunContext,
         entries: Sequence[Entry],
-        pool_factory: Callable[[SearchSettings], Pool] | None = None,
+        pool_factory: Callable[[RunContext], Pool] | None = None,
         out: TextIO | None = None,
+        trials: int | None = None,
     ) -> None:
-        super().__init__(settings, pool_factory, out)
+        super().__init__(settings, pool_factory, out, trials=trials)
         self.entries = {e.index: e for e in entries}
         self.flops: dict[int, float] = {}  # forward FLOPs per token, by entry index
 
@@ -85,7 +86,7 @@ class ConfirmDriver(Driver):
                 study, trial, TrialState.FAIL, f"no confirm run for arch index {run.arch}"
             )
         s, arch = self.s, entry.arch
-        c = compute(arch, s.recipe.seq_len)
+        c = compute(arch, s.spec.recipe.seq_len)
         for key, value in (
             ("arch", arch.to_dict()),
             ("arch_id", arch.arch_id),
@@ -101,8 +102,8 @@ class ConfirmDriver(Driver):
             trial.set_user_attr(key, value)
         payload = dataclasses.replace(
             trial_payload(s, study, trial, arch),
-            recipe=dataclasses.replace(s.recipe, seed=run.seed, lr=run.lr).to_dict(),
-            budget=scaled_budget(s.budget, run.scale).to_dict(),
+            recipe=dataclasses.replace(s.spec.recipe, seed=run.seed, lr=run.lr).to_dict(),
+            budget=scaled_budget(s.spec.budget, run.scale).to_dict(),
         )
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = Running(
@@ -114,10 +115,10 @@ class ConfirmDriver(Driver):
         """A run's cost relative to the others: its scale, times its FLOPs per token under a steps or
         tokens budget (a FLOPs or seconds budget costs the same at every width)."""
         entry = self.entries.get(run.arch)
-        if self.s.budget.kind in ("flops", "seconds") or entry is None:
+        if self.s.spec.budget.kind in ("flops", "seconds") or entry is None:
             return run.scale
         if run.arch not in self.flops:
-            self.flops[run.arch] = compute(entry.arch, self.s.recipe.seq_len).fwd_flops_per_token
+            self.flops[run.arch] = compute(entry.arch, self.s.spec.recipe.seq_len).fwd_flops_per_token
         return run.scale * self.flops[run.arch]
 
     def _pending(self) -> tuple[list[float], list[tuple[float, float]]]:
@@ -132,11 +133,11 @@ class ConfirmDriver(Driver):
 class _KeptPool:
     """One pool for both phases of a confirmation: the driver's ``shutdown`` leaves it running."""
 
-    def __init__(self, factory: Callable[[SearchSettings], Pool]) -> None:
+    def __init__(self, factory: Callable[[RunContext], Pool]) -> None:
         self.factory = factory
         self.pool: Pool | None = None
 
-    def __call__(self, settings: SearchSettings) -> Any:
+    def __call__(self, settings: RunContext) -> Any:
         if self.pool is None:
             self.pool = self.factory(settings)
         return _NoShutdown(self.pool)
@@ -189,7 +190,7 @@ class Plan:
         return cls(*(tuple(d.get(f.name) or ()) for f in dataclasses.fields(cls)))
 
 
-def open_confirm_study(settings: SearchSettings, source: str, entries: Sequence[Entry]) -> optuna.Study:
+def open_confirm_study(settings: RunContext, source: str, entries: Sequence[Entry]) -> optuna.Study:
     """The confirm study, created if new (settings record first, so the driver never replaces it)."""
     storage = open_storage(settings.storage)
     name = settings.study
@@ -294,7 +295,7 @@ def planned_runs(study: optuna.Study, plan: Plan, wanted: Sequence[Entry], recip
 
 
 def _drive(
-    settings: SearchSettings,
+    settings: RunContext,
     study: optuna.Study,
     entries: Sequence[Entry],
     pools: _KeptPool,
@@ -306,15 +307,15 @@ def _drive(
     if pending == 0:
         return
     target = count_done(study) + pending
-    ConfirmDriver(dataclasses.replace(settings, trials=target), entries, pools, out).run()
+    ConfirmDriver(settings, entries, pools, out, trials=target).run()
 
 
 def run_confirmation(
-    settings: SearchSettings,
+    settings: RunContext,
     source: str,
     every: Sequence[Entry],
     plan: Plan,
-    pool_factory: Callable[[SearchSettings], Pool] | None = None,
+    pool_factory: Callable[[RunContext], Pool] | None = None,
     out: TextIO | None = None,
     flags: str = "",
 ) -> optuna.Study:
@@ -333,7 +334,7 @@ def run_confirmation(
         if lrs:
             enqueue_missing(study, sweep_runs(plan, wanted), by_index, rerun_before)
             _drive(settings, study, every, pools, out)
-        enqueue_missing(study, planned_runs(study, plan, wanted, settings.recipe.lr), by_index, rerun_before)
+        enqueue_missing(study, planned_runs(study, plan, wanted, settings.spec.recipe.lr), by_index, rerun_before)
         _drive(settings, study, every, pools, out)
     finally:
         pools.close()

@@ -28,6 +28,9 @@ class TrialPayload:
     evaluator: str  # "lm", "proxy:NAME" or "sleep:S"
     compile: bool = False  # train through torch.compile (falls back to eager if compiling fails)
     prescreen: str | None = None  # an evaluator run first; its value meets the hurdle at fraction 0
+    #: the spec's other sections as their ``to_dict`` forms ({"data": ..., "search": ..., "resources": ...}):
+    #: a field added to a section reaches the worker with no edit here
+    spec: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The plain dict a worker receives (the keys are the field names)."""

@@ -166,7 +166,8 @@ class SearchSection(Section):
         check=evaluator_name("probes:memorization@100 or proxy:params"), metavar="EVALUATOR")  # fmt: skip
 
     def check(self) -> None:
-        # the evaluator's name is checked by the search (nas.search.driver.settings): its registry imports torch
+        # the evaluator names are checked against the registry by the run (nas.search.driver.context): the
+        # registry imports torch
         stops = self.hurdles != () or self.prescreen is not None
         if not stops and (self.hurdle_percentile != 50.0 or self.hurdle_min_trials != 3):
             which = "hurdle_percentile" if self.hurdle_percentile != 50.0 else "hurdle_min_trials"
@@ -177,6 +178,14 @@ class SearchSection(Section):
             raise ConfigError(f"has no effect with {named('search', 'sampler')} random (it sizes nsga2 and "
                               "evolution, and tpe's random start); drop it or choose another sampler",
                               named("search", "population"))  # fmt: skip
+        if self.prescreen is not None:
+            if self.prescreen.partition(":")[0] == "lm":
+                raise ConfigError("lm would train each candidate twice; a prescreen is a cheaper evaluator: "
+                                  "probes[:TASK,TASK][@STEPS] or proxy:NAME", named("search", "prescreen"))
+            if self.prescreen == self.evaluator:
+                raise ConfigError(f"is the search's evaluator too ({self.evaluator}): each candidate would "
+                                  "be scored twice the same way; screen with a cheaper evaluator or leave it "
+                                  "out", named("search", "prescreen"))
 
     def wanted_trials(self) -> int | None:
         """Finished trials wanted: as given, else the default unless the compute ends the search."""

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from nas.errors import ConfigError
+from nas.errors import ConfigError, UserError
 from nas.spec.sections import DataSpec, Resources, SearchSection
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import short_repr
@@ -50,6 +50,13 @@ class Spec:
     resources: Resources = dataclasses.field(default_factory=Resources)
     #: the file it came from ("" when built otherwise); not part of the spec's content
     source: str = dataclasses.field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        """Rules between sections (each section checks its own fields and the rules among them)."""
+        s, b = self.search, self.budget
+        if s.max_flops is not None and b.kind == "flops" and s.max_flops < b.value:
+            raise UserError(f"search.max_flops (--max-flops) {s.max_flops:g} is less than one candidate's "
+                            f"budget ({b}): no trial could start")
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "") -> Spec:

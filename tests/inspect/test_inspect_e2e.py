@@ -21,12 +21,11 @@ from nas.cli import main
 from nas.execution.pool import PoolBase
 from nas.execution.ray_pool import Finished
 from nas.execution.worker import run_trial
+from nas.search.driver.context import RunContext
 from nas.search.driver.loop import Driver
-from nas.search.driver.settings import SearchSettings
-from nas.search.samplers.hurdles import Hurdles
-from nas.search.space.load import load_space
+from nas.search.space.load import load_spec
 from nas.search.storage.urls import default_storage
-from nas.spec.training import Budget, TrainRecipe
+from nas.spec.training import Budget
 
 SPACE = Path(__file__).resolve().parents[1] / "search" / "tiny_space.yaml"
 
@@ -34,7 +33,7 @@ SPACE = Path(__file__).resolve().parents[1] / "search" / "tiny_space.yaml"
 class InlinePool(PoolBase):
     """The pool interface of ``RayPool``, one trial at a time in this process."""
 
-    def __init__(self, settings: SearchSettings) -> None:
+    def __init__(self, run: RunContext) -> None:
         self.done: list[Finished] = []
 
     def has_idle(self) -> bool:
@@ -73,21 +72,13 @@ def corpus(tmp_path: Path) -> Path:
 def test_search_inspect_export_retrain(tmp_path: Path, corpus: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # the default layout: runs/<study>/...
     runs = Path("runs")
-    space = load_space(SPACE)
-    settings = SearchSettings(
-        study="tiny",
-        storage=default_storage(runs, "tiny"),
-        space=space,
-        trials=5,
-        budget=Budget("steps", 8),
-        recipe=TrainRecipe.from_dict({**space.recipe, "seed": 3}),
-        sampler="random",
-        seed=3,
-        hurdles=Hurdles((0.5,), min_trials=2),
-        device="cpu",
-        data=str(corpus),
-        tb_dir=str(runs / "tiny" / "tb"),
-    )
+    spec, space = load_spec(SPACE)
+    spec = spec.replace(recipe={"seed": 3}, budget=Budget("steps", 8), resources={"device": "cpu"},
+                        search={"trials": 5, "sampler": "random", "seed": 3, "hurdles": (0.5,),
+                                "hurdle_min_trials": 2})  # fmt: skip
+    settings = RunContext(spec, space, study="tiny", storage=default_storage(runs, "tiny"), data=str(corpus),
+                          runs_dir=str(runs))  # fmt: skip
+    assert settings.tb_dir == str(runs / "tiny" / "tb")
     Driver(settings, pool_factory=InlinePool, out=open("search.log", "w")).run()  # noqa: SIM115
     capsys.readouterr()
 

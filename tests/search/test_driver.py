@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from nas.cli import main
-from nas.search.driver.settings import tensorboard_dir
+from nas.search.driver.context import tensorboard_dir
 from nas.search.reports.tables import leaderboard
 
 ROOT = Path(__file__).resolve().parents[2]

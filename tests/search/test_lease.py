@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from nas.cli import build_parser, main
-from nas.commands.search import build_settings
+from nas.commands.search import build_run
 from nas.search.driver.loop import Driver
 from nas.search.storage.lease import (
     LEASE_TABLE,
@@ -130,7 +130,7 @@ def test_a_killed_drivers_lease_is_taken_over(tmp_path: Path, text_corpus: Path)
 
     out = io.StringIO()
     args = build_parser().parse_args(argv)
-    Driver(build_settings(args), out=out).run()  # at once: the holder's process is gone
+    Driver(build_run(args), out=out).run()  # at once: the holder's process is gone
     assert f"took over the study from a driver that is gone (host {socket.gethostname()}, PID {first.pid}" \
         in out.getvalue()
     trials = optuna.load_study(study_name="s", storage=url).trials
@@ -153,7 +153,7 @@ def test_a_stalled_drivers_lease_expires_and_it_stops_on_waking(tmp_path: Path, 
         os.kill(first.pid, signal.SIGSTOP)
         time.sleep(1.5)  # five heartbeats missed
         out = io.StringIO()
-        Driver(build_settings(build_parser().parse_args(argv)), out=out).run()
+        Driver(build_run(build_parser().parse_args(argv)), out=out).run()
         assert f"took over the study from a driver that is gone (host {socket.gethostname()}, PID " \
             f"{first.pid}" in out.getvalue()
         before = optuna.load_study(study_name="s", storage=url).trials
@@ -234,7 +234,8 @@ def test_the_lease_is_released_when_the_pool_cannot_start(tmp_path: Path, text_c
     url = f"sqlite:///{tmp_path / 's.db'}"
     argv = search_argv(url, text_corpus, "--trials", "1", "--evaluator", "proxy:params")
     assert main(argv) == 0
-    settings = dataclasses.replace(build_settings(build_parser().parse_args(argv)), trials=2)
+    run = build_run(build_parser().parse_args(argv))
+    settings = dataclasses.replace(run, spec=run.spec.replace(search={"trials": 2}))
 
     def broken(_settings: object) -> object:
         raise RuntimeError("no pool")

@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from nas.cli import build_parser
-from nas.commands.search import build_settings
+from nas.commands.search import build_run
 from nas.execution.pool import Finished, PoolBase
 from nas.execution.worker import OUT_OF_MEMORY, run_trial
 from nas.search.driver.loop import Driver
@@ -69,7 +69,7 @@ def search(tmp_path: Path, corpus: Path, pool: ScriptedPool, gpus: str) -> list[
         "--runs-dir", str(tmp_path / "runs"), "--data", str(corpus), "--no-tensorboard", "--trials", "3",
         "--sampler", "random", "--evaluator", "proxy:params", "--gpus-per-trial", gpus, "--workers", "1",
     ])  # fmt: skip
-    Driver(build_settings(args), pool_factory=pool, out=io.StringIO()).run()
+    Driver(build_run(args), pool_factory=pool, out=io.StringIO()).run()
     return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
 
 

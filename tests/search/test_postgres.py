@@ -28,7 +28,7 @@ import yaml
 from optuna.trial import TrialState
 
 from nas.cli import build_parser, main
-from nas.commands.search import build_settings
+from nas.commands.search import build_run
 from nas.search.driver.loop import Driver
 from nas.search.storage.urls import open_storage
 from tests.search.test_lease import check_concurrent_acquisition, check_recreated_study_is_not_blocked
@@ -109,7 +109,7 @@ def test_search_lease_and_resume_after_sigkill(tmp_path: Path, text_corpus: Path
     assert finished and running  # the refused driver touched nothing; the killed one left its trial
 
     out = io.StringIO()
-    Driver(build_settings(build_parser().parse_args(argv)), out=out).run()
+    Driver(build_run(build_parser().parse_args(argv)), out=out).run()
     assert f"took over the study from a driver that is gone (host {socket.gethostname()}, PID {first.pid}" \
         in out.getvalue()
     trials = optuna.load_study(study_name="s", storage=pg_url).trials

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from benchmarks._chaos import WorkerKiller
 from nas.cli import build_parser, main
-from nas.commands.search import build_settings
+from nas.commands.search import build_run
 from nas.cost import compute
 from nas.models import ArchConfig
 from nas.search.driver.inflight import default_pool
@@ -37,7 +37,7 @@ def settings_for(tmp_path: Path, corpus: Path, *extra: str) -> Any:
         "--runs-dir", str(tmp_path / "runs"), "--data", str(corpus), "--no-tensorboard",
         "--sampler", "random", *extra,
     ])  # fmt: skip
-    return build_settings(args)
+    return build_run(args)
 
 
 class Recorder:

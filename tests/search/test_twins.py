@@ -17,7 +17,7 @@ from optuna.trial import TrialState, create_trial
 
 import nas.search.driver.loop as driver_module
 from nas.cli import build_parser
-from nas.commands.search import build_settings
+from nas.commands.search import build_run
 from nas.execution.pool import Finished
 from nas.search.driver.allowance import spent_flops
 from nas.search.driver.loop import METRIC_KEYS, Driver
@@ -80,7 +80,7 @@ def search(
         "--objective", "loss", "--hurdles", "0.5", "--hurdle-percentile", "50", "--hurdle-min-trials", "1",
     ])  # fmt: skip
     pool = pool or ScriptedPool(oom=set())
-    Driver(build_settings(args), pool_factory=pool, out=io.StringIO()).run()
+    Driver(build_run(args), pool_factory=pool, out=io.StringIO()).run()
     trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
     assert [t.params["n_layers"] for t in trials] == layers
     return trials, [tag for tag, _ in pool.submitted]

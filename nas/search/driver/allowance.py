@@ -44,7 +44,7 @@ from nas.cost import Compute
 from nas.spec.training import Budget
 
 if TYPE_CHECKING:
-    from nas.search.driver.settings import SearchSettings
+    from nas.spec import Spec
 
 #: finished trials in a row that trained nothing, after which a search without --trials ends
 IDLE_LIMIT = 100
@@ -97,10 +97,11 @@ class Allowance:
         self.idle = 0  # finished trials in a row that trained nothing
 
     @classmethod
-    def of(cls, settings: SearchSettings) -> Allowance:
-        """The limits ``settings`` set (a FLOPs budget per candidate: the most any trial spends)."""
-        per_trial = settings.budget.value if settings.budget.kind == "flops" else 0.0
-        return cls(settings.trials, settings.max_flops, per_trial=per_trial)
+    def of(cls, spec: Spec, trials: int | None) -> Allowance:
+        """The limits of a run of ``spec`` that wants ``trials`` finished trials (a FLOPs budget per
+        candidate: the most any trial spends)."""
+        per_trial = spec.budget.value if spec.budget.kind == "flops" else 0.0
+        return cls(trials, spec.search.max_flops, per_trial=per_trial)
 
     def may_launch(self, done: int, running: int) -> bool:
         """True when another trial may start, with ``done`` finished and ``running`` under way."""

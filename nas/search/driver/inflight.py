@@ -10,7 +10,7 @@ from nas.cost import Compute
 from nas.execution.payload import TrialPayload
 from nas.execution.pool import Pool
 from nas.models import ArchConfig
-from nas.search.driver.settings import SearchSettings
+from nas.search.driver.context import RunContext
 
 
 @dataclasses.dataclass
@@ -36,20 +36,21 @@ class Waiting:
     cost: Compute
 
 
-def default_pool(settings: SearchSettings) -> Pool:
-    """The pool ``settings`` ask for: Ray actors, or the driver's own process with ``--local``."""
-    if settings.local:
+def default_pool(run: RunContext) -> Pool:
+    """The pool ``run`` asks for: Ray actors, or the driver's own process with ``--local``."""
+    r = run.spec.resources
+    if r.local:
         from nas.execution.local_pool import LocalPool
 
-        return LocalPool(threads=max(1, int(settings.cpus_per_trial)))
+        return LocalPool(threads=max(1, int(r.cpus_per_trial)))
     from nas.execution.ray_pool import RayPool
 
     return RayPool(
-        settings.workers,
-        cpus_per_trial=settings.cpus_per_trial,
-        gpus_per_trial=settings.gpus_per_trial,
-        address=settings.address,
-        dashboard=settings.dashboard,
-        start_timeout=settings.worker_timeout,
-        trial_timeout=settings.trial_timeout,
+        run.workers,
+        cpus_per_trial=r.cpus_per_trial,
+        gpus_per_trial=r.gpus_per_trial,
+        address=r.address,
+        dashboard=r.dashboard,
+        start_timeout=r.worker_timeout,
+        trial_timeout=r.trial_timeout,
     )

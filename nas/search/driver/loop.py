@@ -9,11 +9,11 @@ FAIL with a reason otherwise.  A
 worker that dies costs its trial a retry, not the search; what is guaranteed
 after worker, node and driver failures is in docs/reliability.md.
 
-Order of a run: the settings check their values when made; ``run`` checks
-what they point at (corpus, directories, storage, Ray address), then an
+Order of a run: the spec and the run context check their values when made; ``run``
+checks what they point at (corpus, directories, storage, Ray address), then an
 existing study's settings, then starts the worker pool (a bad ``--address``
 fails here), and only then creates a new study on disk, so a mistake leaves
-nothing behind.  Settings are in :mod:`nas.search.driver.settings`, studies in
+nothing behind.  The run context is in :mod:`nas.search.driver.context`, studies in
 :mod:`nas.search.storage.study`, the progress lines in :mod:`nas.search.driver.console`.
 """
 
@@ -37,10 +37,10 @@ from nas.execution.worker import OUT_OF_MEMORY
 from nas.models import ArchConfig
 from nas.search.driver.allowance import Allowance, planned_flops, spent_flops
 from nas.search.driver.console import Reporter
+from nas.search.driver.context import RunContext
 from nas.search.driver.inflight import Running, Waiting, default_pool
 from nas.search.driver.outcome import fail, finish_now, tell_result
 from nas.search.driver.payload import trial_payload
-from nas.search.driver.settings import SearchSettings
 from nas.search.driver.twins import Twins
 from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible
 from nas.search.storage.lease import DriverLease, LeaseLost
@@ -69,18 +69,24 @@ MAX_RAY_RESTARTS = 3
 
 
 class Driver:
-    """Runs one search to ``settings.trials`` finished trials or ``settings.max_flops`` on a worker pool."""
+    """Runs one search to ``run.trials`` finished trials or ``search.max_flops`` on a worker pool.
+
+    ``trials`` (a confirmation's: its queued runs) replaces the trials the spec wants.
+    """
 
     CONFIRMATION = False  # runs a confirm study's queued runs (nas.confirm.runner.ConfirmDriver)
 
     def __init__(
         self,
-        settings: SearchSettings,
-        pool_factory: Callable[[SearchSettings], Pool] | None = None,
+        run: RunContext,
+        pool_factory: Callable[[RunContext], Pool] | None = None,
         out: TextIO | None = None,
         lease_heartbeat: float | None = None,
+        *,
+        trials: int | None = None,
     ) -> None:
-        self.s = settings
+        self.s = run
+        self.trials = run.trials if trials is None else trials  # finished trials wanted; None: no limit
         self.lease_heartbeat = lease_heartbeat  # None: $NAS_LEASE_HEARTBEAT or 5 s (nas.search.storage.lease)
         self.lease: DriverLease | None = None
         self.pool_factory = pool_factory or default_pool
@@ -93,18 +99,18 @@ class Driver:
         self.done = 0  # trials that count toward --trials
         self.ray_restarts = 0  # local Rays started again after the one this search started died
         self.twins = Twins(METRIC_KEYS)  # the architectures measured so far (read from the study in _search)
-        self.sampler = settings.sampler  # the sampler the study runs with, ``auto`` resolved (set by run)
-        self.allowance = Allowance.of(settings)  # a continued study's spent FLOPs are read in run()
+        self.sampler = run.spec.search.sampler  # the sampler the study runs with, ``auto`` resolved (by run)
+        self.allowance = Allowance.of(run.spec, self.trials)  # a continued study's spent FLOPs: read in run()
 
     def run(self) -> optuna.Study:
-        """Search until ``settings.trials`` finished trials or ``settings.max_flops``; returns the study.
+        """Search until ``self.trials`` finished trials or ``search.max_flops``; returns the study.
 
         The study's lease (:mod:`nas.search.storage.lease`) is held from before the first write
         to the study until the end, and released on every way out.
         """
         s = self.s
         corpus = s.check_environment()
-        report = Reporter(s.trials, self.out, self.allowance.progress, self._pending)
+        report = Reporter(self.trials, self.out, self.allowance.progress, self._pending)
         for left_out in getattr(corpus, "left_out", ()):  # never silently
             report.line(f"note: {s.data or 'the corpus'}: left out {left_out}")
         study = load_existing_study(s, self.CONFIRMATION)  # refused here when another driver runs it
@@ -159,11 +165,11 @@ class Driver:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             report.seen(t.values[0] if t.values else None)  # the progress line's best is the study's
         workers = pool.size or s.workers
-        where = "in this process (--local)" if s.local else f"on {workers} worker(s)"
+        where = "in this process (--local)" if s.spec.resources.local else f"on {workers} worker(s)"
         report.line(
             f"study {s.study!r}: {self.done} finished, running up to {self.allowance.describe(self.done)} "
-            f"{where}; budget {s.budget} per trial, objective {s.objective}, "
-            f"sampler {self.sampler}{' (auto)' if s.sampler == 'auto' else ''}"
+            f"{where}; budget {s.spec.budget} per trial, objective {s.spec.search.objective}, "
+            f"sampler {self.sampler}{' (auto)' if s.spec.search.sampler == 'auto' else ''}"
         )
         try:
             while True:
@@ -278,7 +284,7 @@ class Driver:
             arch = s.space.suggest(trial).with_vocab(vocab_size_of(s.data))  # the vocabulary is the data's
         except ConfigError as err:  # the space's own checks should make this rare
             return self._finish_now(study, trial, TrialState.FAIL, f"invalid architecture: {err}")
-        c = compute(arch, s.recipe.seq_len)
+        c = compute(arch, s.spec.recipe.seq_len)
         trial.set_user_attr("arch", arch.to_dict())
         trial.set_user_attr("arch_id", arch.arch_id)
         trial.set_user_attr("summary", arch.summary())
@@ -290,7 +296,8 @@ class Driver:
         over = over_caps(s.space.constraints, c.params, c.fwd_flops_per_token)
         if over:  # never trained; told so that the sampler learns (nas.search.space.candidate)
             why = "over cap: " + "; ".join(over)
-            return tell_infeasible(study, trial, why, c.fwd_flops_per_token, s.objective, c.state_bytes)
+            objective = s.spec.search.objective
+            return tell_infeasible(study, trial, why, c.fwd_flops_per_token, objective, c.state_bytes)
         reused = self.twins.reuse(study, trial, arch.arch_id, s.hurdles)  # measured (or stopped) before
         if reused is not None:
             return reused
@@ -307,15 +314,15 @@ class Driver:
         payload = trial_payload(s, study, trial, arch)
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
-        screen = screen_flops(s.prescreen, arch) if s.prescreen else 0.0
-        planned = planned_flops(s.budget, c, s.recipe.batch_size * c.seq_len)
+        screen = screen_flops(s.spec.search.prescreen, arch) if s.spec.search.prescreen else 0.0
+        planned = planned_flops(s.spec.budget, c, s.spec.recipe.batch_size * c.seq_len)
         self.allowance.reserve(trial.number, planned + screen, screen=screen)
 
     def _pending(self) -> tuple[list[float], list[tuple[float, float]]]:
         """What is left (for the time left): every trial of a search is one unit of work."""
         now = time.monotonic()
         running = [(r.work, now - r.started) for r in self.running.values()]
-        left = 0 if self.s.trials is None else max(0, self.s.trials - self.done - len(running))
+        left = 0 if self.trials is None else max(0, self.trials - self.done - len(running))
         return [1.0] * left, running
 
     def _in_flight(self) -> int:
@@ -348,7 +355,7 @@ class Driver:
         if fin.result is None:
             r.errors.append(str(fin.error))
             r.trial.set_user_attr("worker_errors", r.errors[-10:])
-            if fin.retry and r.attempts <= self.s.retries:
+            if fin.retry and r.attempts <= self.s.spec.resources.retries:
                 r.attempts += 1
                 r.trial.set_user_attr("attempts", r.attempts)
                 report.line(f"trial {fin.tag}: {fin.error}; retrying (attempt {r.attempts})")
@@ -366,7 +373,7 @@ class Driver:
             state, text, loss = self._tell(study, r, fin.result)
         del self.running[fin.tag]
         # one read of the trial's attributes, only when the compute is counted
-        self.allowance.settle(fin.tag, r.trial.user_attrs if self.s.max_flops is not None else {})
+        self.allowance.settle(fin.tag, r.trial.user_attrs if self.s.spec.search.max_flops is not None else {})
         self.done += 1
         report.finished(
             self.done,
@@ -383,7 +390,7 @@ class Driver:
 
     def _out_of_memory_while_sharing(self, r: Running, result: dict[str, Any]) -> bool:
         """A trial that ran out of GPU memory beside others gets one more try with its GPU alone."""
-        shared = 0 < self.s.gpus_per_trial < 1
+        shared = 0 < self.s.spec.resources.gpus_per_trial < 1
         oom = result.get("status") == "failed" and result.get("reason") == OUT_OF_MEMORY
         return shared and oom and not r.alone
 
@@ -393,7 +400,8 @@ class Driver:
     def _tell(
         self, study: optuna.Study, r: Running, result: dict[str, Any]
     ) -> tuple[str, str, float | None]:
-        state, text, loss, frozen = tell_result(study, r.trial, result, self.s.objective, METRIC_KEYS)
+        objective = self.s.spec.search.objective
+        state, text, loss, frozen = tell_result(study, r.trial, result, objective, METRIC_KEYS)
         if frozen is not None:
             self.twins.add_complete(r.arch_id, frozen)
         elif state == "PRUNED":

@@ -1,6 +1,8 @@
-"""From a sampled architecture to a worker's job: the trial payload, made from the run's settings.
+"""From a sampled architecture to a worker's job: the trial payload, made from the run's spec.
 
-The space's caps, checked before a candidate gets this far, are in
+The recipe, the budget and the spec's other sections travel as their own ``to_dict`` forms; the
+rest is what the driver resolves for the worker (the corpus, the device, the hurdles' thresholds,
+the TensorBoard run).  The space's caps, checked before a candidate gets this far, are in
 :mod:`nas.search.space.candidate`; the payload's fields in :mod:`nas.execution.payload`.
 """
 
@@ -14,24 +16,29 @@ from optuna.trial import Trial
 
 from nas.execution.payload import TrialPayload
 from nas.models import ArchConfig
-from nas.search.driver.settings import SearchSettings
+from nas.search.driver.context import RunContext
+
+#: the spec's sections a payload carries whole under ``spec`` (recipe and budget have keys of their own)
+SECTIONS = ("data", "search", "resources")
 
 
-def trial_payload(s: SearchSettings, study: optuna.Study, trial: Trial, arch: ArchConfig) -> TrialPayload:
+def trial_payload(run: RunContext, study: optuna.Study, trial: Trial, arch: ArchConfig) -> TrialPayload:
     """What a worker needs to run ``trial``; the hurdle thresholds come from the trials finished so far."""
+    spec, r, hurdles, tb = run.spec, run.spec.resources, run.hurdles, run.tb_dir
     return TrialPayload(
         arch=arch.to_dict(),
-        recipe=s.recipe.to_dict(),
-        budget=s.budget.to_dict(),
-        data=s.data,
-        device=s.device if s.device != "auto" else ("cuda" if s.gpus_per_trial > 0 else "cpu"),
-        hurdles=list(s.hurdles.fractions),
-        thresholds=s.hurdles.thresholds(study.get_trials(deepcopy=False)) if s.hurdles.fractions else {},
-        logdir=str(Path(s.tb_dir) / f"trial_{trial.number:05d}") if s.tb_dir else None,
+        recipe=spec.recipe.to_dict(),
+        budget=spec.budget.to_dict(),
+        data=run.data,
+        device=r.device if r.device != "auto" else ("cuda" if r.gpus_per_trial > 0 else "cpu"),
+        hurdles=list(hurdles.fractions),
+        thresholds=hurdles.thresholds(study.get_trials(deepcopy=False)) if hurdles.fractions else {},
+        logdir=str(Path(tb) / f"trial_{trial.number:05d}") if tb else None,
         hparams=_hparams(trial.params, arch.arch_id, trial.number),
-        evaluator=s.evaluator,
-        compile=s.compile,
-        prescreen=s.prescreen,
+        evaluator=spec.search.evaluator,
+        compile=r.compile,
+        prescreen=spec.search.prescreen,
+        spec={name: getattr(spec, name).to_dict() for name in SECTIONS},
     )
 
 

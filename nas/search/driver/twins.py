@@ -2,7 +2,7 @@
 
 The driver matches a candidate to an earlier trial by ``arch_id``.  Within one
 study the budget, recipe, seed, data and evaluator are fixed (a study continues
-only under the same ones: :meth:`SearchSettings.fingerprint`), so an
+only under the same ones: :meth:`RunContext.fingerprint`), so an
 architecture trained again reaches the same losses, in the same order.
 
 * A COMPLETE twin: its result is reused as it is (:func:`nas.search.driver.outcome.reuse`).

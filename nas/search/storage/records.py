@@ -17,7 +17,7 @@ from nas.errors import UserError
 from nas.spec import Spec
 
 REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
-SETTINGS = "settings"  # study user attr: SearchSettings.fingerprint() of the run that created it
+SETTINGS = "settings"  # study user attr: RunContext.fingerprint() of the run that created it
 SPEC = "spec"  # study user attr: the experiment spec (nas.spec) of the study's latest run, whole
 CONFIRM_OF = "confirm_of"  # study user attr of a confirmation (made by `confirm`): the search study it confirms
 SAMPLER = "sampler"  # study user attr: the sampler (``auto`` resolved) the latest run of the study used

@@ -40,23 +40,22 @@ from nas.spec import Spec, describe, differences, is_mutable
 from nas.spec.sections import OBJECTIVE_METRICS, OBJECTIVES
 
 
-class StudySettings(Protocol):
-    """What opening or creating a search study reads of a run's settings.
+class StudyRun(Protocol):
+    """What opening or creating a search study reads of a run: its spec and where its study is.
 
-    The driver's :class:`~nas.search.driver.settings.SearchSettings` is one; the storage
+    The driver's :class:`~nas.search.driver.context.RunContext` is one; the storage
     sits below the driver and does not import it.
     """
 
     study: str
     storage: str
     space: SearchSpace
-    objective: str
-    #: a sampler's name, or ``auto`` (:func:`sampler_name`)
-    sampler: str
-    population: int | None
-    seed: int
-    trials: int | None
-    spec: Spec | None
+    spec: Spec
+
+    @property
+    def trials(self) -> int | None:
+        """Finished trials wanted (None: no limit)."""
+        ...
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a study to be continued (:func:`check_settings`)."""
@@ -138,7 +137,7 @@ def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: 
             )
 
 
-def load_existing_study(settings: StudySettings, confirmation: bool = False) -> optuna.Study | None:
+def load_existing_study(settings: StudyRun, confirmation: bool = False) -> optuna.Study | None:
     """The study ``settings`` names if it exists (None otherwise), after checking it may be continued.
 
     Reads only: a missing SQLite file is not created, and a study run under other
@@ -165,10 +164,11 @@ def load_existing_study(settings: StudySettings, confirmation: bool = False) -> 
             f"--study {settings.study!r} has trials but no settings record (it was not made by "
             "`search`), so nothing says what they were run with; choose a new --study name"
         )
-    if len(study.directions) != len(OBJECTIVES[settings.objective]):
+    objective = settings.spec.search.objective
+    if len(study.directions) != len(OBJECTIVES[objective]):
         raise UserError(
             f"--study {settings.study!r} has {len(study.directions)} objective(s); "
-            f"--objective {settings.objective} needs {len(OBJECTIVES[settings.objective])}"
+            f"--objective {objective} needs {len(OBJECTIVES[objective])}"
         )
     check_spec(study, settings.spec)
     check_settings(study, settings.fingerprint(), spec_checked=SPEC in study.user_attrs)
@@ -178,7 +178,7 @@ def load_existing_study(settings: StudySettings, confirmation: bool = False) -> 
 
 
 def create_new_study(
-    settings: StudySettings, heartbeat: float | None = None
+    settings: StudyRun, heartbeat: float | None = None
 ) -> tuple[optuna.Study, list[str], DriverLease]:
     """Create the search study (and its SQLite file and directory) under this driver's lease.
 
@@ -195,7 +195,7 @@ def create_new_study(
         study.set_user_attr(SETTINGS, settings.fingerprint())
 
     study, lease = create_under_lease(
-        storage, settings.study, settings.storage, list(OBJECTIVES[settings.objective]),
+        storage, settings.study, settings.storage, list(OBJECTIVES[settings.spec.search.objective]),
         _sampler(settings, sampler_name(settings)), record, heartbeat,
     )  # fmt: skip
     return study, seeds, lease
@@ -306,7 +306,7 @@ def _never_ran(study: optuna.Study) -> bool:
     return all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
-def sampler_name(settings: StudySettings, study: optuna.Study | None = None) -> str:
+def sampler_name(settings: StudyRun, study: optuna.Study | None = None) -> str:
     """The sampler a run of ``settings`` uses on ``study`` (None: a study it is about to create).
 
     A sampler named explicitly is used as named (a study may change samplers between
@@ -316,17 +316,17 @@ def sampler_name(settings: StudySettings, study: optuna.Study | None = None) -> 
     one), with aging evolution if its trials show it ran (an evolved trial records its
     ``parent``), else :data:`UNRECORDED_SAMPLER`, the default it then ran with.
     """
-    if settings.sampler != "auto":
-        return settings.sampler
+    if settings.spec.search.sampler != "auto":
+        return settings.spec.search.sampler
     if study is None:
-        return resolve_sampler("auto", len(OBJECTIVES[settings.objective]))
+        return resolve_sampler("auto", len(OBJECTIVES[settings.spec.search.objective]))
     if SAMPLER in study.user_attrs:
         return str(study.user_attrs[SAMPLER])
     evolved = any(t.user_attrs.get("parent") is not None for t in study.get_trials(deepcopy=False))
     return "evolution" if evolved else UNRECORDED_SAMPLER
 
 
-def record_sampler(study: optuna.Study, settings: StudySettings) -> str:
+def record_sampler(study: optuna.Study, settings: StudyRun) -> str:
     """Record in ``study`` the sampler this run uses (the driver, under its lease); returns its name."""
     name = sampler_name(settings, study)
     if study.user_attrs.get(SAMPLER) != name:
@@ -334,9 +334,10 @@ def record_sampler(study: optuna.Study, settings: StudySettings) -> str:
     return name
 
 
-def _sampler(settings: StudySettings, name: str, n_trials: int = 0) -> optuna.samplers.BaseSampler:
+def _sampler(settings: StudyRun, name: str, n_trials: int = 0) -> optuna.samplers.BaseSampler:
     """The sampler ``name`` for a run starting on a study of ``n_trials`` trials (0: a new study)."""
-    return make_sampler(name, settings.population, run_seed(settings.seed, n_trials), settings.trials)
+    seed = run_seed(settings.spec.seed, n_trials)
+    return make_sampler(name, settings.spec.search.population, seed, settings.trials)
 
 
 def enqueue_seed_archs(study: optuna.Study, space: SearchSpace) -> list[str]:

@@ -1,7 +1,9 @@
-"""SearchSettings hold every rule about a search's values; the trial payload keeps the worker's keys."""
+"""A run is its spec plus its context: every rule about a search's values holds, naming the spec field;
+the trial payload keeps the worker's keys."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -9,24 +11,46 @@ import pytest
 
 from nas.errors import UserError
 from nas.execution.payload import TrialPayload
-from nas.search.driver.settings import SearchSettings, flag
+from nas.search.driver.context import RunContext
 from nas.search.space.candidate import over_caps
-from nas.search.space.load import load_space
-from nas.spec.training import Budget, TrainRecipe
+from nas.search.space.load import load_spec
+from nas.spec import Resources
+from nas.spec.training import Budget
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
+CONTEXT = ("study", "storage", "data", "runs_dir")
+RESOURCES = {f.name for f in dataclasses.fields(Resources)}
 
 
-def make(**over: Any) -> SearchSettings:
-    space = load_space(TINY_SPACE)
-    fields: dict[str, Any] = dict(study="s", storage="sqlite:///s.db", space=space, trials=3,
-                                  budget=Budget("steps", 4), recipe=TrainRecipe.from_dict(space.recipe))
-    return SearchSettings(**{**fields, **over})
+def make(**over: Any) -> RunContext:
+    """A run of the tiny space: ``over`` sets the context (study, ...) or a search or resources field."""
+    spec, space = load_spec(TINY_SPACE)
+    sections: dict[str, dict[str, Any]] = {"search": {"trials": 3}, "resources": {}}
+    for name, value in over.items():
+        if name not in CONTEXT:
+            sections["resources" if name in RESOURCES else "search"][name] = value
+    spec = spec.replace(budget=Budget("steps", 4), **sections)
+    context = {"study": "s", "storage": "sqlite:///s.db", **{k: v for k, v in over.items() if k in CONTEXT}}
+    return RunContext(spec, space, **context)
 
 
 def test_valid_settings_are_accepted() -> None:
     s = make(local=True, population=4, trial_timeout=None, gpus_per_trial=0.0)
     assert s.fingerprint()["seed"] == 0 and s.fingerprint()["objective"] == "loss+flops"
+    assert s.workers == 1 and s.trials == 3 and s.hurdles.fractions == ()
+
+
+def test_derived_values_come_from_the_spec() -> None:
+    s = make(hurdles=(0.5,), prescreen="proxy:params", trials=None, max_flops=1e12)
+    assert s.hurdles.fractions == (0.0, 0.5) and s.trials is None
+    assert make(runs_dir="r").tb_dir.startswith(str(Path("r") / "s" / "tb"))  # type: ignore[union-attr]
+    assert make(runs_dir="r", tensorboard=False).tb_dir is None and make().tb_dir is None
+
+
+def test_a_rule_between_sections_holds_wherever_a_spec_is_made() -> None:
+    spec, _ = load_spec(TINY_SPACE)
+    with pytest.raises(UserError, match=r"search.max_flops \(--max-flops\) 1e\+09 is less than one"):
+        spec.replace(budget=Budget("flops", 1e12), search={"max_flops": 1e9})
 
 
 @pytest.mark.parametrize(
@@ -56,6 +80,10 @@ def test_valid_settings_are_accepted() -> None:
         ({"local": True, "dashboard": True}, ["resources.local", "resources.dashboard"]),
         ({"local": True, "workers": 2}, ["resources.local", "resources.workers"]),
         ({"local": True, "trial_timeout": 5.0}, ["resources.local", "resources.trial_timeout"]),
+        ({"prescreen": "lm"}, ["search.prescreen", "twice"]),
+        ({"prescreen": "proxy:params", "evaluator": "proxy:params"}, ["search.prescreen", "evaluator too"]),
+        ({"evaluator": "nope"}, ["search.evaluator"]),
+        ({"storage": "sqlite://"}, ["--storage", "memory"]),
     ],
 )
 def test_settings_refuse_bad_values_naming_the_flag(over: dict[str, Any], words: list[str]) -> None:
@@ -65,12 +93,6 @@ def test_settings_refuse_bad_values_naming_the_flag(over: dict[str, Any], words:
     assert "\n" not in message
     for word in words:
         assert word in message, (word, message)
-
-
-def test_flag_names() -> None:
-    assert flag("cpus_per_trial") == "resources.cpus_per_trial"
-    assert flag("dashboard") == "resources.dashboard"
-    assert flag("trials") == "search.trials"
 
 
 def test_check_environment_names_what_is_missing(tmp_path: Path) -> None:
@@ -92,7 +114,7 @@ def test_payload_keys_are_what_the_worker_reads() -> None:
                            evaluator="lm")
     d = payload.to_dict()
     assert list(d) == ["arch", "recipe", "budget", "data", "device", "hurdles", "thresholds", "logdir",
-                       "hparams", "evaluator", "compile", "prescreen"]
+                       "hparams", "evaluator", "compile", "prescreen", "spec"]
     assert d["thresholds"] == {"0.5": 3.0} and d["arch"] == {"d_model": 16}
     assert TrialPayload.from_dict(d) == payload
 

@@ -1,0 +1,173 @@
+"""What a search run reads: the validated spec plus the run's context (:class:`RunContext`).
+
+The spec (:mod:`nas.spec`: the space file plus flags) is the one config object; a
+run adds only what the spec cannot say: the study's name and storage, the runs
+directory and the resolved corpus.  The driver, ``confirm``, the study storage,
+the preflight and the trial payload read ``run.spec.SECTION.FIELD``; the few values
+derived from several fields (the hurdles with the prescreen's, the number of
+workers on this machine, the trials wanted) are properties here, computed from
+the spec, never copied.  The rules between a spec's fields live in its sections'
+``check`` (and :class:`~nas.spec.Spec`'s), so they hold wherever a spec is built;
+what is checked here is the context, and the evaluator names against the
+evaluator registry (which imports torch, so not in the torch-free spec).
+
+Two stages: creation checks the values alone and touches nothing;
+``check_environment`` checks what the values point at (the corpus, the runs
+directory, the storage file, a Ray address) just before a search starts,
+since that can change between making the run and running it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from nas.data import data_record
+from nas.errors import ConfigError, UserError
+from nas.search.samplers.hurdles import Hurdles
+from nas.search.space.load import SearchSpace
+from nas.search.storage.urls import check_storage_url, default_storage, is_memory_sqlite, sqlite_path
+from nas.spec import Spec
+from nas.validate import check_output_file, check_study_name, check_writable_dir
+
+__all__ = ["RunContext", "check_address", "tensorboard_dir"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """One run of a spec: the spec, its validated space, and where the run keeps its study and files."""
+
+    spec: Spec
+    #: the spec's space, validated against the block registry (``nas.search.space.load``)
+    space: SearchSpace
+    study: str
+    storage: str
+    #: the corpus the trials train on, resolved (with a tokenizer: the token files); None: the default
+    data: str | None = None
+    #: where the study's files go by default (checked writable before anything starts)
+    runs_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        check_study_name(self.study, "--study")
+        if is_memory_sqlite(self.storage):
+            raise UserError(
+                f"--storage {self.storage!r} keeps the study in memory: every trial would be lost when the "
+                "search ends; use a file (sqlite:///path/study.db) or a database server (postgresql://...)"
+            )
+        from evaluators import registry  # the registry of evaluator names (torch: not in nas.spec)
+
+        search = self.spec.search
+        try:
+            registry.check(search.evaluator)
+        except ConfigError as err:
+            raise ConfigError(err.message, "search.evaluator (--evaluator)") from None
+        if search.prescreen is not None:
+            try:
+                registry.check(search.prescreen, kinds=registry.SCREENS)
+            except ConfigError as err:
+                raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
+
+    @property
+    def trials(self) -> int | None:
+        """Finished trials wanted (None: as many as ``search.max_flops`` buys)."""
+        return self.spec.search.wanted_trials()
+
+    @property
+    def workers(self) -> int:
+        """Concurrent trials: ``resources.workers``, or the default for this machine."""
+        return self.spec.resources.worker_count(os.cpu_count())
+
+    @property
+    def hurdles(self) -> Hurdles:
+        """The search's hurdles; with a prescreen, one at fraction 0 first (``evaluators.prescreen``)."""
+        s = self.spec.search
+        return Hurdles((0.0,) * (s.prescreen is not None) + s.hurdles, percentile=s.hurdle_percentile,
+                       min_trials=s.hurdle_min_trials)  # fmt: skip
+
+    @property
+    def tb_dir(self) -> str | None:
+        """The study's TensorBoard runs (None: ``resources.tensorboard`` off, or no runs directory)."""
+        if not self.spec.resources.tensorboard or self.runs_dir is None:
+            return None
+        return tensorboard_dir(self.runs_dir, self.study, self.storage)
+
+    def check_environment(self) -> Any:
+        """Refuse a run whose corpus, directories, storage or Ray address cannot work now;
+        returns the corpus.  Creates nothing; the default corpus is fetched (once per process) here.
+        """
+        from nas.data import load_corpus
+        from nas.preflight import check_devices, check_search
+
+        r = self.spec.resources
+        # a device the trials' machine does not have would fail every trial: refused before anything exists
+        # joined: a cluster's GPUs are checked by the pool once joined (so is a Ray this process already
+        # runs, which the pool uses as it is: a library caller's, or the tests' cluster)
+        ray = sys.modules.get("ray")
+        joined = not r.local and (r.address is not None or bool(ray and ray.is_initialized()))
+        check_devices(r.device, r.gpus_per_trial, on_ray=not r.local, this_machine=not joined)
+
+        corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
+        # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
+        check_search(self.space, self.spec.recipe, self.spec.budget, corpus,
+                     trains=self.spec.search.evaluator == "lm")  # fmt: skip
+        if self.runs_dir is not None:
+            check_writable_dir(self.runs_dir, "--runs-dir")
+        tb = self.tb_dir
+        if tb is not None:
+            check_writable_dir(tb, "--runs-dir")
+        check_storage_url(self.storage)
+        db = sqlite_path(self.storage)
+        if db is not None:  # the database file and its directory, as every output path
+            check_output_file(db, f"--storage {self.storage!r}")
+        if r.address is not None and not r.local:
+            check_address(r.address)
+        return corpus
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match for a study to be continued."""
+        return {
+            "space_fingerprint": self.space.fingerprint,
+            "space_file": self.space.source,
+            "objective": self.spec.search.objective,
+            "budget": self.spec.budget.to_dict(),
+            "recipe": self.spec.recipe.to_dict(),
+            "data": data_record(self.data),  # by content: name, vocabulary, fingerprint, tokenizer
+            "seed": self.spec.seed,
+            "evaluator": self.spec.search.evaluator,
+        }
+
+
+def tensorboard_dir(runs_dir: str, study: str, storage: str) -> str:
+    """``RUNS_DIR/STUDY/tb``, the study's TensorBoard runs; a study kept in another storage than
+    the default gets a subdirectory of its own (``tb/storage-HASH``), so that two studies of one
+    name in two databases never write into the same runs."""
+    tb = Path(runs_dir) / study / "tb"
+    if storage != default_storage(runs_dir, study):
+        tb = tb / f"storage-{hashlib.sha256(storage.encode()).hexdigest()[:8]}"
+    return str(tb)
+
+
+def check_address(address: str) -> None:
+    """Refuse a Ray address that is malformed or unreachable now (Ray itself would retry for minutes)."""
+    if address in ("auto", "local"):
+        return
+    target = address[len("ray://") :] if address.startswith("ray://") else address
+    host, sep, port = target.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            f"--address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379), ray://HOST:PORT or auto"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=10):
+            pass
+    except OSError as err:
+        raise UserError(
+            f"--address {address!r}: cannot reach {host}:{port} ({err.strerror or err}); "
+            "is the Ray head running?"
+        ) from None
