@@ -390,15 +390,12 @@ def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch,
 
 def _stop_after_one_run(monkeypatch) -> None:
     """Make every confirm stop after one more run, as an interrupted one does (the rest stay queued)."""
-    import dataclasses
-
     import nas.confirm.runner as runner
     from nas.search.storage.study import count_done
 
-    def one_run(settings, study, entries, pools, out):
+    def one_run(run, study, entries, pools, out):
         if any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
-            target = count_done(study) + 1
-            runner.ConfirmDriver(dataclasses.replace(settings, trials=target), entries, pools, out).run()
+            runner.ConfirmDriver(run, entries, pools, out, trials=count_done(study) + 1).run()
 
     monkeypatch.setattr(runner, "_drive", one_run)
 
