@@ -95,7 +95,7 @@ def main() -> None:
     peaks: dict[tuple[str, bool], list[float]] = {}
     for r in range(args.rounds):
         for mix in MIXES:
-            for fuse in ((False, True) if r % 2 == 0 else (True, False)):
+            for fuse in (False, True) if r % 2 == 0 else (True, False):
                 got = in_child(mix, fuse, args)
                 times.setdefault((mix, fuse), []).extend(got["times"])
                 peaks.setdefault((mix, fuse), []).append(got["peak_mib"])
@@ -108,8 +108,16 @@ def main() -> None:
         rows.append([mix, f"{before:,.0f}", f"{after:,.0f}", f"{after / before:.2f}x",
                      f"{mem_before:,.0f}", f"{mem_after:,.0f}"])  # fmt: skip
     table = markdown_table(
-        ["mixture", "written-out tokens/s", "fused tokens/s", "speed", "written-out peak MiB", "fused peak MiB"],
-        rows, "lrrrrr",
+        [
+            "mixture",
+            "written-out tokens/s",
+            "fused tokens/s",
+            "speed",
+            "written-out peak MiB",
+            "fused peak MiB",
+        ],
+        rows,
+        "lrrrrr",
     )
     body = (
         "## The mixture's fused path (`benchmarks/fused_mixture.py`)\n\n"

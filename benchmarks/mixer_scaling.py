@@ -123,17 +123,35 @@ def main() -> int:
             )  # fmt: skip
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"{block:>15} T {T:>5}: {r['tokens_per_s']:,.0f} tokens/s, {r['peak_mib']:,.0f} MiB", file=sys.stderr)
+            print(
+                f"{block:>15} T {T:>5}: {r['tokens_per_s']:,.0f} tokens/s, {r['peak_mib']:,.0f} MiB",
+                file=sys.stderr,
+            )
     base = {r["T"]: r for r in rows if r["block"] == "mha"}
     table = _doc.markdown_table(
-        ["block", "T", "batch", "tokens/s", "vs mha", "peak MiB (steps)", "vs mha", "train MFLOPs/token",
-         "state per layer and sequence"],  # fmt: skip
         [
-            [f"`{r['block']}`", r["T"], r["batch"], f"{r['tokens_per_s']:,.0f}",
-             f"{r['tokens_per_s'] / base[r['T']]['tokens_per_s']:.2f}x" if r["T"] in base else "-",
-             f"{r['peak_mib']:,.0f}",
-             f"{r['peak_mib'] / base[r['T']]['peak_mib']:.2f}x" if r["T"] in base else "-",
-             f"{r['train_flops'] / 1e6:.1f}", f"{r['state_bytes'] / 1024:,.0f} KiB"]
+            "block",
+            "T",
+            "batch",
+            "tokens/s",
+            "vs mha",
+            "peak MiB (steps)",
+            "vs mha",
+            "train MFLOPs/token",
+            "state per layer and sequence",
+        ],  # fmt: skip
+        [
+            [
+                f"`{r['block']}`",
+                r["T"],
+                r["batch"],
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['tokens_per_s'] / base[r['T']]['tokens_per_s']:.2f}x" if r["T"] in base else "-",
+                f"{r['peak_mib']:,.0f}",
+                f"{r['peak_mib'] / base[r['T']]['peak_mib']:.2f}x" if r["T"] in base else "-",
+                f"{r['train_flops'] / 1e6:.1f}",
+                f"{r['state_bytes'] / 1024:,.0f} KiB",
+            ]
             for r in sorted(rows, key=lambda r: (r["T"], r["block"]))
         ],  # fmt: skip
     )

@@ -77,7 +77,9 @@ def check_arch_fits(arch: ArchConfig, recipe: TrainRecipe, corpus: Any) -> int:
     if task != arch.task:
         wanted = (
             "a parallel corpus (a directory with train.src, train.tgt, val.src, val.tgt, or "
-            "'shakespeare-reversed')" if arch.is_seq2seq else "a text or token corpus"
+            "'shakespeare-reversed')"
+            if arch.is_seq2seq
+            else "a text or token corpus"
         )
         holds = "source-target pairs (seq2seq)" if task == "seq2seq" else "language-model text"
         raise ConfigError(

@@ -322,8 +322,16 @@ TASKS: dict[str, Task] = {
     t.name: t
     for t in (
         Task("in_context_recall", 16, 64, 4096, 256, recall_instance, plateau=frequent_value_accuracy),
-        Task("noisy_in_context_recall", 32, 64, 4096, 256, recall_instance,
-             {"noise_vocab": 16, "frac_noise": 0.2}, plateau=frequent_value_accuracy),  # fmt: skip
+        Task(
+            "noisy_in_context_recall",
+            32,
+            64,
+            4096,
+            256,
+            recall_instance,
+            {"noise_vocab": 16, "frac_noise": 0.2},
+            plateau=frequent_value_accuracy,
+        ),  # fmt: skip
         Task("fuzzy_in_context_recall", 16, 64, 4096, 256, fuzzy_recall_instance, {"k_max": 3, "v_max": 3}),
         Task("selective_copying", 16, 64, 4096, 256, selective_copy_instance, {"n_copy": 8}),
         Task("compression", 16, 32, 4096, 256, compression_instance, bottleneck=True),
@@ -484,9 +492,14 @@ class ProbeEvaluator:
             run, stopped_at, loss = self._train(task, parch, dev, total, marks, runs, intermediate, callback)
             runs[task.name] = run
             if self.log is not None:
-                above = "" if run.plateau is None else (
-                    f", no-recall rule {run.plateau:.3f}: " + ("not above it, scored 0" if run.score == 0
-                                                               else f"scored {run.score:.3f} above it"))
+                above = (
+                    ""
+                    if run.plateau is None
+                    else (
+                        f", no-recall rule {run.plateau:.3f}: "
+                        + ("not above it, scored 0" if run.score == 0 else f"scored {run.score:.3f} above it")
+                    )
+                )
                 self.log(f"{task.name}: accuracy {run.accuracy:.3f}{above} ({run.steps} steps, "
                          f"{run.train_seconds:.1f} s)")  # fmt: skip
             if stopped_at is not None:

@@ -101,7 +101,9 @@ def register(
 register("lm")(LMEvaluator)
 register("proxy", f"proxy:NAME (NAME: {', '.join(PROXIES)})", _proxy, example="proxy:params")(ProxyEvaluator)
 register("sleep", "sleep:SECONDS", _seconds, example="sleep:0")(SleepEvaluator)
-register("probes", "probes[:TASK,TASK...][@STEPS]", _probe_tasks, example="probes:memorization@4")(ProbeEvaluator)
+register("probes", "probes[:TASK,TASK...][@STEPS]", _probe_tasks, example="probes:memorization@4")(
+    ProbeEvaluator
+)
 
 
 #: the kinds that may screen candidates before training (``--prescreen``): cheaper than training them.
@@ -119,7 +121,11 @@ def _parse(name: str, kinds: Sequence[str] | None = None) -> tuple[Kind, dict[st
     kind = allowed.get(kind_name)
     valid = "; ".join(k.usage for k in allowed.values())
     if kind is None:
-        what = f"evaluator {name!r} cannot be used here" if kind_name in EVALUATORS else f"unknown evaluator {name!r}"
+        what = (
+            f"evaluator {name!r} cannot be used here"
+            if kind_name in EVALUATORS
+            else f"unknown evaluator {name!r}"
+        )
         raise ConfigError(f"{what}; valid: {valid}")
     try:
         return kind, kind.parse(arg if colon else None)

@@ -102,8 +102,11 @@ def outcome(kind: str, seed: int) -> dict[str, float] | None:
     best = searched.best_trial
     return {
         "flops": spent_flops(trials),
-        "screen_flops": sum(float(t.user_attrs.get("prescreen_flops") or 0.0) for t in trials
-                            if "duplicate_of" not in t.user_attrs),  # fmt: skip
+        "screen_flops": sum(
+            float(t.user_attrs.get("prescreen_flops") or 0.0)
+            for t in trials
+            if "duplicate_of" not in t.user_attrs
+        ),  # fmt: skip
         "trained": sum(1 for t in trials if float(t.user_attrs.get("train_flops") or 0.0) > 0),
         "screened_out": sum(1 for t in trials if t.user_attrs.get("pruned_at") == 0.0),
         # what the search had spent when its best finished (trials in the order they started)
@@ -127,11 +130,14 @@ def stage_report(args: argparse.Namespace) -> None:
     table = _doc.markdown_table(["search seed", "search", "its best", "confirmed best (1x, 3 seeds)",
                                  "vs Transformer++ (same seeds)", "FLOPs spent", "spent by its best",
                                  "of which screening", "trained", "screened out"], rows)  # fmt: skip
-    body = (f"    python experiments/prescreen_study.py --stage report\n\n"
-            f"`{SPACE}`, `--max-flops {MAX_FLOPS:g}` per search; screens at the median: "
-            + ", ".join(f"{k} `{v}`" for k, v in KINDS.items() if v) + ". Confirm seeds are the search seed "
-            "and the next two, the same for every search of one seed; Transformer++ trains on them in "
-            f"each confirm.\n\n{table}\n")
+    body = (
+        f"    python experiments/prescreen_study.py --stage report\n\n"
+        f"`{SPACE}`, `--max-flops {MAX_FLOPS:g}` per search; screens at the median: "
+        + ", ".join(f"{k} `{v}`" for k, v in KINDS.items() if v)
+        + ". Confirm seeds are the search seed "
+        "and the next two, the same for every search of one seed; Transformer++ trains on them in "
+        f"each confirm.\n\n{table}\n"
+    )
     _doc.write_section("prescreen-study", body, DOC)
 
 

@@ -105,7 +105,9 @@ def confirm_cmd(scale: int) -> list[str]:
 
 def stage_confirm(args: argparse.Namespace) -> None:
     if not (ROOT / RUNS / "probes" / "study.db").exists():
-        raise SystemExit(f"make the copy first: sqlite3 {RUNS}/modern/study.db '.backup {RUNS}/probes/study.db'")
+        raise SystemExit(
+            f"make the copy first: sqlite3 {RUNS}/modern/study.db '.backup {RUNS}/probes/study.db'"
+        )
     for scale in (1, 4):
         run(confirm_cmd(scale))
 
@@ -158,7 +160,9 @@ def confirmed() -> dict[str, dict[float, dict[int, float]]]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pooled: dict[str, dict[float, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    pooled: dict[str, dict[float, dict[int, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     for storage, study_name in CONFIRMED:
         study = optuna.load_study(study_name=study_name, storage=storage)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
@@ -173,15 +177,18 @@ def confirmed() -> dict[str, dict[float, dict[int, float]]]:
             for n, by_scale in pooled.items()}  # fmt: skip
 
 
-def agreement(pred: dict[str, float], loss: dict[str, float], names: list[str]) -> tuple[float | None, float | None]:
+def agreement(
+    pred: dict[str, float], loss: dict[str, float], names: list[str]
+) -> tuple[float | None, float | None]:
     """Spearman and Kendall of a predictor (higher = predicted better) with the negated loss over ``names``."""
     x = [pred[n] for n in names]
     y = [-loss[n] for n in names]
     return spearman(x, y), kendall(x, y)
 
 
-def held_out(acc: dict[str, dict[str, float]], loss: dict[str, float], names: list[str],
-             splits: int = 200) -> dict[str, list[float]]:
+def held_out(
+    acc: dict[str, dict[str, float]], loss: dict[str, float], names: list[str], splits: int = 200
+) -> dict[str, list[float]]:
     """Two ways of fitting the task mix on a random half of ``names`` and ranking the other half, as
     test-half Spearman over ``splits`` random halves: ``weighted`` scores by the tasks' accuracies
     weighted by their training-half Spearman with -loss (negative ones dropped); ``best task`` uses the
@@ -209,8 +216,11 @@ def stage_report(args: argparse.Namespace) -> None:
     truth = confirmed()
     loss = {s: {n: truth[n][s][0] for n in truth if 0 in truth[n].get(s, {})} for s in (1.0, 4.0)}
     six = ",".join(TASKS)
-    rows = {r["name"]: r for r in probed()
-            if r["probe_steps"] == args.steps[0] and r["probe_tasks"] == six and r["name"] in loss[1.0]}
+    rows = {
+        r["name"]: r
+        for r in probed()
+        if r["probe_steps"] == args.steps[0] and r["probe_tasks"] == six and r["name"] in loss[1.0]
+    }
     names = sorted(rows, key=lambda n: loss[1.0][n])
     acc = {n: {t: rows[n][f"probe_{t}"] for t in TASKS} for n in names}
     flops1 = statistics.median(rows[n]["train_flops"] for n in names)
@@ -257,7 +267,9 @@ def stage_report(args: argparse.Namespace) -> None:
         corr.append(cells)
     have4 = [n for n in names if n in loss[4.0]]
     rho, tau = agreement({n: -loss[1.0][n] for n in have4}, loss[4.0], have4)
-    corr.append(["val loss at 1x (the cheap LM run)", "1", "-", "-", "-", fmt(rho), fmt(tau), str(len(have4))])
+    corr.append(
+        ["val loss at 1x (the cheap LM run)", "1", "-", "-", "-", fmt(rho), fmt(tau), str(len(have4))]
+    )
     corr_table = _doc.markdown_table(["predictor", "cost (1x LM runs)", "Spearman 1x", "Kendall 1x", "n",
                                       "Spearman 4x", "Kendall 4x", "n"], corr)  # fmt: skip
 
@@ -292,10 +304,16 @@ STAGES = {"confirm": stage_confirm, "probe": stage_probe, "report": stage_report
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stage", choices=tuple(STAGES), action="append", help="one stage (repeatable; default: all)")
-    parser.add_argument("--steps", type=int, action="append", help="probe steps per task (repeatable; default 250)")
+    parser.add_argument(
+        "--stage", choices=tuple(STAGES), action="append", help="one stage (repeatable; default: all)"
+    )
+    parser.add_argument(
+        "--steps", type=int, action="append", help="probe steps per task (repeatable; default 250)"
+    )
     parser.add_argument("--only", default=None, help="probe these architectures only (comma-separated names)")
-    parser.add_argument("--tasks", default=None, help="probe these tasks only (comma-separated; default all six)")
+    parser.add_argument(
+        "--tasks", default=None, help="probe these tasks only (comma-separated; default all six)"
+    )
     args = parser.parse_args()
     args.steps = args.steps or [250]
     for stage in args.stage or tuple(STAGES):

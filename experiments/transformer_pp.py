@@ -77,7 +77,9 @@ def stage_report(args: argparse.Namespace) -> None:
     study = f"--study {STUDY} --runs-dir {RUNS}"
     cmds = [cli(*f"best {study}".split()), cli(*f"best {study} --by-layer --top 8".split())]
     outputs = [run(cmd) for cmd in cmds]
-    body = "\n\n".join(f"    $ {shown(cmd)}\n\n```\n{out.rstrip()}\n```" for cmd, out in zip(cmds, outputs, strict=True))
+    body = "\n\n".join(
+        f"    $ {shown(cmd)}\n\n```\n{out.rstrip()}\n```" for cmd, out in zip(cmds, outputs, strict=True)
+    )
     _doc.write_section(f"search-{STUDY}", f"    {shown(search_cmd())}\n\n{body}", DOC)
 
 
@@ -87,8 +89,13 @@ STAGES = {"search": stage_search, "export": stage_export, "confirm": stage_confi
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stage", choices=[*STAGES, "all"], default="all")
-    parser.add_argument("--scale", type=int, action="append", choices=sorted(SEEDS),
-                        help="confirm/report only this scale (repeatable; default: 1 then 4)")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        action="append",
+        choices=sorted(SEEDS),
+        help="confirm/report only this scale (repeatable; default: 1 then 4)",
+    )
     args = parser.parse_args()
     for name, fn in STAGES.items():
         if args.stage in (name, "all"):

@@ -210,8 +210,12 @@ MAX_NAME = 128
 
 def check_study_name(name: Any, where: str) -> str:
     """``name`` if it can name a study; else a ConfigError at ``where`` that states the whole rule."""
-    ok = (isinstance(name, str) and 0 < len(name) <= MAX_NAME and (name[0].isalnum() or name[0] == "_")
-          and all(c.isalnum() or c in "._-" for c in name))
+    ok = (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_NAME
+        and (name[0].isalnum() or name[0] == "_")
+        and all(c.isalnum() or c in "._-" for c in name)
+    )
     if not ok:
         raise ConfigError(f"{name!r} cannot name a study: use 1 to {MAX_NAME} letters, digits, '.', '-' or "
                           "'_', starting with a letter, a digit or '_'", where)  # fmt: skip

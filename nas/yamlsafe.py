@@ -122,8 +122,9 @@ def expanded_size(root: yaml.Node) -> tuple[int, int]:
         if key in size:
             continue
         if key in open_:
-            raise YAMLTooLarge(None, None, "has an alias that refers to a value containing it",
-                               node.start_mark)
+            raise YAMLTooLarge(
+                None, None, "has an alias that refers to a value containing it", node.start_mark
+            )
         open_.add(key)
         stack.append((node, True))
         stack.extend((k, False) for k in kids if id(k) not in size)

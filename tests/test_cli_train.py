@@ -132,9 +132,14 @@ def test_empty_corpus_file_is_refused(arch_file: Path, tmp_path: Path, capsys) -
 
 @pytest.mark.parametrize(
     "flag,field",
-    [(["--steps", "0"], "--budget.steps"), (["--tokens", "-5"], "--budget.tokens"),
-     (["--budget-flops", "nan"], "--budget-flops"), (["--seed", "-1"], "--recipe.seed"),
-     (["--recipe.lr", "0"], "--recipe.lr"), (["--recipe.decay", "all"], "--recipe.decay")],
+    [
+        (["--steps", "0"], "--budget.steps"),
+        (["--tokens", "-5"], "--budget.tokens"),
+        (["--budget-flops", "nan"], "--budget-flops"),
+        (["--seed", "-1"], "--recipe.seed"),
+        (["--recipe.lr", "0"], "--recipe.lr"),
+        (["--recipe.decay", "all"], "--recipe.decay"),
+    ],
 )
 def test_bad_flags_are_one_line_exit_2(flag: list[str], field: str, arch_file: Path, capsys) -> None:
     try:  # argparse's own type errors exit at once; range errors come from the spec's checks

@@ -68,7 +68,9 @@ def test_directory_reads_nested_text_and_skips_binary_and_hidden(tmp_path: Path)
 
 
 def test_a_stray_byte_that_is_not_utf8_keeps_its_document(tmp_path: Path) -> None:
-    (tmp_path / "a.txt").write_bytes(b"plain text " * 50 + b"caf\xe9 " + b"and more " * 50)  # one Latin-1 byte
+    (tmp_path / "a.txt").write_bytes(
+        b"plain text " * 50 + b"caf\xe9 " + b"and more " * 50
+    )  # one Latin-1 byte
     (tmp_path / "b.txt").write_text("another document " * 40)
     (tmp_path / "noise.dat").write_bytes(bytes(range(1, 256)) * 4)  # mostly invalid UTF-8: not text
     corpus = load_corpus(tmp_path)

@@ -175,7 +175,9 @@ def test_a_full_disk_under_a_search_is_one_line_and_the_next_start_continues(tmp
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
-def test_a_new_file_gets_the_mode_open_would_give_under_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+def test_a_new_file_gets_the_mode_open_would_give_under_the_umask(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
     old = os.umask(umask)
     try:
         out = write_output(plan_output(tmp_path / "a.yaml", "--out"), lambda tmp: tmp.write_text("x\n"))

@@ -51,8 +51,13 @@ def test_torch_load_always_has_weights_only() -> None:
     for p in SOURCES:
         for node in ast.walk(ast.parse(p.read_text())):
             func = getattr(node, "func", None)
-            if (isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "load"
-                    and isinstance(func.value, ast.Name) and func.value.id == "torch"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(func, ast.Attribute)
+                and func.attr == "load"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "torch"
+            ):
                 kw = {k.arg: k.value for k in node.keywords}
                 ok = isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True
                 found.append((f"{p.relative_to(ROOT)}:{node.lineno}", ok))
@@ -127,7 +132,18 @@ def test_a_storage_password_is_never_printed(tmp_path: Path, capsys: pytest.Capt
 
     url = "postgresql://alice:s3cr%40t-pw@127.0.0.1:1/studies"  # nothing listens on port 1
     for argv in (
-        ["search", "--storage", url, "--study", "s", "--local", "--evaluator", "proxy:params", "--trials", "1"],
+        [
+            "search",
+            "--storage",
+            url,
+            "--study",
+            "s",
+            "--local",
+            "--evaluator",
+            "proxy:params",
+            "--trials",
+            "1",
+        ],
         ["best", "--study", "s", "--storage", url],
         ["search", "--storage=" + url.replace("postgresql", "nosuchdb"), "--study", "s"],
     ):
@@ -149,7 +165,10 @@ def test_a_storage_password_is_never_printed(tmp_path: Path, capsys: pytest.Capt
         ("postgresql://u:pa/ss@h/db", "postgresql://u:***@h/db"),  # SQLAlchemy: the password runs to the @
         ("postgresql://u:pa ss@h/db", "postgresql://u:***@h/db"),
         ("mysql://u:p:q@h/db", "mysql://u:***@h/db"),
-        ("postgresql://u@h/db?password=secret&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+        (
+            "postgresql://u@h/db?password=secret&sslmode=require",
+            "postgresql://u@h/db?password=***&sslmode=require",
+        ),
         ("postgresql://u:password=x@h/db", "postgresql://u:***@h/db"),
         ("postgresql://h:5432/db", "postgresql://h:5432/db"),  # a port, not a password
         ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),  # a path

@@ -157,18 +157,33 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
     settings = settings_of(study)
     recipe, budget = recipe_and_budget(settings, run)
     source: dict[str, Any] = {
-        "study": study.study_name, "storage": mask_url(url), "trial": trial.number, "arch_id": run["arch_id"],
-        "confirms": search.study_name, "name": run["name"], "role": run["role"],
+        "study": study.study_name,
+        "storage": mask_url(url),
+        "trial": trial.number,
+        "arch_id": run["arch_id"],
+        "confirms": search.study_name,
+        "name": run["name"],
+        "role": run["role"],
         "search_trial": w["best"]["search_trial"],
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     confirmed = {"verdict": w["verdict"], "scales": w["rows"]}
-    save_arch(out, ArchConfig.from_dict(trial.user_attrs["arch"]), header=header_lines(w), recipe=recipe,
-              budget=budget, data=settings.get("data"), metrics=metrics_of(trial), source=source,
-              confirmed=confirmed)
+    save_arch(
+        out,
+        ArchConfig.from_dict(trial.user_attrs["arch"]),
+        header=header_lines(w),
+        recipe=recipe,
+        budget=budget,
+        data=settings.get("data"),
+        metrics=metrics_of(trial),
+        source=source,
+        confirmed=confirmed,
+    )
     best = w["best"]
-    print(f"wrote {out.path}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
-          f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}")
+    print(
+        f"wrote {out.path}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
+        f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}"
+    )
     if w["verdict"]:
         print(f"verdict: {w['verdict']}")
     print(f"retrain it with: {prog_name()} train --arch {out.path}")

@@ -52,8 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "loss, perplexity, bits per byte, parameters, FLOPs and throughput.  Flags override the file's "
         f"recipe, budget and data field by field; without a budget anywhere it trains {DEFAULT_BUDGET}.",
     )
-    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE",
-                   help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}")
+    p.add_argument(
+        "--arch",
+        required=True,
+        type=non_empty,
+        metavar="FILE",
+        help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}",
+    )
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
@@ -202,7 +207,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def format_metrics(m: dict[str, Any]) -> str:
     rows = [
         ("architecture", m["arch_id"]),
@@ -212,8 +216,11 @@ def format_metrics(m: dict[str, Any]) -> str:
         ("vocabulary", f"{m.get('vocab_size', VOCAB_SIZE):,} tokens"),
         ("params", f"{m['params']:,} ({m['non_embedding_params']:,} non-embedding)"),
         ("FLOPs/token", f"{m['flops_per_token']:.4g} forward, {m['train_flops_per_token']:.4g} training"),
-        *([("state", f"{m['state_bytes']:,} bytes per sequence while generating (float32)")]
-          if m.get("state_bytes") else []),  # fmt: skip
+        *(
+            [("state", f"{m['state_bytes']:,} bytes per sequence while generating (float32)")]
+            if m.get("state_bytes")
+            else []
+        ),  # fmt: skip
         ("trained", f"{m['steps']} steps, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
         ("throughput", f"{m['tokens_per_s']:,.0f} tokens/s on {m['device']} ({m.get('threads')} threads)"),
         ("time", f"{m['seconds']:.1f} s"),

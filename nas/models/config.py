@@ -40,9 +40,7 @@ class AttentionSpec:
             name, sub = raw, {}
         elif isinstance(raw, Mapping):
             if "type" not in raw:
-                raise ConfigError(
-                    f"needs a 'type'; valid types: {', '.join(ATTENTION.names())}"
-                )
+                raise ConfigError(f"needs a 'type'; valid types: {', '.join(ATTENTION.names())}")
             name, sub = raw["type"], {k: v for k, v in raw.items() if k != "type"}
         else:
             raise ConfigError(f"must be a block name or a mapping with 'type', got {raw!r}")
@@ -200,8 +198,14 @@ class ArchConfig:
     @property
     def dims(self) -> Dims:
         rope = float(self.rope_base) if self.pos_encoding == "rope" else 0.0
-        return Dims(self.d_model, self.n_heads, self.max_len, rope_base=rope, norm=self.norm,
-                    alibi=self.pos_encoding == "alibi")
+        return Dims(
+            self.d_model,
+            self.n_heads,
+            self.max_len,
+            rope_base=rope,
+            norm=self.norm,
+            alibi=self.pos_encoding == "alibi",
+        )
 
     @property
     def n_layers(self) -> int:

@@ -175,4 +175,3 @@ def greedy_decode(model: Seq2SeqTransformer, src: Tensor, bos_id: int, eos_id: i
     for row in out[:, 1:].tolist():
         result.append(row[: row.index(eos_id)] if eos_id in row else row)
     return result
-

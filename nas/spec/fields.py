@@ -57,7 +57,9 @@ def evaluator_name(examples: str) -> Any:
 
 def fractions(value: Any, name: str) -> None:
     """Hurdle fractions: each strictly between 0 and 1, increasing, none twice."""
-    if not isinstance(value, tuple) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+    if not isinstance(value, tuple) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) for v in value
+    ):
         raise ConfigError(f"must be a list of fractions like [0.25, 0.5], got {value!r}", name)
     if any(not (math.isfinite(v) and 0.0 < v < 1.0) for v in value):
         raise ConfigError(f"each fraction must be between 0 and 1 (exclusive), got {list(value)}", name)

@@ -127,7 +127,9 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
                 changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
         except ConfigError as err:  # a flag's value: name the flag (a file's value keeps the file's name)
             field_ = err.path.split(".", 1)[1] if err.path.startswith(f"{section}.") else ""
-            if field_ in fields_:  # e.g. --search.trials (--trials): the flag, and the alias the user may have typed
+            if (
+                field_ in fields_
+            ):  # e.g. --search.trials (--trials): the flag, and the alias the user may have typed
                 raise ConfigError(err.message, "--" + named(section, field_)) from None
             raise
     return dataclasses.replace(spec, **changes)
@@ -149,7 +151,9 @@ def _parser(kind: type) -> Any:
 
     def parse(text: str) -> Any:
         if not text.strip():
-            raise argparse.ArgumentTypeError("is empty; give a value, or leave the flag out (the file's value)")
+            raise argparse.ArgumentTypeError(
+                "is empty; give a value, or leave the flag out (the file's value)"
+            )
         if kind is bool:
             value = BOOLS.get(text.lower())
             if value is None:

@@ -36,7 +36,9 @@ def test_a_mixed_stack_keeps_its_depth_or_does_not_move() -> None:
 
 
 def test_options_the_new_sizes_refuse_do_not_move() -> None:
-    grouped = _arch(64, 4, [{"attention": {"type": "mha", "kv_heads": 2}, "ffn": {"activation": "relu", "mult": 4}}])
+    grouped = _arch(
+        64, 4, [{"attention": {"type": "mha", "kv_heads": 2}, "ffn": {"activation": "relu", "mult": 4}}]
+    )
     assert at_shape(grouped, _arch(48, 6, [MHA])) is not None  # 2 key/value heads serve 6 query heads
     assert at_shape(grouped, _arch(60, 5, [MHA])) is None  # 2 does not divide 5
 

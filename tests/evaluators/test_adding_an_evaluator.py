@@ -34,4 +34,6 @@ def test_the_docs_evaluator_passes_the_contract_suite(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", RUN, str(example), str(suite)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert re.search(r"\b3 passed", out.stdout), out.stdout[-500:]  # the suite's three checks, on this evaluator
+    assert re.search(r"\b3 passed", out.stdout), out.stdout[
+        -500:
+    ]  # the suite's three checks, on this evaluator

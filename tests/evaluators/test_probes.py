@@ -192,8 +192,14 @@ def test_probe_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["probe", "--arch", str(arch), "--tasks", "in_context_recall,memorization", "--steps", "2",
                  "--threads", "1", "--device", "cpu", "--json"]) == 0  # fmt: skip
     m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(m) >= {"probe_score", "probe_in_context_recall", "probe_memorization", "val_loss",
-                      "probe_in_context_recall_accuracy", "probe_in_context_recall_plateau"}
+    assert set(m) >= {
+        "probe_score",
+        "probe_in_context_recall",
+        "probe_memorization",
+        "val_loss",
+        "probe_in_context_recall_accuracy",
+        "probe_in_context_recall_plateau",
+    }
     assert m["val_loss"] == pytest.approx(1 - m["probe_score"]) and m["steps"] == 4
     assert main(["probe", "--arch", str(arch), "--tasks", "compression", "--steps", "1",
                  "--device", "cpu"]) == 0  # fmt: skip

@@ -50,7 +50,9 @@ def test_a_centered_encoder_layer_matches_its_written_out_formula(kernel: int) -
             out = torch.zeros(7, 16, dtype=torch.float64)
             for h in range(2):
                 for i in range(7):
-                    logits = torch.stack([head(q, h, 2)[i] @ head(k, h, 2)[j] / math.sqrt(8) for j in range(7)])
+                    logits = torch.stack(
+                        [head(q, h, 2)[i] @ head(k, h, 2)[j] / math.sqrt(8) for j in range(7)]
+                    )
                     w = softmax(logits)
                     out[i, h * 8 : (h + 1) * 8] = sum(w[j] * head(v, h, 2)[j] for j in range(7))
             torch.testing.assert_close(y[b], out @ block.out_proj.weight.T, atol=1e-10, rtol=1e-9)

@@ -147,7 +147,9 @@ def test_multi_branch_matches_reference_for_every_activation(activation: str) ->
 
 @pytest.mark.parametrize("T", [5, L])
 @pytest.mark.parametrize("positions", ["rope", "alibi"])
-def test_block_with_positions_in_attention_matches_reference(variant: Variant, T: int, positions: str) -> None:
+def test_block_with_positions_in_attention_matches_reference(
+    variant: Variant, T: int, positions: str
+) -> None:
     """Every block under ``pos_encoding: rope`` or ``alibi``: those with queries and keys turn them
     (or bias their logits), the rest ignore it; outputs and gradients."""
     ffn = FFNSpec("relu", 4.0)

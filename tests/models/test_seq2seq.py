@@ -131,10 +131,14 @@ def test_a_bidirectional_block_sees_the_future_and_agrees_with_its_causal_self_a
 MDHA = {"type": "mdha", "kernel": 3}
 CASES = [
     dict(encoder=["mha"], decoder=["mha"]),
-    dict(encoder=["synth_random", MDHA, "multi_branch"], decoder=["mha", "synth_dense"],
-         pos_encoding="sinusoidal"),
-    dict(encoder=["additive"], decoder=[{"type": "synth_factorized_random", "rank": 4}],
-         tie_embeddings=False),
+    dict(
+        encoder=["synth_random", MDHA, "multi_branch"],
+        decoder=["mha", "synth_dense"],
+        pos_encoding="sinusoidal",
+    ),
+    dict(
+        encoder=["additive"], decoder=[{"type": "synth_factorized_random", "rank": 4}], tie_embeddings=False
+    ),
 ]
 
 

@@ -9,8 +9,11 @@ from nas.search.samplers.hurdles import Hurdles, missed
 
 
 def finished(loss_at_half, state=TrialState.COMPLETE):
-    return create_trial(state=state, value=1.0 if state == TrialState.COMPLETE else None,
-                        user_attrs={"intermediate": {"0.5": loss_at_half}})
+    return create_trial(
+        state=state,
+        value=1.0 if state == TrialState.COMPLETE else None,
+        user_attrs={"intermediate": {"0.5": loss_at_half}},
+    )
 
 
 def test_threshold_is_the_percentile_of_earlier_losses():
@@ -23,7 +26,11 @@ def test_threshold_is_the_percentile_of_earlier_losses():
 
 
 def test_hurdle_waits_for_enough_trials_and_ignores_failures():
-    trials = [finished(1.0), finished(2.0), create_trial(state=TrialState.FAIL, user_attrs={"intermediate": {"0.5": 0.1}})]
+    trials = [
+        finished(1.0),
+        finished(2.0),
+        create_trial(state=TrialState.FAIL, user_attrs={"intermediate": {"0.5": 0.1}}),
+    ]
     assert Hurdles((0.5,), min_trials=3).thresholds(trials) == {}
     assert not missed({}, 0.5, 100.0)
 

@@ -133,7 +133,9 @@ def test_a_prescreened_search_stops_weak_candidates_before_training(tmp_path, te
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert pruned and done, out
-    assert "screened out before training" in out and "misses hurdle 0 " not in out  # a twin: "misses the prescreen"
+    assert (
+        "screened out before training" in out and "misses hurdle 0 " not in out
+    )  # a twin: "misses the prescreen"
     for t in pruned:  # nothing trained: the screen's cost is all it spent
         assert t.user_attrs["pruned_at"] == 0.0 and t.user_attrs.get("train_flops", 0.0) == 0.0
         assert t.user_attrs["prescreen_flops"] > 0 and list(t.user_attrs["intermediate"]) == ["0"]
@@ -158,7 +160,9 @@ def test_confirm_trains_every_run_of_a_prescreened_search(tmp_path, text_corpus,
     assert main(["confirm", "--study", "scr", "--storage", url, "--top", "1", "--seeds", "2", "--scales", "1",
                  "--baseline", "vanilla", "--local", "--no-tensorboard"]) == 0  # fmt: skip
     runs = optuna.load_study(study_name="scr-confirm", storage=url).trials
-    assert len(runs) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in runs), capsys.readouterr().out
+    assert len(runs) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in runs), (
+        capsys.readouterr().out
+    )
     assert not any("prescreen_flops" in t.user_attrs for t in runs)
 
 
@@ -177,7 +181,9 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
 def test_confirm_of_a_probes_search_trains_the_lm(tmp_path, text_corpus, capsys) -> None:
     """The probe score stands in for the loss: confirm measures the loss (a probe run would give every
     seed the same score), and reports the search's value as a value, with no gap to the loss."""
-    _search(tmp_path, text_corpus, "pv", "--evaluator", "probes:memorization@2", "--objective", "loss", trials=2)
+    _search(
+        tmp_path, text_corpus, "pv", "--evaluator", "probes:memorization@2", "--objective", "loss", trials=2
+    )
     url = f"sqlite:///{tmp_path}/pv.db"
     capsys.readouterr()
     assert main(["confirm", "--study", "pv", "--storage", url, "--top", "1", "--seeds", "2", "--scales", "1",
@@ -193,7 +199,9 @@ def test_confirm_of_a_probes_search_trains_the_lm(tmp_path, text_corpus, capsys)
 
 
 @pytest.mark.parametrize("value", [5, ["probes"], True, "", "  "])
-def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(tmp_path, text_corpus, capsys, value) -> None:
+def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(
+    tmp_path, text_corpus, capsys, value
+) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({**copy.deepcopy(RAW), "search": {"prescreen": value}}))
     code = main(["search", "--space", str(space), "--study", "bad", "--runs-dir", str(tmp_path / "runs"),

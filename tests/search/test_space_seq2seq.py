@@ -22,7 +22,11 @@ def space(**over: Any) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "task": "seq2seq",
         "globals": {
-            "d_model": 32, "n_heads": 4, "n_layers": [1, 2], "n_encoder_layers": [1, 3], "max_len": 16,
+            "d_model": 32,
+            "n_heads": 4,
+            "n_layers": [1, 2],
+            "n_encoder_layers": [1, 3],
+            "max_len": 16,
         },  # fmt: skip
         "layers": {"attention": {"mha": {}, "synth_random": {}}, "ffn": {"activation": ["relu", "gelu"]}},
         "encoder": {"attention": {"mha": {}, "mdha": {"kernel": [3, 5]}}},

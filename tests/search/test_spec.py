@@ -94,7 +94,9 @@ def test_every_field_keeps_the_files_value_unless_its_flag_is_given(tmp_path, se
     spec, *_ = resolve_spec(args)
     assert _value(spec, section, name) == value  # no flag: the file's value, not the flag's default
     # the flag wins; every field has one (--section.field)
-    flag_value = _other_value(section, name, value, type(value)) if not isinstance(value, (str, list)) else value
+    flag_value = (
+        _other_value(section, name, value, type(value)) if not isinstance(value, (str, list)) else value
+    )
     flag_text = str(flag_value).lower() if isinstance(flag_value, bool) else (
         text if flag_value is value else str(flag_value))  # fmt: skip
     args = build_parser().parse_args(["search", "--space", str(path), f"--{section}.{name}", flag_text])
@@ -157,7 +159,9 @@ def test_a_seed_in_the_file_is_the_run_seed_without_a_flag(tmp_path, corpus, cap
 
 
 def test_show_spec_reproduces_the_study(tmp_path, corpus, capsys):
-    assert _search(tmp_path, corpus, TINY_SPACE, "a", "--trials", "2", "--steps", "3", "--hurdles", "0.5") == 0
+    assert (
+        _search(tmp_path, corpus, TINY_SPACE, "a", "--trials", "2", "--steps", "3", "--hurdles", "0.5") == 0
+    )
     capsys.readouterr()
     assert main(["show", "--study", "a", "--storage", f"sqlite:///{tmp_path}/s.db", "--spec"]) == 0
     copy = tmp_path / "a.yaml"

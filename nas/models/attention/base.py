@@ -41,8 +41,17 @@ from nas.models.rotary import alibi_bias, alibi_slopes, reference_rotate, rotary
 from nas.registry import Registry
 
 __all__ = [
-    "ATTENTION", "AttentionBlock", "BlockOptions", "BlockRegistry", "Draw", "FFNSpec", "ValueAttention",
-    "default_scale", "positive_int", "sdpa", "sdpa_causal",
+    "ATTENTION",
+    "AttentionBlock",
+    "BlockOptions",
+    "BlockRegistry",
+    "Draw",
+    "FFNSpec",
+    "ValueAttention",
+    "default_scale",
+    "positive_int",
+    "sdpa",
+    "sdpa_causal",
 ]
 
 #: ``draw(name, low, high)``: a further number a block asks the search for (see ``chosen_options``).
@@ -131,7 +140,9 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
         bias = self.position_bias(T, q.device) if positions else None
         if bias is None and keep is None:
             if grouped:
-                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=True, scale=scale)
+                return F.scaled_dot_product_attention(
+                    q, k, v, is_causal=self.causal, enable_gqa=True, scale=scale
+                )
             return sdpa(q, k, v, causal=self.causal, scale=scale)
         mask = torch.zeros(T, T, device=q.device, dtype=q.dtype) if bias is None else bias.to(q.dtype)
         if self.causal:
@@ -388,8 +399,9 @@ def check_block(name: str, cls: type[AttentionBlock]) -> None:
     where = f"attention block {name!r} ({cls.__qualname__} in {source})"
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
-        raise TypeError(f"{where} does not implement {missing}, which every block must "
-                        "(docs/adding_a_block.md)")
+        raise TypeError(
+            f"{where} does not implement {missing}, which every block must (docs/adding_a_block.md)"
+        )
     unstated = [attr for attr in DECLARED if attr not in cls.__dict__]
     if unstated:
         raise TypeError(

@@ -64,7 +64,6 @@ def spec_of(raw: Any, source: str) -> tuple[Spec, SearchSpace]:
     return Spec.from_dict(raw, source), space
 
 
-
 def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     """Validate a space's plain data (as read from YAML); errors name the YAML path."""
     if not isinstance(raw, Mapping):
@@ -225,8 +224,10 @@ def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
     for name in choices.blocks:
         if not ATTENTION.get(name).bidirectional:
             valid = ", ".join(n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional)
-            hint = "" if path == "encoder" else (
-                " (the encoder offers the layers' blocks unless `encoder:` lists its own)"
+            hint = (
+                ""
+                if path == "encoder"
+                else (" (the encoder offers the layers' blocks unless `encoder:` lists its own)")
             )
             raise ConfigError(
                 f"{name} only runs causally and cannot be an encoder layer{hint}; "
@@ -254,8 +255,9 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
         if key in params:
             p = params[key]
             for v in p.values():  # a range's both ends: every value between is as valid
-                check_number(v, f"globals.{key}", integer=True, low=1,
-                             high=MAX_LAYERS if key in depths else MAX_DIM)
+                check_number(
+                    v, f"globals.{key}", integer=True, low=1, high=MAX_LAYERS if key in depths else MAX_DIM
+                )
             if p.kind == "float":
                 raise ConfigError("must be an integer range (integer low and high)", f"globals.{key}")
     return params
