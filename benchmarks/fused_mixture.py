@@ -33,10 +33,13 @@ SECTION = "fused_mixture"
 BATCH, D_MODEL, HEADS = 8, 256, 4
 MIXES = {
     "mha + synth_random, learned": {"components": ["mha", "synth_random"]},
-    "mha + synth_fixed_random, fixed 0.5/0.5": {"components": ["mha", "synth_fixed_random"], "weights": [0.5, 0.5]},
+    "mha + synth_fixed_random, fixed 0.5/0.5": {
+        "components": ["mha", "synth_fixed_random"],
+        "weights": [0.5, 0.5],
+    },
     "mha + synth_dense, learned": {"components": ["mha", "synth_dense"]},
     "mdha + synth_factorized_random, learned": {"components": ["mdha", "synth_factorized_random"]},
-}  # fmt: skip
+}
 
 
 def measure(mix: str, fuse: bool, T: int, repeats: int, threads: int) -> dict[str, object]:

@@ -122,8 +122,9 @@ def main() -> None:
                 " ".join(f"{v:.4f}" for v in losses),
             ]
         )
-    table = markdown_table(["positions", "table RMS / token RMS at init", "val loss (mean)", "sd",
-                            "per seed"], rows)  # fmt: skip
+    table = markdown_table(
+        ["positions", "table RMS / token RMS at init", "val loss (mean)", "sd", "per seed"], rows
+    )
     print(table)
     if not args.no_write:
         body = (

@@ -103,9 +103,11 @@ def share(flags: list[bool]) -> str:
 
 
 def table(results: dict[tuple[str, int], dict[str, Any]], seeds: list[int]) -> tuple[list[str], list[str]]:
-    lines = ["| seed | sampler (as run) | best loss | trials to random's best | over the cap, first half | "
-             "over the cap, second half | wall (s) |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| seed | sampler (as run) | best loss | trials to random's best | over the cap, first half | "
+        "over the cap, second half | wall (s) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     reached: dict[str, list[int | None]] = {s: [] for s in SAMPLERS}
     for seed in seeds:
         target = min(results[("random", seed)]["losses"])
@@ -115,14 +117,18 @@ def table(results: dict[tuple[str, int], dict[str, Any]], seeds: list[int]) -> t
             hit = trials_to(r["losses"], target)
             reached[sampler].append(hit)
             name = sampler if r["sampler"] == sampler else f"{sampler} ({r['sampler']})"
-            lines.append(f"| {seed} | {name} | {min(r['losses']):.4f} | {hit if hit else f'> {n}'} | "
-                         f"{share(r['over'][:half])} | {share(r['over'][half:])} | {r['wall']:.0f} |")  # fmt: skip
+            lines.append(
+                f"| {seed} | {name} | {min(r['losses']):.4f} | {hit if hit else f'> {n}'} | "
+                f"{share(r['over'][:half])} | {share(r['over'][half:])} | {r['wall']:.0f} |"
+            )
     notes = []
     for sampler in SAMPLERS:
         hits = [h if h is not None else math.inf for h in reached[sampler]]
         best = [min(results[(sampler, s)]["losses"]) for s in seeds]
-        notes.append(f"- *{sampler}*: trials to random's best per seed {', '.join(_n(h) for h in hits)} "
-                     f"(median {_n(statistics.median(hits))}); mean best loss {statistics.mean(best):.4f}.")  # fmt: skip
+        notes.append(
+            f"- *{sampler}*: trials to random's best per seed {', '.join(_n(h) for h in hits)} "
+            f"(median {_n(statistics.median(hits))}); mean best loss {statistics.mean(best):.4f}."
+        )
     return lines, notes
 
 
@@ -148,8 +154,9 @@ def main() -> int:
         space = capped_space(Path(tmp))
         for seed in seeds:
             for sampler in SAMPLERS:
-                results[(sampler, seed)] = run_search(space, sampler, seed, args.trials, args.budget_flops,
-                                                      Path(tmp) / "runs")  # fmt: skip
+                results[(sampler, seed)] = run_search(
+                    space, sampler, seed, args.trials, args.budget_flops, Path(tmp) / "runs"
+                )
                 print(
                     f"seed {seed} {sampler}: best {min(results[(sampler, seed)]['losses']):.4f}", flush=True
                 )

@@ -83,9 +83,12 @@ EVALUATORS: Registry[Kind] = Registry("evaluator")
 
 
 def register(
-    name: str, usage: str | None = None, parse: Callable[[str | None], dict[str, Any]] = _no_argument,
-    *, example: str | None = None,
-) -> Callable[[type], type]:  # fmt: skip
+    name: str,
+    usage: str | None = None,
+    parse: Callable[[str | None], dict[str, Any]] = _no_argument,
+    *,
+    example: str | None = None,
+) -> Callable[[type], type]:
     """Class decorator: the evaluator class (``from_settings``, ``evaluate``) under ``name``; ``usage``
     says how to write the name (default: the name), ``parse`` reads the argument after its colon,
     ``example`` is a cheap valid name the contract suite runs (default: the name)."""

@@ -52,15 +52,19 @@ def study(kind: str, seed: int) -> str:
 
 def search_cmd(kind: str, seed: int) -> list[str]:
     screen = f" --prescreen {KINDS[kind]} --hurdle-min-trials 3" if KINDS[kind] else ""
-    return cli(*f"search --space {SPACE} --study {study(kind, seed)} --runs-dir {RUNS_DIR} --seed {seed} "
-               f"--max-flops {MAX_FLOPS:g} --workers 2 --cpus-per-trial {THREADS}{screen}".split())  # fmt: skip
+    return cli(
+        *f"search --space {SPACE} --study {study(kind, seed)} --runs-dir {RUNS_DIR} --seed {seed} "
+        f"--max-flops {MAX_FLOPS:g} --workers 2 --cpus-per-trial {THREADS}{screen}".split()
+    )
 
 
 def confirm_cmd(kind: str, seed: int) -> list[str]:
     # seeds start at the search's seed (the same three for every kind of one search seed: paired), and
     # confirm's default baseline, Transformer++, trains on them beside the best
-    return cli(*f"confirm --study {study(kind, seed)} --runs-dir {RUNS_DIR} --top 1 --seeds 3 --scales 1 "
-               f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split())  # fmt: skip
+    return cli(
+        *f"confirm --study {study(kind, seed)} --runs-dir {RUNS_DIR} --top 1 --seeds 3 --scales 1 "
+        f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()
+    )
 
 
 def stage_run(args: argparse.Namespace) -> None:
@@ -77,8 +81,10 @@ def _load(kind: str, seed: int, suffix: str = ""):
     if not (ROOT / RUNS_DIR / study(kind, seed) / "study.db").exists():
         return None
     try:
-        return optuna.load_study(study_name=study(kind, seed) + suffix,
-                                 storage=f"sqlite:///{RUNS_DIR}/{study(kind, seed)}/study.db")  # fmt: skip
+        return optuna.load_study(
+            study_name=study(kind, seed) + suffix,
+            storage=f"sqlite:///{RUNS_DIR}/{study(kind, seed)}/study.db",
+        )
     except KeyError:
         return None
 
@@ -106,7 +112,7 @@ def outcome(kind: str, seed: int) -> dict[str, float] | None:
             float(t.user_attrs.get("prescreen_flops") or 0.0)
             for t in trials
             if "duplicate_of" not in t.user_attrs
-        ),  # fmt: skip
+        ),
         "trained": sum(1 for t in trials if float(t.user_attrs.get("train_flops") or 0.0) > 0),
         "screened_out": sum(1 for t in trials if t.user_attrs.get("pruned_at") == 0.0),
         # what the search had spent when its best finished (trials in the order they started)

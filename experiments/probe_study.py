@@ -99,8 +99,10 @@ RECALL = ("in_context_recall", "noisy_in_context_recall", "fuzzy_in_context_reca
 def confirm_cmd(scale: int) -> list[str]:
     names = NEW + (MISSING_4X if scale == 4 else ())
     baselines = "".join(f" --baseline {ARCHS[n]}" for n in names)
-    return cli(*f"confirm --study modern --storage {STORAGE} --top 1 --seeds 1 --scales {scale}{baselines} "
-               f"--resources.workers 2 --resources.cpus_per_trial {THREADS} --no-tensorboard".split())  # fmt: skip
+    return cli(
+        *f"confirm --study modern --storage {STORAGE} --top 1 --seeds 1 --scales {scale}{baselines} "
+        f"--resources.workers 2 --resources.cpus_per_trial {THREADS} --no-tensorboard".split()
+    )
 
 
 def stage_confirm(args: argparse.Namespace) -> None:
@@ -171,10 +173,14 @@ def confirmed() -> dict[str, dict[float, dict[int, float]]]:
             if name in ARCHS and a.get("val_loss") is not None:
                 pooled[name][float(a["scale"])][int(a["seed"])].append(float(a["val_loss"]))
                 if a.get("arch_id") != lm_arch_id(name):  # the file probed must be the architecture confirmed
-                    raise SystemExit(f"{name}: {ARCHS[name]} is arch {lm_arch_id(name)}, but {study_name} "
-                                     f"confirmed arch {a.get('arch_id')} under that name")  # fmt: skip
-    return {n: {s: {seed: statistics.mean(v) for seed, v in by_seed.items()} for s, by_seed in by_scale.items()}
-            for n, by_scale in pooled.items()}  # fmt: skip
+                    raise SystemExit(
+                        f"{name}: {ARCHS[name]} is arch {lm_arch_id(name)}, but {study_name} "
+                        f"confirmed arch {a.get('arch_id')} under that name"
+                    )
+    return {
+        n: {s: {seed: statistics.mean(v) for seed, v in by_seed.items()} for s, by_seed in by_scale.items()}
+        for n, by_scale in pooled.items()
+    }
 
 
 def agreement(
@@ -229,13 +235,22 @@ def stage_report(args: argparse.Namespace) -> None:
     for n in names:
         r = rows[n]
         l4 = loss[4.0].get(n)
-        table.append([n, f"{r['params'] / 1e3:.0f}k", *(f"{acc[n][t]:.3f}" for t in TASKS), f"{r['probe_score']:.3f}",
-                      f"{loss[1.0][n]:.4f}", "-" if l4 is None else f"{l4:.4f}"])  # fmt: skip
+        table.append(
+            [
+                n,
+                f"{r['params'] / 1e3:.0f}k",
+                *(f"{acc[n][t]:.3f}" for t in TASKS),
+                f"{r['probe_score']:.3f}",
+                f"{loss[1.0][n]:.4f}",
+                "-" if l4 is None else f"{l4:.4f}",
+            ]
+        )
     short = {"in_context_recall": "recall", "noisy_in_context_recall": "noisy recall",
              "fuzzy_in_context_recall": "fuzzy recall", "selective_copying": "sel. copy",
              "compression": "compress", "memorization": "memorize"}  # fmt: skip
-    probe_table = _doc.markdown_table(["architecture", "params", *(short[t] for t in TASKS), "score",
-                                       "val loss 1x", "val loss 4x"], table)  # fmt: skip
+    probe_table = _doc.markdown_table(
+        ["architecture", "params", *(short[t] for t in TASKS), "score", "val loss 1x", "val loss 4x"], table
+    )
 
     cost = {n: rows[n]["train_flops"] / BUDGET for n in names}  # a probe run's FLOPs, in 1x LM runs
     # a subset of the tasks is costed at an even share of the whole run per task (the tasks' lengths differ
@@ -245,13 +260,21 @@ def stage_report(args: argparse.Namespace) -> None:
     predictors: list[tuple[str, dict[str, float], dict[str, float]]] = [
         ("probe score (mean of the six tasks)", {n: rows[n]["probe_score"] for n in names}, cost),
         ("probe score without the three recall tasks", share, no_recall),
-        *((f"{t} alone", {n: acc[n][t] for n in names}, {n: cost[n] / len(TASKS) for n in names}) for t in TASKS),
-    ]  # fmt: skip
+        *(
+            (f"{t} alone", {n: acc[n][t] for n in names}, {n: cost[n] / len(TASKS) for n in names})
+            for t in TASKS
+        ),
+    ]
     for (steps, tasks), other in sorted(variants(args.steps[0]).items()):
         have = [n for n in names if n in other]
         label = f"probe score at {steps} steps per task" + ("" if tasks == six else f" ({tasks})")
-        predictors.append((label, {n: other[n]["probe_score"] for n in have},
-                           {n: other[n]["train_flops"] / BUDGET for n in have}))  # fmt: skip
+        predictors.append(
+            (
+                label,
+                {n: other[n]["probe_score"] for n in have},
+                {n: other[n]["train_flops"] / BUDGET for n in have},
+            )
+        )
     zero = {n: 0.0 for n in names}
     predictors += [
         ("parameter count (the proxy to beat)", {n: float(rows[n]["params"]) for n in names}, zero),
@@ -282,8 +305,9 @@ def stage_report(args: argparse.Namespace) -> None:
             fitted.append([f"{how}, fitted on a random half", f"{s:g}x", f"{statistics.mean(values):+.3f}",
                            f"{statistics.stdev(values):.3f}", f"{min(values):+.3f}", f"{max(values):+.3f}",
                            str(len(values))])  # fmt: skip
-    fitted_table = _doc.markdown_table(["variant", "scale", "test-half Spearman mean", "sd", "min", "max", "splits"],
-                                       fitted)  # fmt: skip
+    fitted_table = _doc.markdown_table(
+        ["variant", "scale", "test-half Spearman mean", "sd", "min", "max", "splits"], fitted
+    )
     steps = args.steps[0]
     body = (
         f"    python experiments/probe_study.py --stage report --steps {steps}\n\n"

@@ -48,8 +48,10 @@ def search_cmd() -> list[str]:
 def confirm_cmd(scale: int, report: bool = False) -> list[str]:
     baselines = "".join(f" --baseline examples/archs/{f}.yaml" for f in BASELINES)
     out = f" --report docs/img/results_{STUDY}_{scale}x.md" if report else ""
-    return cli(*f"confirm --study {STUDY} --runs-dir {RUNS} --top 1 --seeds {SEEDS[scale]} --scales {scale}"
-               f"{baselines} --workers 2 --cpus-per-trial {THREADS} --no-tensorboard{out}".split())  # fmt: skip
+    return cli(
+        *f"confirm --study {STUDY} --runs-dir {RUNS} --top 1 --seeds {SEEDS[scale]} --scales {scale}"
+        f"{baselines} --workers 2 --cpus-per-trial {THREADS} --no-tensorboard{out}".split()
+    )
 
 
 def stage_search(args: argparse.Namespace) -> None:
@@ -57,15 +59,23 @@ def stage_search(args: argparse.Namespace) -> None:
 
 
 def stage_export(args: argparse.Namespace) -> None:
-    run(cli(*f"export --study {STUDY} --runs-dir {RUNS} --best --out examples/archs/found_{STUDY}.yaml "
-            "--force".split()))  # fmt: skip
+    run(
+        cli(
+            *f"export --study {STUDY} --runs-dir {RUNS} --best --out examples/archs/found_{STUDY}.yaml "
+            "--force".split()
+        )
+    )
 
 
 def stage_confirm(args: argparse.Namespace) -> None:
     for scale in args.scale or (1, 4):
         run(confirm_cmd(scale))
-    run(cli(*f"export --study {STUDY} --runs-dir {RUNS} --confirmed "
-            f"--out examples/archs/confirmed_{STUDY}.yaml --force".split()))  # fmt: skip
+    run(
+        cli(
+            *f"export --study {STUDY} --runs-dir {RUNS} --confirmed "
+            f"--out examples/archs/confirmed_{STUDY}.yaml --force".split()
+        )
+    )
 
 
 def stage_report(args: argparse.Namespace) -> None:

@@ -93,8 +93,10 @@ def machine_fault(err: BaseException) -> str | None:
     full = no_room(err)
     if full is not None:
         where = f" ({full.filename})" if full.filename else ""
-        return (f"no room left to write{where}: {full.strerror}; free some space and run the same command "
-                "again (finished trials and files already written are kept)")  # fmt: skip
+        return (
+            f"no room left to write{where}: {full.strerror}; free some space and run the same command "
+            "again (finished trials and files already written are kept)"
+        )
     for cause in causes(err):  # SQLite says it in words only
         text = str(cause)
         if "database or disk is full" in text or "disk I/O error" in text:
@@ -103,8 +105,10 @@ def machine_fault(err: BaseException) -> str | None:
                 if "is full" in text
                 else ("failed (disk I/O error: a full disk, a file-size limit or a bad disk)")
             )
-            return (f"writing the study database {what}; free some space and run the same command again "
-                    "(finished trials are kept)")  # fmt: skip
+            return (
+                f"writing the study database {what}; free some space and run the same command again "
+                "(finished trials are kept)"
+            )
     return None
 
 

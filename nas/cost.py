@@ -154,8 +154,9 @@ def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
     )
 
 
-def training_bytes(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None,
-                   n_layers: int | None = None) -> dict[str, float]:  # fmt: skip
+def training_bytes(
+    arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None, n_layers: int | None = None
+) -> dict[str, float]:
     """A lower bound of the memory training ``arch`` needs, in bytes, by the size that drives each part.
 
     16 bytes per parameter (fp32 weights, gradients and AdamW's two moments); each
@@ -178,9 +179,15 @@ def training_bytes(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = 
     }
 
 
-def check_fits(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None, *,
-               n_layers: int | None = None, limit: float | None = None,
-               where: str = "one device") -> None:  # fmt: skip
+def check_fits(
+    arch: ArchConfig,
+    batch_size: int = 1,
+    seq_len: int | None = None,
+    *,
+    n_layers: int | None = None,
+    limit: float | None = None,
+    where: str = "one device",
+) -> None:
     """Refuse, before anything is allocated, an architecture whose training cannot fit ``limit`` bytes.
 
     ``limit`` defaults to ``nas.validate.MAX_TRAIN_BYTES`` (why that much is said

@@ -191,8 +191,9 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
                 os.replace(tmp, p)
         else:
             if not p.is_file() or _digest(p) != planned.replaces:
-                raise UserError(f"{shown}: the file there changed while this ran; it is left as it is "
-                                f"({HINT})")  # fmt: skip
+                raise UserError(
+                    f"{shown}: the file there changed while this ran; it is left as it is ({HINT})"
+                )
             os.replace(tmp, p)
     finally:
         with contextlib.suppress(OSError):

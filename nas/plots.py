@@ -120,8 +120,12 @@ def _plot_three_way(study: optuna.Study, path: Planned | str | os.PathLike[str])
     fig = Figure(figsize=(12, 5), layout="constrained")
     done = [t for t in _trials(study, TrialState.COMPLETE) if _loss(t) is not None]
     front = {t.number for t in study.best_trials if not is_infeasible(t)} if done else set()
-    for i, (key, label) in enumerate((("flops_per_token", "forward FLOPs per token"),
-                                      ("state_bytes", "state bytes per sequence while generating"))):  # fmt: skip
+    for i, (key, label) in enumerate(
+        (
+            ("flops_per_token", "forward FLOPs per token"),
+            ("state_bytes", "state bytes per sequence while generating"),
+        )
+    ):
         ax = fig.add_subplot(1, 2, i + 1)
         pts = [
             (float(t.user_attrs[key]), _loss(t), t.number) for t in done if t.user_attrs.get(key) is not None

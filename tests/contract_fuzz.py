@@ -93,8 +93,9 @@ def _bomb(levels: int) -> Any:
     return value
 
 
-def paths(doc: Any, prefix: tuple[Any, ...] = (),
-          seen: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:  # fmt: skip
+def paths(
+    doc: Any, prefix: tuple[Any, ...] = (), seen: frozenset[int] = frozenset()
+) -> list[tuple[Any, ...]]:
     """Places in ``doc`` (keys of mappings, indexes of lists), parents first; not into earlier mutations.
 
     A mutation may have made the document share or contain itself, or nest thousands deep:

@@ -101,10 +101,14 @@ def _binary_only(p: Path) -> Path:
 
 @pytest.mark.parametrize(
     "make, expected",
-    [(_missing, "corpus not found"), (_empty_file, "is empty"), (_empty_dir, "no text files"),
-     (_binary_only, "no text files")],
+    [
+        (_missing, "corpus not found"),
+        (_empty_file, "is empty"),
+        (_empty_dir, "no text files"),
+        (_binary_only, "no text files"),
+    ],
     ids=["missing", "empty-file", "empty-dir", "binary-only"],
-)  # fmt: skip
+)
 def test_user_errors_are_one_line_naming_the_path(tmp_path: Path, make, expected: str) -> None:
     path = make(tmp_path)
     with pytest.raises(UserError) as info:

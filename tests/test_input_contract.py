@@ -258,10 +258,16 @@ def test_an_unwritable_corpus_cache_is_one_line_before_any_download(
 # -- the objectives' names -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("objective,names",
-                         [("loss+flops", ["val_loss", "flops_per_token"]), ("loss", ["val_loss"])])  # fmt: skip
-def test_a_new_study_names_its_objectives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, objective: str,
-                                          names: list[str], capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "objective,names", [("loss+flops", ["val_loss", "flops_per_token"]), ("loss", ["val_loss"])]
+)
+def test_a_new_study_names_its_objectives(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    objective: str,
+    names: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.chdir(tmp_path)
     write_files(tmp_path, BASE_FILES)
     url = f"sqlite:///{tmp_path / 's.db'}"

@@ -146,8 +146,14 @@ def _limited(tmp_path: Path, limit: int, argv: list[str]) -> Any:
         "sys.exit(main(sys.argv[1:]))\n"
     )
     root = Path(__file__).resolve().parents[1]
-    return subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="RLIMIT_FSIZE is POSIX")

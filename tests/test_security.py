@@ -38,8 +38,12 @@ def test_sources_are_found() -> None:
 
 
 def test_yaml_is_only_read_with_safe_load() -> None:
-    bad = [f"{p.relative_to(ROOT)}:{n.lineno}: {m}.{a}" for p in SOURCES for m, a, n in calls(p)
-           if m == "yaml" and a in UNSAFE_YAML]  # fmt: skip
+    bad = [
+        f"{p.relative_to(ROOT)}:{n.lineno}: {m}.{a}"
+        for p in SOURCES
+        for m, a, n in calls(p)
+        if m == "yaml" and a in UNSAFE_YAML
+    ]
     assert not bad, bad
     for p in SOURCES:
         for module, _, node in calls(p):
@@ -193,8 +197,10 @@ def test_no_command_prints_a_password_with_a_slash_or_a_space(
 ) -> None:
     from nas.cli import main
 
-    for url in (f"postgresql://alice:{password}@127.0.0.1:1/studies",
-                f"postgresql://alice@127.0.0.1:1/studies?password={password.replace(' ', '%20')}"):  # fmt: skip
+    for url in (
+        f"postgresql://alice:{password}@127.0.0.1:1/studies",
+        f"postgresql://alice@127.0.0.1:1/studies?password={password.replace(' ', '%20')}",
+    ):
         rc = main(["best", "--study", "s", "--storage", url])
         out, err = capsys.readouterr()
         assert rc == 2

@@ -86,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
     }
     if CONFIRM_OF in study.user_attrs:  # one confirm run: its own seed, lr and scale of the budget
         recipe, budget = _confirm_run(study, trial, settings)
-        source.update(confirms=study.user_attrs[CONFIRM_OF], name=trial.user_attrs.get("name"),
-                      role=trial.user_attrs.get("role"))  # fmt: skip
+        source.update(
+            confirms=study.user_attrs[CONFIRM_OF],
+            name=trial.user_attrs.get("name"),
+            role=trial.user_attrs.get("role"),
+        )
     for key in ("seed_arch", "parent", "duplicate_of"):
         if trial.user_attrs.get(key) is not None:
             source[key] = trial.user_attrs[key]
@@ -140,8 +143,10 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
     from nas.confirm.winner import confirmed_winner, header_lines, open_confirmation, recipe_and_budget
 
     if CONFIRM_OF in search.user_attrs:
-        raise UserError(f"--study {search.study_name!r} is a confirmation; pass the search study "
-                        f"{search.user_attrs[CONFIRM_OF]!r} with --confirmed")  # fmt: skip
+        raise UserError(
+            f"--study {search.study_name!r} is a confirmation; pass the search study "
+            f"{search.user_attrs[CONFIRM_OF]!r} with --confirmed"
+        )
     study = open_confirmation(search.study_name, url)
     where = (
         f" --storage {shlex.quote(mask_url(args.storage))}"

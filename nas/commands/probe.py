@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
         else check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
     )
     doc = load_arch_file(arch_path(str(args.arch)))  # a missing or bad file is one line (UserError)
-    evaluator = ProbeEvaluator(tasks, steps=args.steps, seed=args.seed, device=args.device, threads=threads,
-                               log=stderr_log)  # fmt: skip
+    evaluator = ProbeEvaluator(
+        tasks, steps=args.steps, seed=args.seed, device=args.device, threads=threads, log=stderr_log
+    )
     try:
         result = evaluator.evaluate(doc["arch"])
     except ConfigError as err:  # an option that cannot hold at a task's length
@@ -99,6 +100,8 @@ def format_table(m: dict[str, Any], tasks: tuple[str, ...]) -> str:
         note = "" if plateau is None else f"  (no-recall rule {plateau:.3f}; above it is scored)"
         lines.append(f"{t:<{width}}  {m[f'probe_{t}']:8.3f}  {acc:8.3f}{note}")
     lines += [f"{'-' * width}  --------", f"{'score':<{width}}  {m['probe_score']:8.3f}"]
-    lines.append(f"\n{m['arch_id']}: {m['probe_steps']} steps per task, {m['seconds']:.1f} s "
-                 f"on {m['device']} ({m.get('threads')} threads)")  # fmt: skip
+    lines.append(
+        f"\n{m['arch_id']}: {m['probe_steps']} steps per task, {m['seconds']:.1f} s "
+        f"on {m['device']} ({m.get('threads')} threads)"
+    )
     return "\n".join(lines)

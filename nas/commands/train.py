@@ -77,8 +77,10 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     if not (data is None or isinstance(data, str) or record):
         raise ConfigError(
             f"must be '{DEFAULT_CORPUS}', a path, or a record {{corpus: ..., vocab_size: ..., "
-            f"fingerprint: ...}} as export writes it; got {data!r}", "data", source,
-        )  # fmt: skip
+            f"fingerprint: ...}} as export writes it; got {data!r}",
+            "data",
+            source,
+        )
     try:
         recipe = TrainRecipe.from_dict(doc.get("recipe"))
         budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
@@ -156,8 +158,10 @@ def check_outputs(args: argparse.Namespace) -> Planned | None:
     if args.logdir is not None:
         check_writable_dir(args.logdir, "--logdir")
         if args.save is not None and Path(args.save).resolve() == Path(args.logdir).resolve():
-            raise UserError(f"--save {args.save!r} is the --logdir directory; give the weights a file name "
-                            f"such as {Path(args.logdir) / 'model.pt'}")  # fmt: skip
+            raise UserError(
+                f"--save {args.save!r} is the --logdir directory; give the weights a file name "
+                f"such as {Path(args.logdir) / 'model.pt'}"
+            )
     return save
 
 
@@ -220,7 +224,7 @@ def format_metrics(m: dict[str, Any]) -> str:
             [("state", f"{m['state_bytes']:,} bytes per sequence while generating (float32)")]
             if m.get("state_bytes")
             else []
-        ),  # fmt: skip
+        ),
         ("trained", f"{m['steps']} steps, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
         ("throughput", f"{m['tokens_per_s']:,.0f} tokens/s on {m['device']} ({m.get('threads')} threads)"),
         ("time", f"{m['seconds']:.1f} s"),

@@ -269,14 +269,15 @@ class ArchConfig:
         if self.is_seq2seq:
             enc = _grouped(self.encoder_layers)
             head = f"d{self.d_model} h{self.n_heads}{self._components()}"
-            return (f"{head} enc L{len(self.encoder_layers)}: {enc} | "
-                    f"dec L{self.n_layers}: {body}")  # fmt: skip
+            return f"{head} enc L{len(self.encoder_layers)}: {enc} | dec L{self.n_layers}: {body}"
         return f"d{self.d_model} h{self.n_heads}{self._components()} L{self.n_layers}: {body}"
 
     def _components(self) -> str:
         """Components added after the summary's format was set, when used: `` rope rmsnorm``."""
-        parts = [self.pos_encoding if self.pos_encoding in ("rope", "alibi") else "",
-                 "rmsnorm" if self.norm == "rmsnorm" else ""]  # fmt: skip
+        parts = [
+            self.pos_encoding if self.pos_encoding in ("rope", "alibi") else "",
+            "rmsnorm" if self.norm == "rmsnorm" else "",
+        ]
         return "".join(f" {p}" for p in parts if p)
 
 

@@ -81,8 +81,11 @@ def test_baselines_are_built_at_each_finalists_shape(studies, capsys):
     entries = {e.index: e for e in (Entry.from_dict(d) for d in conf.user_attrs[ARCHS])}
     bases = [entries[i] for i in conf.user_attrs["confirm_plan"]["baselines"]]
     assert out["baselines"] == ["vanilla", "primer_ez", "transformer_pp"]  # the names, not one per shape
-    seeds = {t.user_attrs["seed_arch"]: ArchConfig.from_dict(t.user_attrs["arch"]) for t in study.trials
-             if t.user_attrs.get("seed_arch")}  # fmt: skip
+    seeds = {
+        t.user_attrs["seed_arch"]: ArchConfig.from_dict(t.user_attrs["arch"])
+        for t in study.trials
+        if t.user_attrs.get("seed_arch")
+    }
     for t in finals:
         arch = ArchConfig.from_dict(t.user_attrs["arch"])
         at_shape = [b for b in bases if b.shape == shape_of(arch)]
@@ -481,8 +484,11 @@ def test_export_of_a_confirm_run_writes_its_own_seed_and_budget(studies, capsys,
     flags = ["--top", "1", "--seeds", "2", "--scales", "1,2", "--baseline", "vanilla"]
     assert main(_confirm(url, "one", *flags)) == 0
     conf = _load(url, "one-confirm")
-    run = next(t for t in conf.trials if t.state == TrialState.COMPLETE and t.params["seed"] == 1
-               and t.params["scale"] == 2.0)  # fmt: skip
+    run = next(
+        t
+        for t in conf.trials
+        if t.state == TrialState.COMPLETE and t.params["seed"] == 1 and t.params["scale"] == 2.0
+    )
     capsys.readouterr()
     for which in (["--trial", str(run.number)], ["--best"]):
         out = tmp_path / f"{which[0][2:]}.yaml"

@@ -33,8 +33,13 @@ def test_best_show_and_plot_import_neither_torch_nor_the_trainer(multi: optuna.S
         SPEC, Spec.from_dict(yaml.safe_load(tiny.read_text())).to_dict()
     )  # what `search` keeps
     where = ("--study", "multi", "--runs-dir", str(runs))
-    for argv in (("best", *where), ("best", *where, "--by-layer"), ("show", *where), ("show", *where, "--spec"),
-                 ("plot", *where, "--out", str(tmp_path / "figs"))):  # fmt: skip
+    for argv in (
+        ("best", *where),
+        ("best", *where, "--by-layer"),
+        ("show", *where),
+        ("show", *where, "--spec"),
+        ("plot", *where, "--out", str(tmp_path / "figs")),
+    ):
         rc, text = _run(*argv)
         assert rc == 0, text
         assert "IMPORTED []" in text, (argv, text)

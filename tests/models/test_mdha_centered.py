@@ -23,8 +23,10 @@ def test_only_an_encoder_layer_may_center_its_convolution() -> None:
     centered = {"type": "mdha", "kernel": 3, "centered": True}
     arch = nas.ArchConfig.from_dict(_seq2seq(centered, "mha"))
     assert arch.encoder_layers[0].attention.options.centered
-    for raw in (_seq2seq("mha", centered),
-                {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": centered}]}):  # fmt: skip
+    for raw in (
+        _seq2seq("mha", centered),
+        {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": centered}]},
+    ):
         with pytest.raises(nas.ConfigError, match="only in an encoder layer") as err:
             nas.ArchConfig.from_dict(raw)
         assert err.value.path == "layers.0.attention.centered"

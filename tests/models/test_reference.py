@@ -164,8 +164,9 @@ def test_block_with_positions_in_attention_matches_reference(
         torch.testing.assert_close(block(x), reference(block, "reference_forward", x), atol=1e-10, rtol=1e-9)
         if has_scores(block):
             s = block.scores(x)
-            torch.testing.assert_close(s.expand(B, -1, -1, -1), reference(block, "reference_scores", x),
-                                       atol=1e-10, rtol=1e-9)  # fmt: skip
+            torch.testing.assert_close(
+                s.expand(B, -1, -1, -1), reference(block, "reference_scores", x), atol=1e-10, rtol=1e-9
+            )
     slow = gradients(block, lambda t: reference(block, "reference_forward", t), x)
     assert_same_gradients(gradients(block, block, x), slow)
 

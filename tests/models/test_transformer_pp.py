@@ -39,12 +39,20 @@ def _llama(arch: ArchConfig, kv_heads: int):
 
     d = arch.d_model
     config = LlamaConfig(
-        vocab_size=arch.vocab_size, hidden_size=d, intermediate_size=ffn_width(d, 4, "swiglu"),
-        num_hidden_layers=arch.n_layers, num_attention_heads=arch.n_heads,
-        num_key_value_heads=kv_heads or arch.n_heads, max_position_embeddings=arch.max_len,
-        rms_norm_eps=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
-        rope_theta=arch.rope_base, hidden_act="silu",
-    )  # fmt: skip
+        vocab_size=arch.vocab_size,
+        hidden_size=d,
+        intermediate_size=ffn_width(d, 4, "swiglu"),
+        num_hidden_layers=arch.n_layers,
+        num_attention_heads=arch.n_heads,
+        num_key_value_heads=kv_heads or arch.n_heads,
+        max_position_embeddings=arch.max_len,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        mlp_bias=False,
+        rope_theta=arch.rope_base,
+        hidden_act="silu",
+    )
     config.rope_parameters = {"rope_type": "default", "rope_theta": arch.rope_base}
     config._attn_implementation = "eager"
     return LlamaForCausalLM(config)
@@ -135,8 +143,12 @@ def test_a_gated_ffn_has_the_parameters_of_the_ungated_one_of_the_same_mult() ->
 def test_the_shipped_transformer_pp_is_the_vanilla_shape_with_todays_components() -> None:
     pp = nas.load_arch(ROOT / "examples/archs/transformer_pp.yaml")
     vanilla = nas.load_arch(ROOT / "examples/archs/vanilla.yaml")
-    assert (pp.d_model, pp.n_heads, pp.n_layers, pp.max_len) == (vanilla.d_model, vanilla.n_heads,
-                                                                  vanilla.n_layers, vanilla.max_len)  # fmt: skip
+    assert (pp.d_model, pp.n_heads, pp.n_layers, pp.max_len) == (
+        vanilla.d_model,
+        vanilla.n_heads,
+        vanilla.n_layers,
+        vanilla.max_len,
+    )
     assert (pp.pos_encoding, pp.norm, pp.layers[0].ffn.activation) == ("rope", "rmsnorm", "swiglu")
     raw = yaml.safe_load((ROOT / "examples/archs/transformer_pp.yaml").read_text())["arch"]
     assert ArchConfig.from_dict(pp.to_dict()) == pp and raw["rope_base"] == 10000.0

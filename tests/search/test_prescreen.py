@@ -23,11 +23,13 @@ from nas.spec.training import Budget
 
 RAW: dict[str, Any] = {
     "globals": {"d_model": 32, "n_heads": 2, "n_layers": 2, "max_len": 16},
-    "layers": {"attention": {"mha": {}, "synth_fixed_random": {}, "synth_random": {}},
-               "ffn": {"activation": ["relu", "squared_relu"], "mult": [2, 4]}},
+    "layers": {
+        "attention": {"mha": {}, "synth_fixed_random": {}, "synth_random": {}},
+        "ffn": {"activation": ["relu", "squared_relu"], "mult": [2, 4]},
+    },
     "recipe": {"batch_size": 4, "eval_batches": 2, "log_every": 2},
     "budget": {"steps": 4},
-}  # fmt: skip
+}
 ARCH = ArchConfig.from_dict({"vocab_size": 64, "d_model": 16, "n_heads": 2, "max_len": 16,
                              "layers": {"repeat": 1, "attention": "mha", "ffn": {"activation": "relu", "mult": 2}}})  # fmt: skip
 
@@ -61,8 +63,9 @@ def test_a_candidate_that_misses_the_screen_never_reaches_the_main_evaluator() -
 
 def test_a_candidate_that_passes_trains_with_the_other_hurdles_only() -> None:
     main_ev = Recorder()
-    result = Prescreened(ProxyEvaluator("params"), main_ev).evaluate(ARCH, Budget("steps", 4), lambda p: False,
-                                                                     eval_at=(0.0, 0.5))  # fmt: skip
+    result = Prescreened(ProxyEvaluator("params"), main_ev).evaluate(
+        ARCH, Budget("steps", 4), lambda p: False, eval_at=(0.0, 0.5)
+    )
     assert main_ev.calls == [(0.5,)]  # fraction 0 is the screen's: the main evaluator never sees it
     assert not result.stopped_early and result.extra["proxy"] == "flops" and "prescreen_value" in result.extra
 
@@ -212,13 +215,19 @@ def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(
     assert not (tmp_path / "runs" / "bad").exists()
 
 
-@pytest.mark.parametrize(("flag", "message"), [
-    ("lm", "search.prescreen (--prescreen): lm would train each candidate twice"),
-    ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
-    ("sleep:1", "evaluator 'sleep:1' cannot be used here; valid: proxy:NAME"),
-    ("probes@0", "probes STEPS after @ must be a whole number >= 1"),
-    ("proxy:params --evaluator proxy:params", "search.prescreen (--prescreen): is the search's evaluator too"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("lm", "search.prescreen (--prescreen): lm would train each candidate twice"),
+        ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
+        ("sleep:1", "evaluator 'sleep:1' cannot be used here; valid: proxy:NAME"),
+        ("probes@0", "probes STEPS after @ must be a whole number >= 1"),
+        (
+            "proxy:params --evaluator proxy:params",
+            "search.prescreen (--prescreen): is the search's evaluator too",
+        ),
+    ],
+)
 def test_a_bad_prescreen_is_one_line(tmp_path, text_corpus, capsys, flag: str, message: str) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(copy.deepcopy(RAW)))

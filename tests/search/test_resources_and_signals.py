@@ -48,13 +48,16 @@ def refused(tmp_path: Path, corpus: Path, *extra: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("cpus, gpus, words", [
-    (1e-9, 0.0, "--cpus-per-trial 1e-09 is too small"),
-    (1.0, 1e-9, "--gpus-per-trial 1e-09 is too small"),
-    (0.001, 0.0, "--cpus-per-trial 0.001 is too small"),
-    (1.5, 0.0, "--cpus-per-trial 1.5: above 1 it must be a whole number"),
-    (1.0, 2.5, "--gpus-per-trial 2.5: above 1 it must be a whole number"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "cpus, gpus, words",
+    [
+        (1e-9, 0.0, "--cpus-per-trial 1e-09 is too small"),
+        (1.0, 1e-9, "--gpus-per-trial 1e-09 is too small"),
+        (0.001, 0.0, "--cpus-per-trial 0.001 is too small"),
+        (1.5, 0.0, "--cpus-per-trial 1.5: above 1 it must be a whole number"),
+        (1.0, 2.5, "--gpus-per-trial 2.5: above 1 it must be a whole number"),
+    ],
+)
 def test_resources_ray_cannot_honour_are_refused(cpus: float, gpus: float, words: str) -> None:
     with pytest.raises(UserError, match=words.replace("+", r"\+")):
         check_trial_resources(cpus, gpus)

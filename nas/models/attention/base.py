@@ -130,9 +130,15 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
         return alibi_bias(self.n_heads, T, device) if self.dims.alibi else None
 
     def attend_qkv(
-        self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None = None, *, positions: bool = True,
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        keep: Tensor | None = None,
+        *,
+        positions: bool = True,
         scale: float | None = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """SDPA over heads, causal unless bidirectional, with ALiBi's bias when the model uses it (and
         ``positions``), padding keys masked when ``keep`` (B, T) is given; k and v may have fewer heads
         than q (grouped: each serves a contiguous group of query heads)."""

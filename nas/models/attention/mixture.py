@@ -182,9 +182,12 @@ class Mixture(ValueAttention):
         return self.unfused(x, bias, dynamic)
 
     def fused(
-        self, x: Tensor, bias: Tensor, terms: list[tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]],
+        self,
+        x: Tensor,
+        bias: Tensor,
+        terms: list[tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]],
         keep: Tensor | None = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """SDPA over [alpha_i q_i] . [k_i] with ``bias`` plus the parts' own biases as its float mask
         (on a CPU only when the mask needs no gradient: benchmarks/fused_mixture.py)."""
         B = x.shape[0]

@@ -167,8 +167,10 @@ def _layer_table(d: dict[str, Any]) -> list[str]:
     from nas.models import AttentionSpec  # torch: imported when needed
 
     cross = {"decoder": " + cross", "encoder": " (bidirectional)"}
-    atts = [AttentionSpec.from_raw(row["attention"]).text() + cross.get(row.get("stack", ""), "")
-            for row in d["layers"]]  # fmt: skip
+    atts = [
+        AttentionSpec.from_raw(row["attention"]).text() + cross.get(row.get("stack", ""), "")
+        for row in d["layers"]
+    ]
     names = [_row_name(row) for row in d["layers"]]
     ffns = [_ffn_text(row) for row in d["layers"]]
     wa = max(len("attention"), *(len(x) for x in atts))
