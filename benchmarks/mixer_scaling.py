@@ -100,7 +100,7 @@ def crossing(rows: list[dict], block: str) -> str:
     ratio = [(T, tps / base[T]) for T, tps in pts]
     if ratio[0][1] >= 1:
         return f"at or below {ratio[0][0]}"
-    for (t0, r0), (t1, r1) in zip(ratio, ratio[1:]):
+    for (t0, r0), (t1, r1) in zip(ratio, ratio[1:], strict=False):
         if r1 >= 1:  # interpolate log(ratio) against log(T)
             f = -math.log(r0) / (math.log(r1) - math.log(r0))
             return f"about {round(math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))):,}"

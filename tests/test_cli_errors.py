@@ -211,9 +211,9 @@ def test_probe_case(
     expect: tuple[str, ...],
     files: dict[str, Any],
     in_case_dir: Path,  # noqa: F811
-    study: dict[str, Any],
+    study: dict[str, Any],  # noqa: F811
     capsys: pytest.CaptureFixture[str],
-) -> None:  # noqa: F811
+) -> None:
     run_case(argv, expect, files, in_case_dir, study, capsys)
 
 

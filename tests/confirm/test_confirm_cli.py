@@ -19,9 +19,9 @@ from optuna.trial import TrialState
 from nas.archfile import load_arch, load_arch_file
 from nas.cli import main
 from nas.confirm.plan import finalists, shape_of
+from nas.confirm.runner import existing_runs
 from nas.models import ArchConfig
 from nas.shipped import arch_path
-from nas.confirm.runner import existing_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"
