@@ -64,7 +64,10 @@ def measure(
     table_path.write_text(
         json.dumps(
             {
-                "what": f"validation loss (nats/token) of architectures drawn uniformly from the {space.name} space",
+                "what": (
+                    f"validation loss (nats/token) of architectures drawn uniformly from the {space.name} "
+                    "space"
+                ),
                 "space": str(space_path.relative_to(ROOT)),
                 "space_fingerprint": space.fingerprint,
                 "budget": {"flops": budget_flops},

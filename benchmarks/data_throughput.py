@@ -111,14 +111,14 @@ def main() -> int:
             "## Data loading: windows from a memory-mapped token file (`benchmarks/data_throughput.py`)",
             f"A {args.mb} MB uint16 `train.bin` ({n:,} random ids, vocabulary {VOCAB:,}), opened with "
             f"`load_corpus` in {load_s * 1e3:.0f} ms (meta checks, id sample, fingerprint), adding "
-            f"{added:.0f} MB of private memory (RssAnon): the file is mapped, not read. Random windows of T {T} "
-            f"drawn with `get_batch` (x and y, int64) on one thread, {args.repeats} repeats of "
+            f"{added:.0f} MB of private memory (RssAnon): the file is mapped, not read. Random windows of T "
+            f"{T} drawn with `get_batch` (x and y, int64) on one thread, {args.repeats} repeats of "
             f"{args.batches} batches; the file's pages are in the page cache (it was just written). "
             f"{provenance(threads=1)}",
             table,
-            f"The slowest batch size gives {worst / 1e6:,.0f}M tokens/s: it {verdict} the 10M tokens/s target "
-            "(a 125M-parameter model on an H100 trains on about 1M tokens/s). *previous gather* is the "
-            "sampler before token files (one index per token); `get_batch` now copies whole rows of an "
+            f"The slowest batch size gives {worst / 1e6:,.0f}M tokens/s: it {verdict} the 10M tokens/s "
+            "target (a 125M-parameter model on an H100 trains on about 1M tokens/s). *previous gather* is "
+            "the sampler before token files (one index per token); `get_batch` now copies whole rows of an "
             "`unfold` view with one `index_select`, and gives the same batches.",
         ]
     )

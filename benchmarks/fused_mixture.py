@@ -125,10 +125,10 @@ def main() -> None:
     body = (
         "## The mixture's fused path (`benchmarks/fused_mixture.py`)\n\n"
         f"{provenance(args.threads)}\n\n"
-        f"One `mixture` block, d_model {D_MODEL}, {HEADS} heads, batch {BATCH}, T {args.seq_len}, fp32, forward and "
-        "backward; each row's two paths in fresh processes, alternating order, "
-        f"{args.rounds} x {args.repeats} timed steps each. *Peak MiB*: the rise of the process's peak resident set "
-        "over its first step.\n\n" + table
+        f"One `mixture` block, d_model {D_MODEL}, {HEADS} heads, batch {BATCH}, T {args.seq_len}, fp32, "
+        "forward and backward; each row's two paths in fresh processes, alternating order, "
+        f"{args.rounds} x {args.repeats} timed steps each. *Peak MiB*: the rise of the process's peak "
+        "resident set over its first step.\n\n" + table
     )
     print(body)
     if not args.no_write:

@@ -191,7 +191,8 @@ def main() -> int:
 def body(md: str, lines: list[str], ref: tuple[float, float], n_seeds: int) -> str:
     """The docs/BENCHMARKS.md section."""
     return (
-        "## Search efficiency on two objectives: loss and FLOPs per token (`benchmarks/pareto_efficiency.py`)\n\n"
+        "## Search efficiency on two objectives: loss and FLOPs per token "
+        "(`benchmarks/pareto_efficiency.py`)\n\n"
         f"{_doc.provenance()}\n\n"
         "The searches of the search_efficiency section (same stand-in loss, seed architectures first, "
         "duplicates given their twin's values) on the default two objectives, the stand-in loss and "

@@ -18,7 +18,8 @@ on a loaded machine two threads ran far slower), the same seeds for every sample
 
 Run::
 
-    .venv/bin/python benchmarks/real_samplers.py [--seeds 0,1,2] [--trials 24] [--budget-flops 3e11] [--no-write]
+    .venv/bin/python benchmarks/real_samplers.py [--seeds 0,1,2] [--trials 24]
+        [--budget-flops 3e11] [--no-write]
 
 It prints the table and replaces the ``real_samplers`` section of docs/BENCHMARKS.md.
 """
@@ -168,8 +169,8 @@ def main() -> int:
         "",
         f"`search_spaces/default.yaml` with `constraints.max_params` lowered to {CAP:,} (about half of the "
         f"space is over it), two objectives (validation loss and FLOPs per token), {args.trials} trials per "
-        f"search, each candidate trained for {args.budget_flops:g} FLOPs on the default corpus, one trial at a "
-        "time on one thread (`--local`), seeds "
+        f"search, each candidate trained for {args.budget_flops:g} FLOPs on the default corpus, one trial "
+        "at a time on one thread (`--local`), seeds "
         + ",".join(map(str, seeds))
         + ". *auto* is the default sampler (what it resolved "
         "to is in brackets). *trials to random's best*: the first trial at or below the best loss random "
@@ -180,8 +181,8 @@ def main() -> int:
         "",
         *notes,
         "",
-        "Three seeds of one small search: this checks the direction of the stand-in benchmarks' claims on real "
-        "training, not their size.",
+        "Three seeds of one small search: this checks the direction of the stand-in benchmarks' claims on "
+        "real training, not their size.",
     ]
     text = "\n".join(body)
     print(text)

@@ -65,7 +65,7 @@ from nas.search.samplers.build import resolve_sampler  # noqa: E402
 SECTION = "search_efficiency"
 SPACE = ROOT / "search_spaces" / "default.yaml"
 TABLE = ROOT / "benchmarks" / "data" / "default_space_losses.json"
-#: ours (nas.search.samplers.build.make_sampler), then the peers a user could pick instead (benchmarks/_peers.py)
+#: ours (nas.search.samplers.build.make_sampler), then the peers a user could pick (benchmarks/_peers.py)
 SAMPLERS = ("random", "evolution", "nsga2", "tpe", "optuna_tpe", "syne_rea")
 OURS = ("evolution", "nsga2", "tpe")
 #: what the CLI's default (``--sampler auto``) runs in a single-objective study (``--objective loss``)

@@ -5,8 +5,9 @@ confirmed best loss for less compute?
 Per seed, searches of ``experiments/spaces/prescreen.yaml`` (mixers per layer at the RESULTS shape,
 5e12 FLOPs per candidate) under the same search compute (``--max-flops``, which counts the screen's
 FLOPs too): a plain one, and ones with ``--prescreen`` (the probe sets in ``KINDS``) at the median.
-Then ``confirm`` retrains each search's best at 1x on three seeds (the search's and the next two), and the report compares the confirmed bests and the FLOPs each search spent
-to find them.  Nothing but ``run_search.py`` commands, each resumable (finished work is never redone).
+Then ``confirm`` retrains each search's best at 1x on three seeds (the search's and the next two),
+and the report compares the confirmed bests and the FLOPs each search spent to find them.  Nothing
+but ``run_search.py`` commands, each resumable (finished work is never redone).
 
 Run::
 
@@ -132,7 +133,8 @@ def stage_report(args: argparse.Namespace) -> None:
                 continue
             gap = "-" if math.isnan(o["baseline"]) else f"{o['best'] - o['baseline']:+.4f}"
             rows.append([str(seed), kind, f"`{o['arch']}`", f"{o['best']:.4f}", gap, f"{o['flops']:.3g}",
-                         f"{o['to_best']:.3g}", f"{o['screen_flops']:.3g}", str(o["trained"]), str(o["screened_out"])])  # fmt: skip
+                         f"{o['to_best']:.3g}", f"{o['screen_flops']:.3g}", str(o["trained"]),
+                         str(o["screened_out"])])  # fmt: skip
     table = _doc.markdown_table(["search seed", "search", "its best", "confirmed best (1x, 3 seeds)",
                                  "vs Transformer++ (same seeds)", "FLOPs spent", "spent by its best",
                                  "of which screening", "trained", "screened out"], rows)  # fmt: skip

@@ -186,7 +186,8 @@ def confirmed() -> dict[str, dict[float, dict[int, float]]]:
 def agreement(
     pred: dict[str, float], loss: dict[str, float], names: list[str]
 ) -> tuple[float | None, float | None]:
-    """Spearman and Kendall of a predictor (higher = predicted better) with the negated loss over ``names``."""
+    """Spearman and Kendall of a predictor (higher = predicted better) with the negated loss over
+    ``names``."""
     x = [pred[n] for n in names]
     y = [-loss[n] for n in names]
     return spearman(x, y), kendall(x, y)
@@ -311,12 +312,12 @@ def stage_report(args: argparse.Namespace) -> None:
     steps = args.steps[0]
     body = (
         f"    python experiments/probe_study.py --stage report --steps {steps}\n\n"
-        f"Probes at {steps} steps per task (seed 0, one thread); validation loss of seed 0 at 1x (5e12 FLOPs) and "
-        f"4x (2e13), from the confirm studies; architectures ordered by their 1x loss.  One probe run costs "
-        f"{flops1:.2g} training FLOPs (median), {flops1 / 5e12:.1f}x a 1x LM run.\n\n"
+        f"Probes at {steps} steps per task (seed 0, one thread); validation loss of seed 0 at 1x "
+        "(5e12 FLOPs) and 4x (2e13), from the confirm studies; architectures ordered by their 1x loss.  "
+        f"One probe run costs {flops1:.2g} training FLOPs (median), {flops1 / 5e12:.1f}x a 1x LM run.\n\n"
         f"{probe_table}\n\n#### Rank agreement with the confirmed loss\n\n"
-        "Positive means the predictor ranks the architectures as their validation loss does (higher score, or "
-        "more parameters, predicts lower loss).\n\n"
+        "Positive means the predictor ranks the architectures as their validation loss does (higher score, "
+        "or more parameters, predicts lower loss).\n\n"
         f"{corr_table}\n\n#### Task weights fitted on half of the architectures, tested on the other half\n\n"
         f"{fitted_table}\n"
     )

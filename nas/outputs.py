@@ -81,7 +81,8 @@ def _digest(path: Path) -> str:
 
 
 def cache_dir() -> Path:
-    """Where the tool caches what it derived (tokenized corpora, records of files it wrote): ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
+    """Where the tool caches what it derived (tokenized corpora, records of files it wrote):
+    ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
     env = os.environ.get("NAS_CACHE_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "nas-lm"
 

@@ -140,7 +140,7 @@ def _limited(tmp_path: Path, limit: int, argv: list[str]) -> Any:
 
     code = (
         "import resource, signal, sys\n"
-        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # else the kernel kills the process instead of EFBIG
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # else the kernel kills it instead of EFBIG
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
         "from nas.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"

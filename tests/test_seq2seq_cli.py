@@ -179,8 +179,9 @@ def test_a_parallel_corpus_without_a_space_searches_the_seq2seq_space(
     import optuna
 
     runs = tmp_path / "runs"
-    argv = ["search", "--data", str(parallel), "--study", "p", "--trials", "1", "--local", "--runs-dir", str(runs),
-            "--budget.steps", "2", "--no-tensorboard", "--evaluator", "proxy:params"]  # fmt: skip
+    argv = ["search", "--data", str(parallel), "--study", "p", "--trials", "1", "--local",
+            "--runs-dir", str(runs), "--budget.steps", "2", "--no-tensorboard",
+            "--evaluator", "proxy:params"]  # fmt: skip
     assert main(argv) == 0
     assert "searching the shipped seq2seq space" in capsys.readouterr().out  # said, not silent
     study = optuna.load_study(study_name="p", storage=f"sqlite:///{runs}/p/study.db")

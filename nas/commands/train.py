@@ -5,8 +5,9 @@ The file's ``recipe``, ``budget`` and ``data`` sections are the spec's
 their fingerprints, see :func:`load_data`); the same ``--recipe.*``,
 ``--budget.*``, ``--data.*`` and ``--resources.device/compile`` flags as
 ``search`` override them field by field; the model's vocabulary is the
-corpus's; with no budget anywhere it trains :data:`nas.spec.DEFAULT_BUDGET`.  ``--json`` makes the last line of stdout one JSON
-object of metrics; progress goes to stderr.
+corpus's; with no budget anywhere it trains :data:`nas.spec.DEFAULT_BUDGET`.
+``--json`` makes the last line of stdout one JSON object of metrics; progress
+goes to stderr.
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ def bounded(
     low_open: bool = False,
     high_open: bool = False,
 ) -> Any:
-    """A number in [low, high] (``low_open``/``high_open``: the bound itself excluded), whole if ``integer``."""
+    """A number in [low, high] (``low_open``/``high_open``: the bound itself excluded), whole if
+    ``integer``."""
     return lambda value, name: check_number(
         value, name, integer=integer, low=low, high=high, low_open=low_open, high_open=high_open
     )

@@ -135,8 +135,8 @@ def test_top_k_is_the_pareto_front_by_loss_for_two_objectives(studies):
 def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     url = studies["one"]
     # baselines at their own shape: two baselines, whatever shapes the finalists have
-    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own",
-                         "--json")) == 0  # fmt: skip
+    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2",
+                         "--baseline-shape", "own", "--json")) == 0  # fmt: skip
     conf = _load(url, "one-confirm")
     runs = existing_runs(conf)
     # 2 finalists and the baselines vanilla, primer_ez and transformer_pp (the seeds often win a
@@ -326,7 +326,8 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
         (["--baseline", "no_such.yaml"], "no_such.yaml: architecture file not found"),
         (
             ["--workers", "2"],
-            "resources.local (--local) runs trials one at a time in this process, without Ray; drop resources.workers (--workers)",
+            "resources.local (--local) runs trials one at a time in this process, without Ray; drop "
+            "resources.workers (--workers)",
         ),
     ],
 )

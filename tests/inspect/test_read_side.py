@@ -16,7 +16,8 @@ CHECK = """
 import sys
 from nas.cli import main
 rc = main(sys.argv[1:])
-heavy = sorted(m for m in ("torch", "ray", "evaluators.lm", "nas.models", "nas.search.driver.loop") if m in sys.modules)
+heavy = ("torch", "ray", "evaluators.lm", "nas.models", "nas.search.driver.loop")
+heavy = sorted(m for m in heavy if m in sys.modules)
 print("IMPORTED", heavy)
 sys.exit(rc)
 """

@@ -1,4 +1,5 @@
-"""Inference state (``nas.compute``'s ``state_elements``): what one sequence keeps per layer while generating."""
+"""Inference state (``nas.compute``'s ``state_elements``): what one sequence keeps per layer while
+generating."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ exec(compile(open(sys.argv[1]).read(), "adding_a_sampler.md", "exec"))
 from nas.search.samplers.build import SAMPLER_FACTORIES, make_sampler
 assert "tpe_plain" in SAMPLER_FACTORIES
 assert type(make_sampler("tpe_plain", None, 0, 10)).__name__ == "TPESampler"
-sys.exit(pytest.main(["-o", "addopts=", "-q", "-p", "no:cacheprovider", "-W", "ignore", sys.argv[2], "-k", "tpe_plain"]))
+args = ["-o", "addopts=", "-q", "-p", "no:cacheprovider", "-W", "ignore", sys.argv[2], "-k", "tpe_plain"]
+sys.exit(pytest.main(args))
 """
 
 

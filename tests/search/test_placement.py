@@ -151,7 +151,8 @@ def test_a_search_with_a_pinned_layer_finishes_and_by_layer_shows_it_fixed(
 def test_the_state_objective_puts_the_inference_state_on_the_pareto_front(
     tmp_path, text_corpus, capsys
 ) -> None:
-    """``--objective loss+flops+state``: a third value per trial, the bytes a sequence keeps while generating."""
+    """``--objective loss+flops+state``: a third value per trial, the bytes a sequence keeps while
+    generating."""
     raw = copy.deepcopy(RAW)
     raw["globals"]["n_layers"] = 2
     raw["layers"].pop("at")

@@ -31,7 +31,8 @@ RAW: dict[str, Any] = {
     "budget": {"steps": 4},
 }
 ARCH = ArchConfig.from_dict({"vocab_size": 64, "d_model": 16, "n_heads": 2, "max_len": 16,
-                             "layers": {"repeat": 1, "attention": "mha", "ffn": {"activation": "relu", "mult": 2}}})  # fmt: skip
+                             "layers": {"repeat": 1, "attention": "mha",
+                                        "ffn": {"activation": "relu", "mult": 2}}})  # fmt: skip
 
 
 class Recorder:
@@ -130,8 +131,9 @@ def _search(tmp_path, corpus, name: str, *extra: str, trials: int = 6) -> optuna
 
 
 def test_a_prescreened_search_stops_weak_candidates_before_training(tmp_path, text_corpus, capsys) -> None:
-    study = _search(tmp_path, text_corpus, "pre", "--prescreen", "probes:memorization@3", "--hurdle-min-trials",
-                    "2", "--hurdle-percentile", "40", "--sampler", "random", trials=8)  # fmt: skip
+    study = _search(tmp_path, text_corpus, "pre", "--prescreen", "probes:memorization@3",
+                    "--hurdle-min-trials", "2", "--hurdle-percentile", "40", "--sampler", "random",
+                    trials=8)  # fmt: skip
     out = capsys.readouterr().out
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -232,7 +234,8 @@ def test_a_bad_prescreen_is_one_line(tmp_path, text_corpus, capsys, flag: str, m
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(copy.deepcopy(RAW)))
     code = main(["search", "--space", str(space), "--study", "bad", "--runs-dir", str(tmp_path / "runs"),
-                 "--data", str(text_corpus), "--trials", "2", "--local", "--prescreen", *flag.split()])  # fmt: skip
+                 "--data", str(text_corpus), "--trials", "2", "--local",
+                 "--prescreen", *flag.split()])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs" / "bad").exists()  # nothing half-written

@@ -260,8 +260,8 @@ def test_sections_are_the_commands_own() -> None:
 
 
 def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
-    """`data: {corpus: books/, tokenizr: tok.json}` once trained on bytes: the typo was taken for a field of an
-    exported record and dropped. Only a record's own keys are read as one."""
+    """`data: {corpus: books/, tokenizr: tok.json}` once trained on bytes: the typo was taken for a
+    field of an exported record and dropped. Only a record's own keys are read as one."""
     from nas.data.corpus import corpus_record
     from nas.errors import ConfigError
     from nas.spec.sections import DATA_RECORD_KEYS, DataSpec

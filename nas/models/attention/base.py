@@ -3,9 +3,10 @@
 A block maps x [B, T, C] to [B, T, C], is causal (position t never sees a
 later position) unless an encoder built it bidirectional (``make_bidirectional``,
 for blocks that say ``bidirectional = True``; an encoder then passes ``keep``, the
-(B, T) mask of real source tokens, and no position may attend to padding), batches its heads, and publishes its parameter count and
-FLOPs per token as formulas next to its code, so that adding a block is one
-file (see docs/adding_a_block.md).  Blocks whose attention weights come from
+(B, T) mask of real source tokens, and no position may attend to padding),
+batches its heads, and publishes its parameter count and FLOPs per token as
+formulas next to its code, so that adding a block is one file (see
+docs/adding_a_block.md).  Blocks whose attention weights come from
 logits also expose ``scores(x)`` and say ``mixable = True`` so that
 ``mixture`` can combine them.  What the rest of the engine needs to know
 about a block (its options in a search space, its name in reports, an
@@ -224,7 +225,8 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
 
     @abstractmethod
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
-        """x (B, T, C) -> (B, T, C); ``keep`` (B, T), an encoder's real tokens: padding is never attended to."""
+        """x (B, T, C) -> (B, T, C); ``keep`` (B, T), an encoder's real tokens: padding is never
+        attended to."""
 
     @classmethod
     @abstractmethod

@@ -358,7 +358,8 @@ def _check_recipe_and_budget(recipe: Any, budget: Any) -> None:
 
 
 def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    """The mapping under ``key``, None when absent; ``recipe:`` left empty is refused, as in an architecture file."""
+    """The mapping under ``key``, None when absent; ``recipe:`` left empty is refused, as in an
+    architecture file."""
     if key not in raw:
         return None
     if not isinstance(raw[key], Mapping):

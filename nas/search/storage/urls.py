@@ -39,7 +39,8 @@ def default_storage(runs_dir: str | os.PathLike[str], study: str) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL as SQLAlchemy reads it (None for other databases and in-memory SQLite)."""
+    """The file of a ``sqlite:///`` URL as SQLAlchemy reads it (None for other databases and
+    in-memory SQLite)."""
     if not url.startswith("sqlite:///"):
         return None
     try:
