@@ -36,8 +36,10 @@ def write_section(name: str, body: str, path: Path = DOC) -> None:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    print(f"wrote the {name} section of {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}",
-          file=sys.stderr)
+    print(
+        f"wrote the {name} section of {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}",
+        file=sys.stderr,
+    )
 
 
 def command() -> str:
@@ -62,8 +64,7 @@ def machine(threads: int | None = None) -> str:
 def provenance(threads: int | None = None) -> str:
     """One sentence: the command, the machine and the date."""
     return (
-        f"Command: `{command()}`. Machine: {machine(threads)}. "
-        f"Measured {datetime.date.today().isoformat()}."
+        f"Command: `{command()}`. Machine: {machine(threads)}. Measured {datetime.date.today().isoformat()}."
     )
 
 

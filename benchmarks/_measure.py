@@ -23,8 +23,9 @@ import _doc
 ROOT = _doc.ROOT
 
 
-def measure(space_path: Path, table_path: Path, n_archs: int, budget_flops: float, threads: int,
-            seed: int) -> None:
+def measure(
+    space_path: Path, table_path: Path, n_archs: int, budget_flops: float, threads: int, seed: int
+) -> None:
     """Train ``n_archs`` architectures drawn uniformly (within the caps) from a space; write the table."""
     import torch
 
@@ -49,23 +50,38 @@ def measure(space_path: Path, table_path: Path, n_archs: int, budget_flops: floa
     for i, arch in enumerate(archs.values()):
         t0 = time.perf_counter()
         m = train_lm(arch, recipe, Budget("flops", budget_flops), corpus, device="cpu", threads=threads)
-        rows.append({"arch_id": arch.arch_id, "summary": arch.summary(), "val_loss": m.val_loss,
-                     "arch": arch.to_dict()})
+        rows.append(
+            {
+                "arch_id": arch.arch_id,
+                "summary": arch.summary(),
+                "val_loss": m.val_loss,
+                "arch": arch.to_dict(),
+            }
+        )
         took = time.perf_counter() - t0
         print(f"{i + 1}/{len(archs)} {arch.summary()}: {m.val_loss:.4f} ({took:.0f} s)", file=sys.stderr)
     table_path.parent.mkdir(parents=True, exist_ok=True)
-    table_path.write_text(json.dumps({
-        "what": f"validation loss (nats/token) of architectures drawn uniformly from the {space.name} space",
-        "space": str(space_path.relative_to(ROOT)),
-        "space_fingerprint": space.fingerprint,
-        "budget": {"flops": budget_flops},
-        "recipe": recipe.to_dict(),
-        "corpus": corpus.name,
-        "threads": threads,
-        "draw_seed": seed,
-        "command": _doc.command(),
-        "measured": datetime.date.today().isoformat(),
-        "machine": _doc.machine(threads),
-        "archs": rows,
-    }, indent=1) + "\n")
+    table_path.write_text(
+        json.dumps(
+            {
+                "what": (
+                    f"validation loss (nats/token) of architectures drawn uniformly from the {space.name} "
+                    "space"
+                ),
+                "space": str(space_path.relative_to(ROOT)),
+                "space_fingerprint": space.fingerprint,
+                "budget": {"flops": budget_flops},
+                "recipe": recipe.to_dict(),
+                "corpus": corpus.name,
+                "threads": threads,
+                "draw_seed": seed,
+                "command": _doc.command(),
+                "measured": datetime.date.today().isoformat(),
+                "machine": _doc.machine(threads),
+                "archs": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {table_path.relative_to(ROOT)} ({len(rows)} architectures)", file=sys.stderr)

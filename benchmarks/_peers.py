@@ -72,10 +72,12 @@ class _Recorder:
         dist = IntDistribution(low, high, step=step, log=log)
         return self._draw(name, dist, lambda: self.rng.randrange(low, high + 1, step))
 
-    def suggest_float(self, name: str, low: float, high: float, step: float | None = None,
-                      log: bool = False) -> float:
-        return self._draw(name, FloatDistribution(low, high, step=step, log=log),
-                          lambda: self.rng.uniform(low, high))
+    def suggest_float(
+        self, name: str, low: float, high: float, step: float | None = None, log: bool = False
+    ) -> float:
+        return self._draw(
+            name, FloatDistribution(low, high, step=step, log=log), lambda: self.rng.uniform(low, high)
+        )
 
 
 def genome(space: Any, draws: int = 4000) -> dict[str, BaseDistribution]:
@@ -123,8 +125,9 @@ class SyneTuneREA:
     architectures), completed by draws from the seeded generator.
     """
 
-    def __init__(self, space: Any, seed: int, population: int, sample_size: int,
-                 seeds: Sequence[dict[str, Any]] = ()) -> None:
+    def __init__(
+        self, space: Any, seed: int, population: int, sample_size: int, seeds: Sequence[dict[str, Any]] = ()
+    ) -> None:
         from syne_tune.optimizer.baselines import REA
         from syne_tune.optimizer.schedulers.ask_tell_scheduler import AskTellScheduler
 
@@ -132,15 +135,28 @@ class SyneTuneREA:
         self.dists = genome(space)
         config_space = {k: _domain(d) for k, d in self.dists.items()}
         rs = np.random.RandomState(seed)
-        first = [{k: _index(self.dists[k], fixed[k]) if k in fixed else dom.sample(random_state=rs)
-                  for k, dom in config_space.items()} for fixed in seeds]
+        first = [
+            {
+                k: _index(self.dists[k], fixed[k]) if k in fixed else dom.sample(random_state=rs)
+                for k, dom in config_space.items()
+            }
+            for fixed in seeds
+        ]
         # REA's first population is drawn with numpy's global generator, not its own seeded one
         # (syne_tune/optimizer/schedulers/searchers/regularized_evolution.py, sample_random_config),
         # so the global generator is seeded too, to make a search repeatable.
         np.random.seed(seed)
-        self.scheduler = AskTellScheduler(REA(
-            config_space, metric="loss", do_minimize=True, random_seed=seed,
-            population_size=population, sample_size=sample_size, points_to_evaluate=first))
+        self.scheduler = AskTellScheduler(
+            REA(
+                config_space,
+                metric="loss",
+                do_minimize=True,
+                random_seed=seed,
+                population_size=population,
+                sample_size=sample_size,
+                points_to_evaluate=first,
+            )
+        )
 
     def ask(self) -> tuple[Any, Any]:
         """(Syne Tune's trial, the architecture it proposes)."""

@@ -109,11 +109,17 @@ def soak(opts: Any, make_inputs: Callable[[Path], None]) -> tuple[str, bool]:
         drivers, driver_kills, rc = 0, 0, None
         try:
             while rc is None:
-                proc = subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=root,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
                 drivers += 1
                 group.driver = proc.pid
-                rc = _drive(proc, url, marks[driver_kills:driver_kills + 1])
+                rc = _drive(proc, url, marks[driver_kills : driver_kills + 1])
                 if rc is None:
                     driver_kills += 1
         finally:
@@ -148,8 +154,15 @@ def _drive(proc: subprocess.Popen[str], url: str, marks: list[int]) -> int | Non
     return proc.returncode
 
 
-def _table(study: optuna.Study, opts: Any, rc: int | None, drivers: int, driver_kills: int,
-           worker_kills: int, wall: float) -> tuple[str, bool]:
+def _table(
+    study: optuna.Study,
+    opts: Any,
+    rc: int | None,
+    drivers: int,
+    driver_kills: int,
+    worker_kills: int,
+    wall: float,
+) -> tuple[str, bool]:
     trials = study.get_trials(deepcopy=False)
     counted = [t for t in trials if not t.user_attrs.get(REQUEUED)]
     states: dict[str, int] = {}
@@ -165,8 +178,13 @@ def _table(study: optuna.Study, opts: Any, rc: int | None, drivers: int, driver_
     by_number = {t.number: t for t in trials}
     twice = [n for n, k in reruns.items() if k > 1 or not by_number[n].user_attrs.get(REQUEUED)]
     retried = sum(t.user_attrs.get("attempts", 1) - 1 for t in trials)
-    ok = (rc == 0 and len(finished) == opts.trials and not running and not twice
-          and driver_kills == opts.driver_kills)
+    ok = (
+        rc == 0
+        and len(finished) == opts.trials
+        and not running
+        and not twice
+        and driver_kills == opts.driver_kills
+    )
     rows = [
         ("trials requested", opts.trials),
         ("driver processes started / SIGKILLed", f"{drivers} / {driver_kills}"),

@@ -105,8 +105,10 @@ def run_length(
     for r in range(repeats):
         for name in _doc.rotated(names, r):
             results[name].append(measure(steppers[name], data, T, gen, steps))
-        print(f"T {T} repeat {r + 1}/{repeats}: "
-              + ", ".join(f"{n} {results[n][-1]:,.0f}" for n in names), file=sys.stderr)
+        print(
+            f"T {T} repeat {r + 1}/{repeats}: " + ", ".join(f"{n} {results[n][-1]:,.0f}" for n in names),
+            file=sys.stderr,
+        )
     rows = []
     for name in names:
         c = nas.compute(arch_for(name, T), T)
@@ -145,8 +147,18 @@ def table(rows: list[dict]) -> str:
                 ]
             )
     return _doc.markdown_table(
-        ["block", "T", "options", "tokens/s (median)", "tokens/s (best)", "speed vs mha",
-         "train MFLOPs/token", "FLOPs vs mha", "achieved GFLOP/s", "params (M)"],
+        [
+            "block",
+            "T",
+            "options",
+            "tokens/s (median)",
+            "tokens/s (best)",
+            "speed vs mha",
+            "train MFLOPs/token",
+            "FLOPs vs mha",
+            "achieved GFLOP/s",
+            "params (M)",
+        ],
         out,
         "lrlrrrrrrr",
     )
@@ -163,7 +175,8 @@ def target_verdict(rows: list[dict]) -> str:
     met = all(v > 1.0 for v in ratios.values())
     return (
         f"Target (issue 6): the random synthesizers train faster than `mha` at T {T}, as the Synthesizer "
-        "paper claims: " + ", ".join(f"`{n}` {v:.2f}x" for n, v in ratios.items())
+        "paper claims: "
+        + ", ".join(f"`{n}` {v:.2f}x" for n, v in ratios.items())
         + f" ({'met' if met else 'missed'})."
     )
 

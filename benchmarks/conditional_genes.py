@@ -91,7 +91,10 @@ def main() -> int:
     objective = StandIn(json.loads(TABLE.read_text()))
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []
-    for kind, label in (("optuna", "Optuna's NSGAIISampler"), ("union", "UnionNSGAIISampler (ours, `--sampler nsga2`)")):
+    for kind, label in (
+        ("optuna", "Optuna's NSGAIISampler"),
+        ("union", "UnionNSGAIISampler (ours, `--sampler nsga2`)"),
+    ):
         rnd, tot, best = Counter[str](), Counter[str](), []
         for seed in seeds:
             r, t, b = run(kind, seed, args.trials, objective)
@@ -105,8 +108,14 @@ def main() -> int:
         rows.append(row)
         print(row, file=sys.stderr)
     md = _doc.markdown_table(
-        ["sampler", "always-present genes drawn at random", "conditional genes drawn at random",
-         "mean best stand-in loss"], rows)
+        [
+            "sampler",
+            "always-present genes drawn at random",
+            "conditional genes drawn at random",
+            "mean best stand-in loss",
+        ],
+        rows,
+    )
     print(md)
     body = (
         "## Conditional genes under NSGA-II (`benchmarks/conditional_genes.py`)\n\n"

@@ -54,8 +54,9 @@ def over_cap_flags(sampler: str, seed: int, trials: int, objective: Any = None) 
     space = dataclasses.replace(load_space(SPACE), constraints=CAP)
     old_way = sampler.endswith("FAIL")
     name = sampler.split(",")[0]
-    study = optuna.create_study(directions=["minimize", "minimize"],
-                                sampler=make_sampler(name, None, seed, trials))
+    study = optuna.create_study(
+        directions=["minimize", "minimize"], sampler=make_sampler(name, None, seed, trials)
+    )
     flags = []
     for _ in range(trials):
         trial = study.ask()
@@ -93,7 +94,7 @@ def main() -> int:
         for seed in range(args.seeds):
             flags = over_cap_flags(sampler, seed, args.trials, objective)
             for i in range(parts):
-                counts[i] += sum(flags[i * size:(i + 1) * size])
+                counts[i] += sum(flags[i * size : (i + 1) * size])
         shares = [c / (size * args.seeds) for c in counts]
         rows.append([sampler, *(f"{s:.0%}" for s in shares)])
         print(rows[-1], file=sys.stderr)

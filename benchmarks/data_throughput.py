@@ -83,8 +83,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nas-data-bench-") as tmp:
         n = args.mb * 1_000_000 // 2
         rng = np.random.default_rng(0)
-        write_token_dir(Path(tmp) / "tok", rng.integers(0, VOCAB, n, dtype=np.uint16),
-                        rng.integers(0, VOCAB, 100_000, dtype=np.uint16), VOCAB)  # fmt: skip
+        write_token_dir(
+            Path(tmp) / "tok",
+            rng.integers(0, VOCAB, n, dtype=np.uint16),
+            rng.integers(0, VOCAB, 100_000, dtype=np.uint16),
+            VOCAB,
+        )
         before = anonymous_mb()
         t0 = time.perf_counter()
         corpus = load_corpus(Path(tmp) / "tok")
@@ -102,20 +106,22 @@ def main() -> int:
     table = markdown_table(("batch", "sampler", "median tokens/s", "best tokens/s"), rows, "llrr")
     worst = min(median(results[(b, "get_batch")]) for b in BATCHES)
     verdict = "meets" if worst >= TARGET else "misses"
-    body = "\n\n".join([
-        "## Data loading: windows from a memory-mapped token file (`benchmarks/data_throughput.py`)",
-        f"A {args.mb} MB uint16 `train.bin` ({n:,} random ids, vocabulary {VOCAB:,}), opened with "
-        f"`load_corpus` in {load_s * 1e3:.0f} ms (meta checks, id sample, fingerprint), adding "
-        f"{added:.0f} MB of private memory (RssAnon): the file is mapped, not read. Random windows of T {T} "
-        f"drawn with `get_batch` (x and y, int64) on one thread, {args.repeats} repeats of "
-        f"{args.batches} batches; the file's pages are in the page cache (it was just written). "
-        f"{provenance(threads=1)}",
-        table,
-        f"The slowest batch size gives {worst / 1e6:,.0f}M tokens/s: it {verdict} the 10M tokens/s target "
-        "(a 125M-parameter model on an H100 trains on about 1M tokens/s). *previous gather* is the "
-        "sampler before token files (one index per token); `get_batch` now copies whole rows of an "
-        "`unfold` view with one `index_select`, and gives the same batches.",
-    ])  # fmt: skip
+    body = "\n\n".join(
+        [
+            "## Data loading: windows from a memory-mapped token file (`benchmarks/data_throughput.py`)",
+            f"A {args.mb} MB uint16 `train.bin` ({n:,} random ids, vocabulary {VOCAB:,}), opened with "
+            f"`load_corpus` in {load_s * 1e3:.0f} ms (meta checks, id sample, fingerprint), adding "
+            f"{added:.0f} MB of private memory (RssAnon): the file is mapped, not read. Random windows of T "
+            f"{T} drawn with `get_batch` (x and y, int64) on one thread, {args.repeats} repeats of "
+            f"{args.batches} batches; the file's pages are in the page cache (it was just written). "
+            f"{provenance(threads=1)}",
+            table,
+            f"The slowest batch size gives {worst / 1e6:,.0f}M tokens/s: it {verdict} the 10M tokens/s "
+            "target (a 125M-parameter model on an H100 trains on about 1M tokens/s). *previous gather* is "
+            "the sampler before token files (one index per token); `get_batch` now copies whole rows of an "
+            "`unfold` view with one `index_select`, and gives the same batches.",
+        ]
+    )
     print(body)
     if not args.no_write:
         write_section(SECTION, body)

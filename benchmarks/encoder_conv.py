@@ -74,7 +74,8 @@ def main() -> None:
             f"{provenance(args.threads)}\n\n"
             "examples/archs/seq2seq.yaml's shape, recipe and budget (1e12 FLOPs) on "
             "`shakespeare-reversed`, "
-            f"the encoder's 2 layers replaced; seeds 0-{args.seeds - 1}; validation loss per target token.\n\n"
+            f"the encoder's 2 layers replaced; seeds 0-{args.seeds - 1}; validation loss per target "
+            "token.\n\n"
             f"{table}\n"
         )
         write_section(SECTION, body)

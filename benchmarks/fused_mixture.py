@@ -33,10 +33,13 @@ SECTION = "fused_mixture"
 BATCH, D_MODEL, HEADS = 8, 256, 4
 MIXES = {
     "mha + synth_random, learned": {"components": ["mha", "synth_random"]},
-    "mha + synth_fixed_random, fixed 0.5/0.5": {"components": ["mha", "synth_fixed_random"], "weights": [0.5, 0.5]},
+    "mha + synth_fixed_random, fixed 0.5/0.5": {
+        "components": ["mha", "synth_fixed_random"],
+        "weights": [0.5, 0.5],
+    },
     "mha + synth_dense, learned": {"components": ["mha", "synth_dense"]},
     "mdha + synth_factorized_random, learned": {"components": ["mdha", "synth_factorized_random"]},
-}  # fmt: skip
+}
 
 
 def measure(mix: str, fuse: bool, T: int, repeats: int, threads: int) -> dict[str, object]:
@@ -95,7 +98,7 @@ def main() -> None:
     peaks: dict[tuple[str, bool], list[float]] = {}
     for r in range(args.rounds):
         for mix in MIXES:
-            for fuse in ((False, True) if r % 2 == 0 else (True, False)):
+            for fuse in (False, True) if r % 2 == 0 else (True, False):
                 got = in_child(mix, fuse, args)
                 times.setdefault((mix, fuse), []).extend(got["times"])
                 peaks.setdefault((mix, fuse), []).append(got["peak_mib"])
@@ -108,16 +111,24 @@ def main() -> None:
         rows.append([mix, f"{before:,.0f}", f"{after:,.0f}", f"{after / before:.2f}x",
                      f"{mem_before:,.0f}", f"{mem_after:,.0f}"])  # fmt: skip
     table = markdown_table(
-        ["mixture", "written-out tokens/s", "fused tokens/s", "speed", "written-out peak MiB", "fused peak MiB"],
-        rows, "lrrrrr",
+        [
+            "mixture",
+            "written-out tokens/s",
+            "fused tokens/s",
+            "speed",
+            "written-out peak MiB",
+            "fused peak MiB",
+        ],
+        rows,
+        "lrrrrr",
     )
     body = (
         "## The mixture's fused path (`benchmarks/fused_mixture.py`)\n\n"
         f"{provenance(args.threads)}\n\n"
-        f"One `mixture` block, d_model {D_MODEL}, {HEADS} heads, batch {BATCH}, T {args.seq_len}, fp32, forward and "
-        "backward; each row's two paths in fresh processes, alternating order, "
-        f"{args.rounds} x {args.repeats} timed steps each. *Peak MiB*: the rise of the process's peak resident set "
-        "over its first step.\n\n" + table
+        f"One `mixture` block, d_model {D_MODEL}, {HEADS} heads, batch {BATCH}, T {args.seq_len}, fp32, "
+        "forward and backward; each row's two paths in fresh processes, alternating order, "
+        f"{args.rounds} x {args.repeats} timed steps each. *Peak MiB*: the rise of the process's peak "
+        "resident set over its first step.\n\n" + table
     )
     print(body)
     if not args.no_write:

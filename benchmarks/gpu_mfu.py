@@ -117,8 +117,15 @@ def attention_backend(mode: str) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
-def timed(step: Callable[[torch.Tensor, torch.Tensor], Any], x: torch.Tensor, y: torch.Tensor,
-          steps: int | None, warmup: int, seconds: float = 1.0, reps: int = 3) -> float:  # fmt: skip
+def timed(
+    step: Callable[[torch.Tensor, torch.Tensor], Any],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    steps: int | None,
+    warmup: int,
+    seconds: float = 1.0,
+    reps: int = 3,
+) -> float:
     """Median seconds per step: ``steps`` per repetition, or as many as fill about ``seconds``."""
     for _ in range(warmup):
         step(x, y)
@@ -248,8 +255,13 @@ def profile(best: dict, args: argparse.Namespace, lines: list[str]) -> None:
     ]
     for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         lines.append(f"| {kind} | {us / 3e3:.2f} | {us / total:.1%} |")
-    lines += ["", "The ten largest kernels:", "", "| kernel | calls per step | GPU ms per step | share |",
-              "| --- | ---: | ---: | ---: |"]  # fmt: skip
+    lines += [
+        "",
+        "The ten largest kernels:",
+        "",
+        "| kernel | calls per step | GPU ms per step | share |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for key, (us, count) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:10]:
         lines.append(f"| `{key[:90]}` | {count / 3:.0f} | {us / 3e3:.2f} | {us / total:.1%} |")
     print("\n".join(lines[-22:]), flush=True)
@@ -322,8 +334,11 @@ def main() -> int:
         "last column is the share of that.",
     ]
     if "mfu" in parts or "profile" in parts:
-        lines += ["", "| model, d768 L12 T1024 | mode | batch | tokens/s | MFU | of GEMM |",
-                  "| --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+        lines += [
+            "",
+            "| model, d768 L12 T1024 | mode | batch | tokens/s | MFU | of GEMM |",
+            "| --- | --- | ---: | ---: | ---: | ---: |",
+        ]
         args.profile = "profile" in parts
         mfu_rows(args, peak, gemm, lines)
     if "blocks" in parts:

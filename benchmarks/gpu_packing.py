@@ -87,17 +87,19 @@ def main() -> int:
             print(rows[-1], flush=True)
     header = ["trials/GPU", "--gpus-per-trial", "complete", "over cap", "OOM retries", "span s",
               "trials/hour", "mean tokens/s per trial", "peak GiB"]  # fmt: skip
-    body = "\n".join([
-        "## GPU packing (`benchmarks/gpu_packing.py`)",
-        "",
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}; command `{command()}`. "
-        f"A real search of `search_spaces/gpu.yaml` per row ({args.trials} trials, random sampler seed "
-        f"{args.seed}: the same candidates in every row, {args.budget_flops:g} training FLOPs each, "
-        "byte-level Shakespeare), on one GPU shared by k Ray workers. trials/hour counts trained trials "
-        "(complete, pruned or failed after training) over the span from the first start to the last end.",
-        "",
-        markdown_table(header, rows),
-    ])  # fmt: skip
+    body = "\n".join(
+        [
+            "## GPU packing (`benchmarks/gpu_packing.py`)",
+            "",
+            f"{torch.cuda.get_device_name()}, torch {torch.__version__}; command `{command()}`. "
+            f"A real search of `search_spaces/gpu.yaml` per row ({args.trials} trials, random sampler seed "
+            f"{args.seed}: the same candidates in every row, {args.budget_flops:g} training FLOPs each, "
+            "byte-level Shakespeare), on one GPU shared by k Ray workers. trials/hour counts trained trials "
+            "(complete, pruned or failed after training) over the span from the first start to the last end.",
+            "",
+            markdown_table(header, rows),
+        ]
+    )
     print(body)
     if not args.no_write:
         write_section("gpu_packing", body)

@@ -53,14 +53,19 @@ def curves() -> list[tuple[str, list[tuple[dict[str, float], float]]]]:
             study = optuna.load_study(study_name=summary.study_name, storage=url)
             if CONFIRM_OF in study.user_attrs:  # a confirmation (`confirm`) re-trains, it does not search
                 continue
-            rows = [(dict(t.user_attrs["intermediate"]), float(t.values[0]))
-                    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                    if t.user_attrs.get("intermediate") and "duplicate_of" not in t.user_attrs]
+            rows = [
+                (dict(t.user_attrs["intermediate"]), float(t.values[0]))
+                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if t.user_attrs.get("intermediate") and "duplicate_of" not in t.user_attrs
+            ]
             out.append((f"`{db.relative_to(ROOT)}`", rows))
     stored = json.loads(SEARCHES.read_text()) if SEARCHES.exists() else {}
     for key in sorted(k for k in stored if k.startswith("reference/")):
-        rows = [(t["intermediate"], t["loss"]) for t in stored[key]["trials"]
-                if t["intermediate"] and t["loss"] is not None]
+        rows = [
+            (t["intermediate"], t["loss"])
+            for t in stored[key]["trials"]
+            if t["intermediate"] and t["loss"] is not None
+        ]
         out.append((f"`hurdles.py` reference, seed {key.split('/')[1]}", rows))
     return out
 
@@ -84,12 +89,29 @@ def main() -> int:
             pairs = [(inter[key], final) for inter, final in trials if key in inter]
             early, final = [p[0] for p in pairs], [p[1] for p in pairs]
             lo, hi = spearman_ci(early, final)
-            rows.append([name, key, len(pairs), f"{spearman(early, final):+.2f}", f"[{lo:+.2f}, {hi:+.2f}]",
-                         stopped_of_best(early, final)])
+            rows.append(
+                [
+                    name,
+                    key,
+                    len(pairs),
+                    f"{spearman(early, final):+.2f}",
+                    f"[{lo:+.2f}, {hi:+.2f}]",
+                    stopped_of_best(early, final),
+                ]
+            )
     for row in rows:
         print(row, file=sys.stderr)
-    md = _doc.markdown_table(["study", "fraction of the budget", "trials", "Spearman rho with final loss",
-                              "95% bootstrap", "best quarter a median hurdle would stop"], rows)
+    md = _doc.markdown_table(
+        [
+            "study",
+            "fraction of the budget",
+            "trials",
+            "Spearman rho with final loss",
+            "95% bootstrap",
+            "best quarter a median hurdle would stop",
+        ],
+        rows,
+    )
     print(md)
     body = (
         "## Hurdles: does early loss rank final loss? (`benchmarks/hurdle_ranks.py`)\n\n"

@@ -42,9 +42,12 @@ BLOCKS = ("mha", "sliding_window", "gated_linear", "hyena")
 
 def arch_dict(block: str, T: int) -> dict:
     return {
-        "vocab_size": 256, "d_model": D_MODEL, "n_heads": N_HEADS, "max_len": T,
+        "vocab_size": 256,
+        "d_model": D_MODEL,
+        "n_heads": N_HEADS,
+        "max_len": T,
         "layers": {"repeat": N_LAYERS, "attention": block, "ffn": {"activation": "relu", "mult": 4}},
-    }  # fmt: skip
+    }
 
 
 def _status_kib(field: str) -> int:
@@ -78,12 +81,14 @@ def child(block: str, T: int, steps: int, threads: int) -> dict:
     peak = _status_kib("VmHWM")
     c = nas.compute(arch, T)
     return {
-        "block": block, "T": T, "batch": batch,
+        "block": block,
+        "T": T,
+        "batch": batch,
         "tokens_per_s": TOKENS_PER_STEP / sorted(times[1:])[len(times[1:]) // 2],
         "peak_mib": (peak - before) / 1024,
         "state_bytes": c.state_bytes / N_LAYERS,
         "train_flops": c.train_flops_per_token,
-    }  # fmt: skip
+    }
 
 
 def crossing(rows: list[dict], block: str) -> str:
@@ -95,7 +100,7 @@ def crossing(rows: list[dict], block: str) -> str:
     ratio = [(T, tps / base[T]) for T, tps in pts]
     if ratio[0][1] >= 1:
         return f"at or below {ratio[0][0]}"
-    for (t0, r0), (t1, r1) in zip(ratio, ratio[1:]):
+    for (t0, r0), (t1, r1) in zip(ratio, ratio[1:], strict=False):
         if r1 >= 1:  # interpolate log(ratio) against log(T)
             f = -math.log(r0) / (math.log(r1) - math.log(r0))
             return f"about {round(math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))):,}"
@@ -123,38 +128,58 @@ def main() -> int:
             )  # fmt: skip
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"{block:>15} T {T:>5}: {r['tokens_per_s']:,.0f} tokens/s, {r['peak_mib']:,.0f} MiB", file=sys.stderr)
+            print(
+                f"{block:>15} T {T:>5}: {r['tokens_per_s']:,.0f} tokens/s, {r['peak_mib']:,.0f} MiB",
+                file=sys.stderr,
+            )
     base = {r["T"]: r for r in rows if r["block"] == "mha"}
     table = _doc.markdown_table(
-        ["block", "T", "batch", "tokens/s", "vs mha", "peak MiB (steps)", "vs mha", "train MFLOPs/token",
-         "state per layer and sequence"],  # fmt: skip
         [
-            [f"`{r['block']}`", r["T"], r["batch"], f"{r['tokens_per_s']:,.0f}",
-             f"{r['tokens_per_s'] / base[r['T']]['tokens_per_s']:.2f}x" if r["T"] in base else "-",
-             f"{r['peak_mib']:,.0f}",
-             f"{r['peak_mib'] / base[r['T']]['peak_mib']:.2f}x" if r["T"] in base else "-",
-             f"{r['train_flops'] / 1e6:.1f}", f"{r['state_bytes'] / 1024:,.0f} KiB"]
+            "block",
+            "T",
+            "batch",
+            "tokens/s",
+            "vs mha",
+            "peak MiB (steps)",
+            "vs mha",
+            "train MFLOPs/token",
+            "state per layer and sequence",
+        ],
+        [
+            [
+                f"`{r['block']}`",
+                r["T"],
+                r["batch"],
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['tokens_per_s'] / base[r['T']]['tokens_per_s']:.2f}x" if r["T"] in base else "-",
+                f"{r['peak_mib']:,.0f}",
+                f"{r['peak_mib'] / base[r['T']]['peak_mib']:.2f}x" if r["T"] in base else "-",
+                f"{r['train_flops'] / 1e6:.1f}",
+                f"{r['state_bytes'] / 1024:,.0f} KiB",
+            ]
             for r in sorted(rows, key=lambda r: (r["T"], r["block"]))
-        ],  # fmt: skip
+        ],
     )
     blocks = [b for b in args.blocks.split(",") if b != "mha"]
     over = "; ".join(f"`{b}` {crossing(rows, b)}" for b in blocks) if base else ""
-    body = "\n".join([
-        "## Linear-time mixers against `mha` as T grows (`benchmarks/mixer_scaling.py`)",
-        "",
-        _doc.provenance(args.threads),
-        "",
-        f"A {N_LAYERS}-layer LM of each block (d_model {D_MODEL}, {N_HEADS} heads, ReLU FFN x4, byte "
-        f"vocabulary), {TOKENS_PER_STEP} tokens per training step at every T, fp32 on the CPU; one "
-        f"warm-up and the median of {args.steps} timed `TrainStep`s, each (block, T) in a fresh "
-        "process. *peak MiB* is the peak resident memory during the steps above what the process held "
-        "before the first (model, optimizer, batch). *state* is what one sequence keeps per layer while "
-        "generating after T tokens (`nas.compute`, fp32).",
-        "",
-        table,
-        "",
-        f"Where each mixer overtakes `mha` in tokens/s: {over}." if over else "",
-    ])  # fmt: skip
+    body = "\n".join(
+        [
+            "## Linear-time mixers against `mha` as T grows (`benchmarks/mixer_scaling.py`)",
+            "",
+            _doc.provenance(args.threads),
+            "",
+            f"A {N_LAYERS}-layer LM of each block (d_model {D_MODEL}, {N_HEADS} heads, ReLU FFN x4, byte "
+            f"vocabulary), {TOKENS_PER_STEP} tokens per training step at every T, fp32 on the CPU; one "
+            f"warm-up and the median of {args.steps} timed `TrainStep`s, each (block, T) in a fresh "
+            "process. *peak MiB* is the peak resident memory during the steps above what the process held "
+            "before the first (model, optimizer, batch). *state* is what one sequence keeps per layer while "
+            "generating after T tokens (`nas.compute`, fp32).",
+            "",
+            table,
+            "",
+            f"Where each mixer overtakes `mha` in tokens/s: {over}." if over else "",
+        ]
+    )
     print(body)
     if not args.no_write:
         _doc.write_section(SECTION, body)

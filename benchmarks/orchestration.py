@@ -73,9 +73,25 @@ def measure(
         storage.fast_sqlite_commits = lambda rdb: None
     runs = tempfile.mkdtemp(prefix="nas-orch-")
     study, marks = _timing.timed_search(
-        ["search", "--space", str(SPACE), "--trials", str(trials), "--workers", str(workers),
-         "--evaluator", f"sleep:{sleep:g}", "--no-tensorboard", "--runs-dir", runs, "--study", "bench",
-         "--sampler", "nsga2", *extra]  # the sampler its section names (the default, auto, is TPE now)
+        [
+            "search",
+            "--space",
+            str(SPACE),
+            "--trials",
+            str(trials),
+            "--workers",
+            str(workers),
+            "--evaluator",
+            f"sleep:{sleep:g}",
+            "--no-tensorboard",
+            "--runs-dir",
+            runs,
+            "--study",
+            "bench",
+            "--sampler",
+            "nsga2",
+            *extra,
+        ]  # the sampler its section names (the default, auto, is TPE now)
     )
     states: dict[str, int] = {}
     for t in study.trials:
@@ -114,22 +130,35 @@ def table(results: dict[str, list[dict[str, Any]]], configs: dict[str, tuple]) -
         overhead = _doc.median([r["overhead"] for r in runs])
         share = _doc.median([r["share"] for r in runs])
         states = runs[-1]["states"]
-        rows.append([
-            name,
-            f"{trials} x {sleep:g} s",
-            f"{_doc.median([r['loop'] for r in runs]):.2f}",
-            f"{_doc.median([r['loop'] / trials for r in runs]):.4f}",
-            f"{overhead:.4f}",
-            f"{min(r['overhead'] for r in runs):.4f} - {max(r['overhead'] for r in runs):.4f}",
-            f"{100 * share:.2f}%",
-            f"{_doc.median([r['startup'] for r in runs]):.1f} / "
-            f"{_doc.median([r['shutdown'] for r in runs]):.1f}",
-            ", ".join(f"{v} {k.lower()}" for k, v in sorted(states.items())) + f" ({runs[-1]['ran']} ran)",
-            len(runs),
-        ])
+        rows.append(
+            [
+                name,
+                f"{trials} x {sleep:g} s",
+                f"{_doc.median([r['loop'] for r in runs]):.2f}",
+                f"{_doc.median([r['loop'] / trials for r in runs]):.4f}",
+                f"{overhead:.4f}",
+                f"{min(r['overhead'] for r in runs):.4f} - {max(r['overhead'] for r in runs):.4f}",
+                f"{100 * share:.2f}%",
+                f"{_doc.median([r['startup'] for r in runs]):.1f} / "
+                f"{_doc.median([r['shutdown'] for r in runs]):.1f}",
+                ", ".join(f"{v} {k.lower()}" for k, v in sorted(states.items()))
+                + f" ({runs[-1]['ran']} ran)",
+                len(runs),
+            ]
+        )
     return _doc.markdown_table(
-        ["configuration", "trials", "loop time (s)", "loop time / trials (s)", "overhead per trial (s)",
-         "range (s)", "share of loop time", "startup / shutdown (s)", "trials ended", "runs"],
+        [
+            "configuration",
+            "trials",
+            "loop time (s)",
+            "loop time / trials (s)",
+            "overhead per trial (s)",
+            "range (s)",
+            "share of loop time",
+            "startup / shutdown (s)",
+            "trials ended",
+            "runs",
+        ],
         rows,
         "lrrrrrrrlr",
     )
@@ -137,8 +166,9 @@ def table(results: dict[str, list[dict[str, Any]]], configs: dict[str, tuple]) -
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="rounds over the short configurations (default 3)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds over the short configurations (default 3)"
+    )
     parser.add_argument("--no-long", action="store_true", help="skip the direct sleep:30 measurement")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one measurement, JSON on stdout

@@ -91,7 +91,9 @@ def hv_curve(points: list[tuple[float, float] | None], ref: tuple[float, float])
     return out
 
 
-def run(sampler: str, seed: int, n: int, objective: se.StandIn, ref: tuple[float, float]) -> tuple[list[float], list[float]]:
+def run(
+    sampler: str, seed: int, n: int, objective: se.StandIn, ref: tuple[float, float]
+) -> tuple[list[float], list[float]]:
     """(best-so-far loss, hypervolume) after each of 4N trials of one two-objective search."""
     points: list[tuple[float, float] | None] = []
     curve = se.search(sampler, seed, n, 4 * n, objective, n_objectives=2, points=points)
@@ -105,8 +107,11 @@ def first_at_least(curve: list[float], target: float) -> int | None:
 def verdict(n: int, measures: dict[str, dict[str, list[float]]]) -> str:
     """Per measure, which samplers the default beats (median over the seeds), and the best one."""
     parts = []
-    for what, sign in (("trials to the loss target", 1.0), ("trials to the hypervolume target", 1.0),
-                       ("hypervolume after N", -1.0)):  # sign: lower is better for +1
+    for what, sign in (
+        ("trials to the loss target", 1.0),
+        ("trials to the hypervolume target", 1.0),
+        ("hypervolume after N", -1.0),
+    ):  # sign: lower is better for +1
         med = {s: float(np.median(m[what])) for s, m in measures.items()}
         best = min(med, key=lambda s: sign * med[s])
         others = [s for s in med if s != DEFAULT]
@@ -143,19 +148,39 @@ def main() -> int:
             to_loss = [se.trials_to_reach(c, loss_target) or 4 * n + 1 for c, _ in runs]
             to_hv = [first_at_least(h, hv_target) or 4 * n + 1 for _, h in runs]
             hv_n = [h[n - 1] for _, h in runs]
-            measures[s] = {"trials to the loss target": to_loss, "trials to the hypervolume target": to_hv,
-                           "hypervolume after N": hv_n}
-            rows.append([n, s, f"{np.median(to_loss):g}", f"{np.median(to_hv):g}", f"{np.median(hv_n):.4f}",
-                         f"{np.median([c[n - 1] for c, _ in runs]):.4f}"])
+            measures[s] = {
+                "trials to the loss target": to_loss,
+                "trials to the hypervolume target": to_hv,
+                "hypervolume after N": hv_n,
+            }
+            rows.append(
+                [
+                    n,
+                    s,
+                    f"{np.median(to_loss):g}",
+                    f"{np.median(to_hv):g}",
+                    f"{np.median(hv_n):.4f}",
+                    f"{np.median([c[n - 1] for c, _ in runs]):.4f}",
+                ]
+            )
             print(*rows[-1], file=sys.stderr)
-            lines.append(f"N = {n}, {s}: trials to the loss target per seed: {' '.join(map(str, to_loss))}; "
-                         f"to the hypervolume target: {' '.join(map(str, to_hv))}")
+            lines.append(
+                f"N = {n}, {s}: trials to the loss target per seed: {' '.join(map(str, to_loss))}; "
+                f"to the hypervolume target: {' '.join(map(str, to_hv))}"
+            )
         if DEFAULT in measures:
             lines.append(verdict(n, measures))
     md = _doc.markdown_table(
-        ["N", "sampler", "median trials to random's best-of-N loss",
-         "median trials to random's hypervolume after N", "median hypervolume after N",
-         "median best loss after N"], rows)
+        [
+            "N",
+            "sampler",
+            "median trials to random's best-of-N loss",
+            "median trials to random's hypervolume after N",
+            "median hypervolume after N",
+            "median best loss after N",
+        ],
+        rows,
+    )
     print(md)
     print("\n".join(lines))
     if not args.no_write:
@@ -166,7 +191,8 @@ def main() -> int:
 def body(md: str, lines: list[str], ref: tuple[float, float], n_seeds: int) -> str:
     """The docs/BENCHMARKS.md section."""
     return (
-        "## Search efficiency on two objectives: loss and FLOPs per token (`benchmarks/pareto_efficiency.py`)\n\n"
+        "## Search efficiency on two objectives: loss and FLOPs per token "
+        "(`benchmarks/pareto_efficiency.py`)\n\n"
         f"{_doc.provenance()}\n\n"
         "The searches of the search_efficiency section (same stand-in loss, seed architectures first, "
         "duplicates given their twin's values) on the default two objectives, the stand-in loss and "

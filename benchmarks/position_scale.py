@@ -113,10 +113,18 @@ def main() -> None:
         model_module.TransformerLM.__init__ = init  # type: ignore[method-assign]
         model_module.SINUSOIDAL_SCALE = scale
         spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
-        rows.append([name, "-" if ratio is None else f"{ratio:.2f}", f"{statistics.mean(losses):.4f}", f"{spread:.4f}",
-                     " ".join(f"{v:.4f}" for v in losses)])
-    table = markdown_table(["positions", "table RMS / token RMS at init", "val loss (mean)", "sd",
-                            "per seed"], rows)  # fmt: skip
+        rows.append(
+            [
+                name,
+                "-" if ratio is None else f"{ratio:.2f}",
+                f"{statistics.mean(losses):.4f}",
+                f"{spread:.4f}",
+                " ".join(f"{v:.4f}" for v in losses),
+            ]
+        )
+    table = markdown_table(
+        ["positions", "table RMS / token RMS at init", "val loss (mean)", "sd", "per seed"], rows
+    )
     print(table)
     if not args.no_write:
         body = (

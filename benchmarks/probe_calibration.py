@@ -49,17 +49,19 @@ def main() -> int:
             row += [f"{score:.3f}", f"{time.perf_counter() - t0:.0f}"]
             print(f"{block} {steps} steps: {score:.3f}", file=sys.stderr)
         rows.append(row)
-    body = "\n".join([
-        "## Probe calibration (`benchmarks/probe_calibration.py`)",
-        "",
-        _doc.provenance(args.threads),
-        "",
-        "In-context recall (`evaluators.probes`, batch 64) of a 2-layer, width-64 LM of each block: "
-        "attention should leave the plateau of about 0.31 (the most frequent value in context), a "
-        "fixed random synthesizer should not.",
-        "",
-        _doc.markdown_table(["steps", "mha accuracy", "s", "synth_fixed_random accuracy", "s"], rows),
-    ])  # fmt: skip
+    body = "\n".join(
+        [
+            "## Probe calibration (`benchmarks/probe_calibration.py`)",
+            "",
+            _doc.provenance(args.threads),
+            "",
+            "In-context recall (`evaluators.probes`, batch 64) of a 2-layer, width-64 LM of each block: "
+            "attention should leave the plateau of about 0.31 (the most frequent value in context), a "
+            "fixed random synthesizer should not.",
+            "",
+            _doc.markdown_table(["steps", "mha accuracy", "s", "synth_fixed_random accuracy", "s"], rows),
+        ]
+    )
     print(body)
     if not args.no_write:
         _doc.write_section("probe_calibration", body)

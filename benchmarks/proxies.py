@@ -70,9 +70,11 @@ def datasets() -> list[tuple[str, list[dict], int | None]]:
             study = optuna.load_study(study_name=summary.study_name, storage=url)
             if CONFIRM_OF in study.user_attrs:  # a confirmation (`confirm`) re-trains, it does not search
                 continue
-            rows = [{"arch": t.user_attrs["arch"], "val_loss": t.values[0]}
-                    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                    if "arch" in t.user_attrs and "duplicate_of" not in t.user_attrs]
+            rows = [
+                {"arch": t.user_attrs["arch"], "val_loss": t.values[0]}
+                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if "arch" in t.user_attrs and "duplicate_of" not in t.user_attrs
+            ]
             seq_len = (study.user_attrs.get("settings") or {}).get("recipe", {}).get("seq_len")
             out.append((f"study `{db.relative_to(ROOT)}` (search-chosen)", rows, seq_len))
     return out
@@ -122,11 +124,18 @@ def kept_of_best(scores: list[float], losses: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--measure", action="store_true",
-                        help=f"train uniform draws of {FULL_SPACE.name}, write {FULL_TABLE.name} (slow)")
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help=f"train uniform draws of {FULL_SPACE.name}, write {FULL_TABLE.name} (slow)",
+    )
     parser.add_argument("--n-archs", type=int, default=40, help="with --measure: architectures (default 40)")
-    parser.add_argument("--budget-flops", type=float, default=3e11,
-                        help="with --measure: training FLOPs per architecture (default 3e11)")
+    parser.add_argument(
+        "--budget-flops",
+        type=float,
+        default=3e11,
+        help="with --measure: training FLOPs per architecture (default 3e11)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="with --measure: torch threads (default 2)")
     args = parser.parse_args()
     if args.measure:
@@ -144,11 +153,28 @@ def main() -> int:
             scores = [score(c) for c in costs]
             rho = spearman(scores, losses)
             lo, hi = spearman_ci(scores, losses)
-            rows.append([name, len(archs), proxy, f"{rho:+.2f}", f"[{lo:+.2f}, {hi:+.2f}]",
-                         kept_of_best(scores, losses)])
+            rows.append(
+                [
+                    name,
+                    len(archs),
+                    proxy,
+                    f"{rho:+.2f}",
+                    f"[{lo:+.2f}, {hi:+.2f}]",
+                    kept_of_best(scores, losses),
+                ]
+            )
             print(rows[-1], file=sys.stderr)
-    md = _doc.markdown_table(["architectures", "n", "proxy", "Spearman rho with val loss", "95% bootstrap",
-                              "best quarter kept by the smaller half"], rows)
+    md = _doc.markdown_table(
+        [
+            "architectures",
+            "n",
+            "proxy",
+            "Spearman rho with val loss",
+            "95% bootstrap",
+            "best quarter kept by the smaller half",
+        ],
+        rows,
+    )
     print(md)
     body = (
         "## Proxies against measured loss (`benchmarks/proxies.py`)\n\n"

@@ -43,8 +43,13 @@ PROBE = (
 
 def timed(argv: list[str], cwd: Path) -> tuple[float, str]:
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=cwd,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     seconds = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(f"{argv}: exit {out.returncode}\n{out.stderr}")

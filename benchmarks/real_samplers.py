@@ -18,7 +18,8 @@ on a loaded machine two threads ran far slower), the same seeds for every sample
 
 Run::
 
-    .venv/bin/python benchmarks/real_samplers.py [--seeds 0,1,2] [--trials 24] [--budget-flops 3e11] [--no-write]
+    .venv/bin/python benchmarks/real_samplers.py [--seeds 0,1,2] [--trials 24]
+        [--budget-flops 3e11] [--no-write]
 
 It prints the table and replaces the ``real_samplers`` section of docs/BENCHMARKS.md.
 """
@@ -103,9 +104,11 @@ def share(flags: list[bool]) -> str:
 
 
 def table(results: dict[tuple[str, int], dict[str, Any]], seeds: list[int]) -> tuple[list[str], list[str]]:
-    lines = ["| seed | sampler (as run) | best loss | trials to random's best | over the cap, first half | "
-             "over the cap, second half | wall (s) |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| seed | sampler (as run) | best loss | trials to random's best | over the cap, first half | "
+        "over the cap, second half | wall (s) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     reached: dict[str, list[int | None]] = {s: [] for s in SAMPLERS}
     for seed in seeds:
         target = min(results[("random", seed)]["losses"])
@@ -115,14 +118,18 @@ def table(results: dict[tuple[str, int], dict[str, Any]], seeds: list[int]) -> t
             hit = trials_to(r["losses"], target)
             reached[sampler].append(hit)
             name = sampler if r["sampler"] == sampler else f"{sampler} ({r['sampler']})"
-            lines.append(f"| {seed} | {name} | {min(r['losses']):.4f} | {hit if hit else f'> {n}'} | "
-                         f"{share(r['over'][:half])} | {share(r['over'][half:])} | {r['wall']:.0f} |")  # fmt: skip
+            lines.append(
+                f"| {seed} | {name} | {min(r['losses']):.4f} | {hit if hit else f'> {n}'} | "
+                f"{share(r['over'][:half])} | {share(r['over'][half:])} | {r['wall']:.0f} |"
+            )
     notes = []
     for sampler in SAMPLERS:
         hits = [h if h is not None else math.inf for h in reached[sampler]]
         best = [min(results[(sampler, s)]["losses"]) for s in seeds]
-        notes.append(f"- *{sampler}*: trials to random's best per seed {', '.join(_n(h) for h in hits)} "
-                     f"(median {_n(statistics.median(hits))}); mean best loss {statistics.mean(best):.4f}.")  # fmt: skip
+        notes.append(
+            f"- *{sampler}*: trials to random's best per seed {', '.join(_n(h) for h in hits)} "
+            f"(median {_n(statistics.median(hits))}); mean best loss {statistics.mean(best):.4f}."
+        )
     return lines, notes
 
 
@@ -148,8 +155,9 @@ def main() -> int:
         space = capped_space(Path(tmp))
         for seed in seeds:
             for sampler in SAMPLERS:
-                results[(sampler, seed)] = run_search(space, sampler, seed, args.trials, args.budget_flops,
-                                                      Path(tmp) / "runs")  # fmt: skip
+                results[(sampler, seed)] = run_search(
+                    space, sampler, seed, args.trials, args.budget_flops, Path(tmp) / "runs"
+                )
                 print(
                     f"seed {seed} {sampler}: best {min(results[(sampler, seed)]['losses']):.4f}", flush=True
                 )
@@ -161,8 +169,8 @@ def main() -> int:
         "",
         f"`search_spaces/default.yaml` with `constraints.max_params` lowered to {CAP:,} (about half of the "
         f"space is over it), two objectives (validation loss and FLOPs per token), {args.trials} trials per "
-        f"search, each candidate trained for {args.budget_flops:g} FLOPs on the default corpus, one trial at a "
-        "time on one thread (`--local`), seeds "
+        f"search, each candidate trained for {args.budget_flops:g} FLOPs on the default corpus, one trial "
+        "at a time on one thread (`--local`), seeds "
         + ",".join(map(str, seeds))
         + ". *auto* is the default sampler (what it resolved "
         "to is in brackets). *trials to random's best*: the first trial at or below the best loss random "
@@ -173,8 +181,8 @@ def main() -> int:
         "",
         *notes,
         "",
-        "Three seeds of one small search: this checks the direction of the stand-in benchmarks' claims on real "
-        "training, not their size.",
+        "Three seeds of one small search: this checks the direction of the stand-in benchmarks' claims on "
+        "real training, not their size.",
     ]
     text = "\n".join(body)
     print(text)

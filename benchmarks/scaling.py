@@ -58,9 +58,26 @@ def measure(address: str, workers: int, trials: int, sleep: float) -> dict[str, 
     """One search against the cluster at ``address``, in this process."""
     runs = tempfile.mkdtemp(prefix="nas-scaling-")
     study, marks = _timing.timed_search(
-        ["search", "--space", str(SPACE), "--trials", str(trials), "--workers", str(workers),
-         "--evaluator", f"sleep:{sleep:g}", "--no-tensorboard", "--runs-dir", runs, "--study", "bench",
-         "--address", address, "--device", "cpu"]
+        [
+            "search",
+            "--space",
+            str(SPACE),
+            "--trials",
+            str(trials),
+            "--workers",
+            str(workers),
+            "--evaluator",
+            f"sleep:{sleep:g}",
+            "--no-tensorboard",
+            "--runs-dir",
+            runs,
+            "--study",
+            "bench",
+            "--address",
+            address,
+            "--device",
+            "cpu",
+        ]
     )
     ran = [t for t in study.trials if "worker_pid" in t.user_attrs]
     nodes = Counter(t.user_attrs.get("worker_node", "?") for t in ran)
@@ -74,10 +91,15 @@ def measure(address: str, workers: int, trials: int, sleep: float) -> dict[str, 
 
 
 def run_one(address: str, workers: int, trials: int, sleep: float) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one",
-           json.dumps([address, workers, trials, sleep])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--one",
+        json.dumps([address, workers, trials, sleep]),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"W={workers}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
@@ -112,16 +134,22 @@ def main() -> int:
     nodes = -(-max(counts) // CPUS_PER_NODE)
     t0 = time.perf_counter()
     cluster = start_cluster(nodes)
-    print(f"cluster up in {time.perf_counter() - t0:.1f} s at {cluster.address}: head (0 CPUs) + "
-          f"{nodes} nodes x {CPUS_PER_NODE} CPUs", file=sys.stderr)
+    print(
+        f"cluster up in {time.perf_counter() - t0:.1f} s at {cluster.address}: head (0 CPUs) + "
+        f"{nodes} nodes x {CPUS_PER_NODE} CPUs",
+        file=sys.stderr,
+    )
     results: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
     try:
         for r in range(args.repeats):
             for w in _doc.rotated(counts, r):
                 res = run_one(cluster.address, w, args.rounds * w, args.sleep)
                 results[w].append(res)
-                print(f"round {r + 1}/{args.repeats} W={w}: {res['ran']} ran in {res['loop']:.2f} s "
-                      f"on nodes {res['nodes']}", file=sys.stderr)
+                print(
+                    f"round {r + 1}/{args.repeats} W={w}: {res['ran']} ran in {res['loop']:.2f} s "
+                    f"on nodes {res['nodes']}",
+                    file=sys.stderr,
+                )
     finally:
         cluster.shutdown()
 
@@ -136,26 +164,39 @@ def main() -> int:
     rows = []
     for w in counts:
         last = results[w][-1]
-        rows.append([
-            w,
-            f"{last['ran']} of {last['trials']}",
-            f"{_doc.median([x['loop'] for x in results[w]]):.2f}",
-            f"{_doc.median([tph(x) for x in results[w]]):,.0f}",
-            f"{w * 3600 / args.sleep:,.0f}",
-            f"{100 * _doc.median([of_ideal(x, w) for x in results[w]]):.1f}%",
-            f"{100 * efficiency[w]:.1f}%",
-            " + ".join(str(n) for n in last["nodes"]),
-            f"{_doc.median([x['startup'] for x in results[w]]):.1f}",
-        ])
+        rows.append(
+            [
+                w,
+                f"{last['ran']} of {last['trials']}",
+                f"{_doc.median([x['loop'] for x in results[w]]):.2f}",
+                f"{_doc.median([tph(x) for x in results[w]]):,.0f}",
+                f"{w * 3600 / args.sleep:,.0f}",
+                f"{100 * _doc.median([of_ideal(x, w) for x in results[w]]):.1f}%",
+                f"{100 * efficiency[w]:.1f}%",
+                " + ".join(str(n) for n in last["nodes"]),
+                f"{_doc.median([x['startup'] for x in results[w]]):.1f}",
+            ]
+        )
     md = _doc.markdown_table(
-        ["workers", "trials ran", "loop time (s)", "trials/hour", "W x 3600 / S",
-         "of ideal", "efficiency vs linear", "trials per node", "startup (s)"],
+        [
+            "workers",
+            "trials ran",
+            "loop time (s)",
+            "trials/hour",
+            "W x 3600 / S",
+            "of ideal",
+            "efficiency vs linear",
+            "trials per node",
+            "startup (s)",
+        ],
         rows,
     )
     eff8 = efficiency.get(8)
     verdict = (
         f"Target (issue 6): at least 90% of linear at 8 workers: {100 * eff8:.1f}% "
-        f"({'met' if eff8 >= 0.9 else 'missed'})." if eff8 is not None else ""
+        f"({'met' if eff8 >= 0.9 else 'missed'})."
+        if eff8 is not None
+        else ""
     )
     print(md)
     print(verdict)

@@ -65,14 +65,19 @@ from nas.search.samplers.build import resolve_sampler  # noqa: E402
 SECTION = "search_efficiency"
 SPACE = ROOT / "search_spaces" / "default.yaml"
 TABLE = ROOT / "benchmarks" / "data" / "default_space_losses.json"
-#: ours (nas.search.samplers.build.make_sampler), then the peers a user could pick instead (benchmarks/_peers.py)
+#: ours (nas.search.samplers.build.make_sampler), then the peers a user could pick (benchmarks/_peers.py)
 SAMPLERS = ("random", "evolution", "nsga2", "tpe", "optuna_tpe", "syne_rea")
 OURS = ("evolution", "nsga2", "tpe")
 #: what the CLI's default (``--sampler auto``) runs in a single-objective study (``--objective loss``)
 DEFAULT = resolve_sampler("auto", 1)
-LABELS = {"random": "random", "evolution": "evolution (ours)", "nsga2": "nsga2 (ours)",
-          "tpe": "tpe (ours; the default, `auto`)",
-          "optuna_tpe": "Optuna TPE (multivariate, group)", "syne_rea": "Syne Tune REA"}
+LABELS = {
+    "random": "random",
+    "evolution": "evolution (ours)",
+    "nsga2": "nsga2 (ours)",
+    "tpe": "tpe (ours; the default, `auto`)",
+    "optuna_tpe": "Optuna TPE (multivariate, group)",
+    "syne_rea": "Syne Tune REA",
+}
 RIDGE = 1.0
 #: seeds of the random searches whose median best-of-N is the target (disjoint from --seeds)
 REFERENCE_SEEDS = range(1000, 1025)
@@ -126,8 +131,15 @@ class Run:
     (what the table reads: the trials to reach the target, and the best of the first ``n``).
     """
 
-    def __init__(self, space: Any, objective: StandIn, n: int, limit: int, target: float | None,
-                 points: list[tuple[float, float] | None] | None = None) -> None:
+    def __init__(
+        self,
+        space: Any,
+        objective: StandIn,
+        n: int,
+        limit: int,
+        target: float | None,
+        points: list[tuple[float, float] | None] | None = None,
+    ) -> None:
         self.space, self.objective = space, objective
         self.points = points  # when given: each trial's (loss, FLOPs per token), None when over the caps
         self.n, self.limit, self.target = n, limit, target
@@ -155,8 +167,16 @@ class Run:
         return value
 
 
-def search(sampler: str, seed: int, n: int, limit: int, objective: StandIn, target: float | None = None,
-           n_objectives: int = 1, points: list[tuple[float, float] | None] | None = None) -> list[float]:
+def search(
+    sampler: str,
+    seed: int,
+    n: int,
+    limit: int,
+    objective: StandIn,
+    target: float | None = None,
+    n_objectives: int = 1,
+    points: list[tuple[float, float] | None] | None = None,
+) -> list[float]:
     """Best-so-far loss after each trial of one search (mirrors the driver's loop); see :class:`Run`.
 
     With ``n_objectives`` 2 the study minimises the loss and the FLOPs per token, as the
@@ -211,18 +231,27 @@ def verdict(n: int, reached: dict[str, list[int]], limit: int) -> str:
         wins = sum(a < b for a, b in zip(reached[DEFAULT], reached[peer], strict=True))
         losses = sum(a > b for a, b in zip(reached[DEFAULT], reached[peer], strict=True))
         diff = med[peer] - med[DEFAULT]
-        how = (f"{diff:g} fewer trials than" if diff > 0 else "as many trials as" if diff == 0
-               else f"{-diff:g} more trials than")
+        how = (
+            f"{diff:g} fewer trials than"
+            if diff > 0
+            else "as many trials as"
+            if diff == 0
+            else f"{-diff:g} more trials than"
+        )
         parts.append(f"{how} {LABELS[peer]} (fewer on {wins} seeds, more on {losses})")
     ok = all(med[DEFAULT] < med[p] for p in reached if p not in OURS)
     fewest = min(med, key=med.__getitem__)
-    return (f"N = {n}: the default ({DEFAULT}, median {med[DEFAULT]:g}) needs " + "; ".join(parts)
-            + (". It beats every peer." if ok else ". It does **not** beat every peer.")
-            + f" Fewest of all: {LABELS[fewest]} (median {med[fewest]:g}).")
+    return (
+        f"N = {n}: the default ({DEFAULT}, median {med[DEFAULT]:g}) needs "
+        + "; ".join(parts)
+        + (". It beats every peer." if ok else ". It does **not** beat every peer.")
+        + f" Fewest of all: {LABELS[fewest]} (median {med[fewest]:g})."
+    )
 
 
-def summarise(ns: list[int], seeds: list[int], samplers: list[str], objective: StandIn,
-              targets: dict[int, float]) -> tuple[list[list[Any]], list[str]]:
+def summarise(
+    ns: list[int], seeds: list[int], samplers: list[str], objective: StandIn, targets: dict[int, float]
+) -> tuple[list[list[Any]], list[str]]:
     """Table rows (per N and sampler, over ``seeds``) and the per-seed / verdict lines."""
     rows, lines = [], []
     for n in ns:
@@ -233,10 +262,20 @@ def summarise(ns: list[int], seeds: list[int], samplers: list[str], objective: S
             ks = [trials_to_reach(c, targets[n]) for c in curves]
             capped = reached[s] = [k if k is not None else limit + 1 for k in ks]
             q1, q3 = np.percentile(capped, [25, 75])
-            rows.append([n, LABELS[s], f"{np.median(capped):g}", f"{q1:g}-{q3:g}",
-                         sum(k is None for k in ks), f"{np.median([c[n - 1] for c in curves]):.4f}"])
-            lines.append(f"N = {n}, {LABELS[s]}, trials per seed: "
-                         + " ".join(str(k) if k is not None else f">{limit}" for k in ks))
+            rows.append(
+                [
+                    n,
+                    LABELS[s],
+                    f"{np.median(capped):g}",
+                    f"{q1:g}-{q3:g}",
+                    sum(k is None for k in ks),
+                    f"{np.median([c[n - 1] for c in curves]):.4f}",
+                ]
+            )
+            lines.append(
+                f"N = {n}, {LABELS[s]}, trials per seed: "
+                + " ".join(str(k) if k is not None else f">{limit}" for k in ks)
+            )
             print(f"N {n} {s}: median {np.median(capped):g}", file=sys.stderr)
         if DEFAULT in reached and any(s not in OURS for s in reached):
             lines.append(verdict(n, reached, limit))
@@ -265,8 +304,15 @@ READING = (
 )
 
 
-def _body(objective: StandIn, table: dict[str, Any], targets: dict[int, float], n_seeds: int, md: str,
-          lines: list[str], missing: str | None) -> str:
+def _body(
+    objective: StandIn,
+    table: dict[str, Any],
+    targets: dict[int, float],
+    n_seeds: int,
+    md: str,
+    lines: list[str],
+    missing: str | None,
+) -> str:
     stand_in = (
         f"Stand-in objective (not training): a ridge fit (lambda {RIDGE:g}) of the validation losses of "
         f"{objective.n} architectures drawn uniformly from the default space and trained once for "
@@ -300,7 +346,10 @@ def _body(objective: StandIn, table: dict[str, Any], targets: dict[int, float], 
         "sampler draws its first trials from a seeded random sampler. Each sampler searches with seeds "
         f"0-{n_seeds - 1}, up to 4N trials; a seed that never reaches the target counts as 4N+1.\n\n"
         + (f"{missing}.\n\n" if missing else "")
-        + f"{md}\n\n" + "\n".join(f"- {line}" for line in lines) + "\n\n" + READING
+        + f"{md}\n\n"
+        + "\n".join(f"- {line}" for line in lines)
+        + "\n\n"
+        + READING
     )
 
 
@@ -312,8 +361,12 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
     parser.add_argument("--measure", action="store_true", help="rebuild the table of real losses (slow)")
     parser.add_argument("--n-archs", type=int, default=64, help="with --measure: architectures (default 64)")
-    parser.add_argument("--budget-flops", type=float, default=6e11,
-                        help="with --measure: training FLOPs per architecture (default 6e11)")
+    parser.add_argument(
+        "--budget-flops",
+        type=float,
+        default=6e11,
+        help="with --measure: training FLOPs per architecture (default 6e11)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="with --measure: torch threads (default 2)")
     args = parser.parse_args()
     if args.measure:
@@ -332,20 +385,32 @@ def main() -> int:
         samplers.remove("syne_rea")
     table = json.loads(TABLE.read_text())
     if load_space(SPACE).fingerprint != table["space_fingerprint"]:
-        print(f"note: {SPACE.name} changed since the losses were measured (its budget or recipe may "
-              "differ; the features only use the architecture choices)", file=sys.stderr)
+        print(
+            f"note: {SPACE.name} changed since the losses were measured (its budget or recipe may "
+            "differ; the features only use the architecture choices)",
+            file=sys.stderr,
+        )
     objective = StandIn(table)
     ns = [int(x) for x in args.trials.split(",")]
     seeds = list(range(args.seeds))
     # Random search's typical best-of-N: the median over runs whose seeds no search below shares
     # (every sampler draws its first generation from RandomSampler(seed), so with one seed for
     # all they would start from random's own first trials).
-    targets = {n: float(np.median([search("random", s, n, n, objective)[-1] for s in REFERENCE_SEEDS]))
-               for n in ns}
+    targets = {
+        n: float(np.median([search("random", s, n, n, objective)[-1] for s in REFERENCE_SEEDS])) for n in ns
+    }
     rows, lines = summarise(ns, seeds, samplers, objective, targets)
     md = _doc.markdown_table(
-        ["N", "sampler", "median trials to reach the target", "interquartile range",
-         "seeds never within 4N (counted 4N+1)", "median best-of-N"], rows)
+        [
+            "N",
+            "sampler",
+            "median trials to reach the target",
+            "interquartile range",
+            "seeds never within 4N (counted 4N+1)",
+            "median best-of-N",
+        ],
+        rows,
+    )
     print(md)
     print("\n".join(lines))
     body = _body(objective, table, targets, len(seeds), md, lines, missing)

@@ -77,7 +77,9 @@ def check_arch_fits(arch: ArchConfig, recipe: TrainRecipe, corpus: Any) -> int:
     if task != arch.task:
         wanted = (
             "a parallel corpus (a directory with train.src, train.tgt, val.src, val.tgt, or "
-            "'shakespeare-reversed')" if arch.is_seq2seq else "a text or token corpus"
+            "'shakespeare-reversed')"
+            if arch.is_seq2seq
+            else "a text or token corpus"
         )
         holds = "source-target pairs (seq2seq)" if task == "seq2seq" else "language-model text"
         raise ConfigError(
@@ -97,8 +99,14 @@ def check_arch_fits(arch: ArchConfig, recipe: TrainRecipe, corpus: Any) -> int:
     return seq_len
 
 
-def plan_training(budget: Budget, recipe: TrainRecipe, seq_len: int, corpus: Any, arch: ArchConfig,
-                  eval_at: tuple[float, ...]) -> TrainingPlan:  # fmt: skip
+def plan_training(
+    budget: Budget,
+    recipe: TrainRecipe,
+    seq_len: int,
+    corpus: Any,
+    arch: ArchConfig,
+    eval_at: tuple[float, ...],
+) -> TrainingPlan:
     """Steps the budget buys for ``arch`` at ``seq_len``; refuses a corpus shorter than one window."""
     cost = compute(arch, seq_len)
     total_steps = plan_steps(budget, cost, recipe.batch_size, seq_len)

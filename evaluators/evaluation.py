@@ -40,8 +40,9 @@ N_SAMPLES = 3
 
 
 @torch.no_grad()
-def greedy_samples(model: nn.Module, corpus: Any, seq_len: int, device: torch.device,
-                   k: int = N_SAMPLES) -> list[dict[str, str]]:  # fmt: skip
+def greedy_samples(
+    model: nn.Module, corpus: Any, seq_len: int, device: torch.device, k: int = N_SAMPLES
+) -> list[dict[str, str]]:
     """The first ``k`` validation pairs of a parallel corpus with the model's greedy output:
     ``[{"source", "target", "output"}]``, so a user sees what the model does."""
     from nas.models import greedy_decode
@@ -56,8 +57,10 @@ def greedy_samples(model: nn.Module, corpus: Any, seq_len: int, device: torch.de
         src[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     with autocast_for(device):
         outputs = greedy_decode(model, src.to(device), corpus.bos_id, corpus.eos_id, max_new=seq_len)
-    return [{"source": s, "target": t, "output": corpus.decode(o)}
-            for (s, t), o in zip(pairs, outputs, strict=True)]  # fmt: skip
+    return [
+        {"source": s, "target": t, "output": corpus.decode(o)}
+        for (s, t), o in zip(pairs, outputs, strict=True)
+    ]
 
 
 class Validation:

@@ -97,8 +97,17 @@ def train_lm(
             run = run_loop(prep, plan, recipe, corpus, validation, tlog, callback)
         samples = greedy_samples(prep.model, corpus, seq_len, dev) if arch.is_seq2seq else None
         elapsed = time.perf_counter() - t_start
-        result = _result(arch, recipe, plan, corpus, run, dev, compile_error=compile_error, seconds=elapsed,
-                         samples=samples)  # fmt: skip
+        result = _result(
+            arch,
+            recipe,
+            plan,
+            corpus,
+            run,
+            dev,
+            compile_error=compile_error,
+            seconds=elapsed,
+            samples=samples,
+        )
         tlog.finish(arch, recipe, budget, result, log_hparams)
     finally:
         tlog.close()
@@ -111,19 +120,41 @@ def train_lm(
     return result
 
 
-def _result(arch: ArchConfig, recipe: TrainRecipe, plan: TrainingPlan, corpus: Any, run: Outcome,
-            dev: torch.device, **fields: Any) -> Result:  # fmt: skip
+def _result(
+    arch: ArchConfig,
+    recipe: TrainRecipe,
+    plan: TrainingPlan,
+    corpus: Any,
+    run: Outcome,
+    dev: torch.device,
+    **fields: Any,
+) -> Result:
     tokens, cost = run.steps * plan.tokens_per_step, plan.cost
     return Result.measured(
-        arch, cost, run.val_loss,
+        arch,
+        cost,
+        run.val_loss,
         bytes_per_token=getattr(corpus, "bytes_per_token", 1.0),
-        train_flops=tokens * cost.train_flops_per_token, tokens=tokens, steps=run.steps,
-        tokens_per_s=run.tokens_per_s, device=dev.type, threads=torch.get_num_threads(),
-        device_name=device_name(dev), dtype=compute_dtype(dev), peak_memory_bytes=peak_memory_bytes(dev),
-        compile_seconds=run.compile_seconds, train_seconds=run.train_seconds, train_loss=run.train_loss,
-        seed=recipe.seed, budget=plan.budget.to_dict(), corpus=corpus.name, intermediate=run.intermediate,
-        stopped_early=run.stopped_at is not None, stopped_at=run.stopped_at, **fields,
-    )  # fmt: skip
+        train_flops=tokens * cost.train_flops_per_token,
+        tokens=tokens,
+        steps=run.steps,
+        tokens_per_s=run.tokens_per_s,
+        device=dev.type,
+        threads=torch.get_num_threads(),
+        device_name=device_name(dev),
+        dtype=compute_dtype(dev),
+        peak_memory_bytes=peak_memory_bytes(dev),
+        compile_seconds=run.compile_seconds,
+        train_seconds=run.train_seconds,
+        train_loss=run.train_loss,
+        seed=recipe.seed,
+        budget=plan.budget.to_dict(),
+        corpus=corpus.name,
+        intermediate=run.intermediate,
+        stopped_early=run.stopped_at is not None,
+        stopped_at=run.stopped_at,
+        **fields,
+    )
 
 
 _CORPORA: dict[str, Any] = {}
@@ -140,8 +171,15 @@ def cached_corpus(spec: str | None) -> Any:
 class LMEvaluator:
     """:func:`train_lm` with its recipe, corpus and device bound: the evaluator named ``lm``."""
 
-    def __init__(self, recipe: TrainRecipe | None = None, data: Any = None, *, device: str = "auto",
-                 threads: int | None = None, compile: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        recipe: TrainRecipe | None = None,
+        data: Any = None,
+        *,
+        device: str = "auto",
+        threads: int | None = None,
+        compile: bool = False,
+    ) -> None:
         self.recipe = recipe if recipe is not None else TrainRecipe()
         self.data = data  # a loaded corpus or a spec, loaded (once per process) on first use
         self.device = device
@@ -171,6 +209,15 @@ class LMEvaluator:
     ) -> Result:
         corpus = cached_corpus(self.data) if self.data is None or isinstance(self.data, str) else self.data
         return train_lm(
-            arch, self.recipe, budget, corpus, device=self.device, logdir=logdir, callback=callback,
-            eval_at=eval_at, log_hparams=log_hparams, threads=self.threads, compile=self.compile,
-        )  # fmt: skip
+            arch,
+            self.recipe,
+            budget,
+            corpus,
+            device=self.device,
+            logdir=logdir,
+            callback=callback,
+            eval_at=eval_at,
+            log_hparams=log_hparams,
+            threads=self.threads,
+            compile=self.compile,
+        )

@@ -43,16 +43,30 @@ class Outcome:
     compile_seconds: float | None  # None: not compiled
 
 
-def run_loop(prep: Prepared, plan: TrainingPlan, recipe: TrainRecipe, corpus: Any, validation: Validation,
-             log: TrainLog, callback: ProgressCallback | None) -> Outcome:  # fmt: skip
+def run_loop(
+    prep: Prepared,
+    plan: TrainingPlan,
+    recipe: TrainRecipe,
+    corpus: Any,
+    validation: Validation,
+    log: TrainLog,
+    callback: ProgressCallback | None,
+) -> Outcome:
     """Train ``prep`` for ``plan`` on the corpus's training batches (see the module docstring)."""
     return _Loop(prep, plan, recipe, corpus, validation, log, callback).run()
 
 
 class _Loop:
-    def __init__(self, prep: Prepared, plan: TrainingPlan, recipe: TrainRecipe, corpus: Any,
-                 validation: Validation, log: TrainLog,
-                 callback: ProgressCallback | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        prep: Prepared,
+        plan: TrainingPlan,
+        recipe: TrainRecipe,
+        corpus: Any,
+        validation: Validation,
+        log: TrainLog,
+        callback: ProgressCallback | None,
+    ) -> None:
         self.prep, self.plan, self.recipe, self.corpus = prep, plan, recipe, corpus
         self.validation, self.log, self.callback = validation, log, callback
         self.device = prep.step.device
@@ -97,8 +111,16 @@ class _Loop:
             val_loss = self.validation.loss(self.prep.model, step)
         seconds = self.clock.train_seconds
         tokens = (step - self.steps_aside) * B * T
-        return Outcome(step, train_loss, val_loss, self.intermediate, None if point.last else point.fraction,
-                       seconds, tokens / seconds if seconds > 0 else 0.0, self.compile_seconds)  # fmt: skip
+        return Outcome(
+            step,
+            train_loss,
+            val_loss,
+            self.intermediate,
+            None if point.last else point.fraction,
+            seconds,
+            tokens / seconds if seconds > 0 else 0.0,
+            self.compile_seconds,
+        )
 
     def _step(self, x: Tensor, y: Tensor) -> Tensor:
         if not self.prep.compiled or self.steps_aside:
@@ -129,9 +151,16 @@ class _Loop:
             for f in point.due:
                 self.intermediate[f] = val_loss
         tokens = step * tokens_per_step
-        progress = Progress(step=step, fraction=point.fraction, tokens=tokens,
-                            flops=tokens * self.plan.cost.train_flops_per_token, seconds=train_seconds,
-                            train_loss=train_loss, lr=lr, val_loss=val_loss)  # fmt: skip
+        progress = Progress(
+            step=step,
+            fraction=point.fraction,
+            tokens=tokens,
+            flops=tokens * self.plan.cost.train_flops_per_token,
+            seconds=train_seconds,
+            train_loss=train_loss,
+            lr=lr,
+            val_loss=val_loss,
+        )
         self.log.progress(progress, self.plan.total_steps, window_tps)
         stop = bool(self.callback(progress)) if self.callback is not None else False
         return train_loss, val_loss, stop

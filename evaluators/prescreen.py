@@ -63,27 +63,53 @@ class Prescreened:
                 err.spent = Spent(0, 0, 0.0, {"prescreen_flops": spent.train_flops})  # type: ignore[attr-defined]
             raise
         value = float(first.val_loss)
-        own = {"prescreen_value": value, "prescreen_flops": float(first.train_flops),
-               "prescreen_seconds": float(first.seconds)}  # fmt: skip
+        own = {
+            "prescreen_value": value,
+            "prescreen_flops": float(first.train_flops),
+            "prescreen_seconds": float(first.seconds),
+        }
         own.update({f"prescreen_{k}": v for k, v in first.extra.items() if isinstance(v, (int, float, str))})
-        report = Progress(step=0, fraction=SCREEN_AT, tokens=0, flops=0.0, seconds=first.seconds,
-                          train_loss=value, lr=0.0, val_loss=value)  # fmt: skip
+        report = Progress(
+            step=0,
+            fraction=SCREEN_AT,
+            tokens=0,
+            flops=0.0,
+            seconds=first.seconds,
+            train_loss=value,
+            lr=0.0,
+            val_loss=value,
+        )
         if callback is not None and callback(report):
             # Screened out: nothing trained.  The result is the screen's, with the training numbers at zero.
             return dataclasses.replace(
-                first, train_flops=0.0, tokens=0, steps=0, tokens_per_s=0.0, train_seconds=0.0,
-                intermediate={SCREEN_AT: value}, stopped_early=True, stopped_at=SCREEN_AT, extra=own,
-            )  # fmt: skip
+                first,
+                train_flops=0.0,
+                tokens=0,
+                steps=0,
+                tokens_per_s=0.0,
+                train_seconds=0.0,
+                intermediate={SCREEN_AT: value},
+                stopped_early=True,
+                stopped_at=SCREEN_AT,
+                extra=own,
+            )
         try:
-            result = self.main.evaluate(arch, budget, callback, eval_at=[f for f in eval_at if f > SCREEN_AT],
-                                        logdir=logdir, log_hparams=log_hparams)  # fmt: skip
+            result = self.main.evaluate(
+                arch,
+                budget,
+                callback,
+                eval_at=[f for f in eval_at if f > SCREEN_AT],
+                logdir=logdir,
+                log_hparams=log_hparams,
+            )
         except BaseException as err:
             # A candidate that passed the screen and then failed still paid for the screen.
             spent = Spent.of(err) or Spent(0, 0, 0.0)
             err.spent = dataclasses.replace(spent, extra={**spent.extra, **own})  # type: ignore[attr-defined]
             raise
-        return dataclasses.replace(result, seconds=result.seconds + first.seconds,
-                                   extra={**result.extra, **own})  # fmt: skip
+        return dataclasses.replace(
+            result, seconds=result.seconds + first.seconds, extra={**result.extra, **own}
+        )
 
 
 def planned_flops(screen: str, arch: ArchConfig) -> float:

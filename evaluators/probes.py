@@ -99,8 +99,15 @@ Instance = tuple[np.ndarray, np.ndarray]  # inputs (T,), targets (T,) with IGNOR
 # ---------------------------------------------------------------------------------------- generators
 
 
-def recall_instance(rng: np.random.Generator, train: bool, *, vocab: int = 16, seq_len: int = 64,
-                    noise_vocab: int = 0, frac_noise: float = 0.0) -> Instance:  # fmt: skip
+def recall_instance(
+    rng: np.random.Generator,
+    train: bool,
+    *,
+    vocab: int = 16,
+    seq_len: int = 64,
+    noise_vocab: int = 0,
+    frac_noise: float = 0.0,
+) -> Instance:
     """Multi-query associative recall (MAD's in-context recall; noisy with ``frac_noise > 0``)."""
     real = vocab - noise_vocab
     n_keys = real // 2
@@ -127,8 +134,9 @@ def recall_instance(rng: np.random.Generator, train: bool, *, vocab: int = 16, s
     return seq[:-1], (seq[1:] if train else np.array(scored[1:], dtype=np.int64))
 
 
-def frequent_value_accuracy(x: torch.Tensor, y: torch.Tensor, *, vocab: int = 16, noise_vocab: int = 0,
-                            **_: Any) -> float:  # fmt: skip
+def frequent_value_accuracy(
+    x: torch.Tensor, y: torch.Tensor, *, vocab: int = 16, noise_vocab: int = 0, **_: Any
+) -> float:
     """The accuracy on a recall test set of a rule that cannot recall: at each scored position, the
     value token seen most often so far in the sequence (ties: the lowest), whatever the key.
 
@@ -163,8 +171,15 @@ def _tuples(rng: np.random.Generator, low: int, high: int, size: int) -> tuple[i
     return tuple(int(t) for t in rng.permutation(np.arange(low, high))[:size])
 
 
-def fuzzy_recall_instance(rng: np.random.Generator, train: bool, *, vocab: int = 16, seq_len: int = 64,
-                          k_max: int = 3, v_max: int = 3) -> Instance:  # fmt: skip
+def fuzzy_recall_instance(
+    rng: np.random.Generator,
+    train: bool,
+    *,
+    vocab: int = 16,
+    seq_len: int = 64,
+    k_max: int = 3,
+    v_max: int = 3,
+) -> Instance:
     """Fuzzy recall: keys and values are tuples of 1..k_max (1..v_max) tokens; test keys are k_max long."""
     pad = vocab - 1
     n_keys = pad // 2
@@ -201,8 +216,9 @@ def fuzzy_recall_instance(rng: np.random.Generator, train: bool, *, vocab: int =
     return seq[:-1], (seq[1:] if train else target[1:])
 
 
-def selective_copy_instance(rng: np.random.Generator, train: bool, *, vocab: int = 16, seq_len: int = 64,
-                            n_copy: int = 8) -> Instance:  # fmt: skip
+def selective_copy_instance(
+    rng: np.random.Generator, train: bool, *, vocab: int = 16, seq_len: int = 64, n_copy: int = 8
+) -> Instance:
     """Selective copying: ``n_copy`` tokens among blanks, a copy token, then those tokens in order."""
     blank, copy = vocab - 2, vocab - 1
     content = rng.integers(0, vocab - 2, size=n_copy)
@@ -214,8 +230,9 @@ def selective_copy_instance(rng: np.random.Generator, train: bool, *, vocab: int
     return inputs, targets
 
 
-def compression_instance(rng: np.random.Generator, train: bool, *, vocab: int = 16,
-                         seq_len: int = 32) -> Instance:  # fmt: skip
+def compression_instance(
+    rng: np.random.Generator, train: bool, *, vocab: int = 16, seq_len: int = 32
+) -> Instance:
     """``seq_len - 1`` random tokens and the compression token; the target is the whole input (as MAD).
 
     The model that reads it is a :class:`BottleneckAutoencoder`: every target is decoded from the
@@ -232,8 +249,14 @@ def memorization_map(vocab: int, seed: int) -> np.ndarray:
     return np.random.default_rng((seed, 12345)).permutation(np.arange(half, vocab - 1))[:half]
 
 
-def memorization_instance(rng: np.random.Generator, train: bool, *, vocab: int = 128, seq_len: int = 32,
-                          facts: np.ndarray | None = None) -> Instance:  # fmt: skip
+def memorization_instance(
+    rng: np.random.Generator,
+    train: bool,
+    *,
+    vocab: int = 128,
+    seq_len: int = 32,
+    facts: np.ndarray | None = None,
+) -> Instance:
     """(key, insert) pairs; at each insert token the target is the key's value from the fixed table."""
     facts = memorization_map(vocab, 0) if facts is None else facts
     keys = rng.integers(0, facts.size, size=seq_len // 2)
@@ -264,10 +287,15 @@ class BottleneckAutoencoder(torch.nn.Module):
         self.lm = build_model(arch)
         self.register_buffer("positions", sinusoidal_table(arch.max_len, d), persistent=False)
         self.decoder = torch.nn.Sequential(
-            torch.nn.LayerNorm(d), torch.nn.Linear(d, d), torch.nn.GELU(),
-            torch.nn.LayerNorm(d), torch.nn.Linear(d, d), torch.nn.GELU(),
-            torch.nn.LayerNorm(d), torch.nn.Linear(d, arch.vocab_size),
-        )  # fmt: skip
+            torch.nn.LayerNorm(d),
+            torch.nn.Linear(d, d),
+            torch.nn.GELU(),
+            torch.nn.LayerNorm(d),
+            torch.nn.Linear(d, d),
+            torch.nn.GELU(),
+            torch.nn.LayerNorm(d),
+            torch.nn.Linear(d, arch.vocab_size),
+        )
         init_gpt2(self.decoder, 1)
 
     def encode(self, idx: torch.Tensor) -> torch.Tensor:
@@ -322,8 +350,16 @@ TASKS: dict[str, Task] = {
     t.name: t
     for t in (
         Task("in_context_recall", 16, 64, 4096, 256, recall_instance, plateau=frequent_value_accuracy),
-        Task("noisy_in_context_recall", 32, 64, 4096, 256, recall_instance,
-             {"noise_vocab": 16, "frac_noise": 0.2}, plateau=frequent_value_accuracy),  # fmt: skip
+        Task(
+            "noisy_in_context_recall",
+            32,
+            64,
+            4096,
+            256,
+            recall_instance,
+            {"noise_vocab": 16, "frac_noise": 0.2},
+            plateau=frequent_value_accuracy,
+        ),
         Task("fuzzy_in_context_recall", 16, 64, 4096, 256, fuzzy_recall_instance, {"k_max": 3, "v_max": 3}),
         Task("selective_copying", 16, 64, 4096, 256, selective_copy_instance, {"n_copy": 8}),
         Task("compression", 16, 32, 4096, 256, compression_instance, bottleneck=True),
@@ -379,8 +415,9 @@ def lr_at(step: int, steps: int, lr: float) -> float:
 
 
 @torch.no_grad()
-def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device,
-             batch: int = 128) -> float:  # fmt: skip
+def accuracy(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device, batch: int = 128
+) -> float:
     """Correct scored positions / scored positions (targets != IGNORE), argmax over the whole vocabulary."""
     was_training = model.training
     model.eval()
@@ -412,10 +449,18 @@ class TaskRun:
 class ProbeEvaluator:
     """Trains the candidate once per probe task; scores the mean test accuracy (val_loss = 1 - score)."""
 
-    def __init__(self, tasks: str | Sequence[str] | None = None, *, steps: int = DEFAULT_STEPS,
-                 batch_size: int = DEFAULT_BATCH, lr: float = DEFAULT_LR, seed: int = 0,
-                 device: str = "auto", threads: int | None = None,
-                 log: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tasks: str | Sequence[str] | None = None,
+        *,
+        steps: int = DEFAULT_STEPS,
+        batch_size: int = DEFAULT_BATCH,
+        lr: float = DEFAULT_LR,
+        seed: int = 0,
+        device: str = "auto",
+        threads: int | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.tasks = parse_tasks(tasks)
         for name, value in (("steps", steps), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -484,11 +529,18 @@ class ProbeEvaluator:
             run, stopped_at, loss = self._train(task, parch, dev, total, marks, runs, intermediate, callback)
             runs[task.name] = run
             if self.log is not None:
-                above = "" if run.plateau is None else (
-                    f", no-recall rule {run.plateau:.3f}: " + ("not above it, scored 0" if run.score == 0
-                                                               else f"scored {run.score:.3f} above it"))
-                self.log(f"{task.name}: accuracy {run.accuracy:.3f}{above} ({run.steps} steps, "
-                         f"{run.train_seconds:.1f} s)")  # fmt: skip
+                above = (
+                    ""
+                    if run.plateau is None
+                    else (
+                        f", no-recall rule {run.plateau:.3f}: "
+                        + ("not above it, scored 0" if run.score == 0 else f"scored {run.score:.3f} above it")
+                    )
+                )
+                self.log(
+                    f"{task.name}: accuracy {run.accuracy:.3f}{above} ({run.steps} steps, "
+                    f"{run.train_seconds:.1f} s)"
+                )
             if stopped_at is not None:
                 break
         score = sum(r.score for r in runs.values()) / len(probes)
@@ -497,25 +549,48 @@ class ProbeEvaluator:
         steps = sum(r.steps for r in runs.values())
         tokens = sum(r.tokens for r in runs.values())
         train_seconds = sum(r.train_seconds for r in runs.values())
-        extra: dict[str, Any] = {"probe_score": score, "probe_steps": self.steps,
-                                 "probe_tasks": ",".join(self.tasks)}  # fmt: skip
+        extra: dict[str, Any] = {
+            "probe_score": score,
+            "probe_steps": self.steps,
+            "probe_tasks": ",".join(self.tasks),
+        }
         for name, run in runs.items():
             extra[f"probe_{name}"] = run.score
             if run.plateau is not None:
                 extra.update({f"probe_{name}_accuracy": run.accuracy, f"probe_{name}_plateau": run.plateau})
         return Result.measured(
-            arch, compute(arch), loss, bytes_per_token=None,
-            train_flops=sum(r.train_flops for r in runs.values()), tokens=tokens, steps=steps,
+            arch,
+            compute(arch),
+            loss,
+            bytes_per_token=None,
+            train_flops=sum(r.train_flops for r in runs.values()),
+            tokens=tokens,
+            steps=steps,
             tokens_per_s=tokens / train_seconds if train_seconds > 0 else 0.0,
-            seconds=time.perf_counter() - t0, device=dev.type, threads=torch.get_num_threads(),
-            device_name=device_name(dev), dtype=compute_dtype(dev), train_seconds=train_seconds,
-            seed=self.seed, intermediate=intermediate, stopped_early=stopped_at is not None,
-            stopped_at=stopped_at, extra=extra,
-        )  # fmt: skip
+            seconds=time.perf_counter() - t0,
+            device=dev.type,
+            threads=torch.get_num_threads(),
+            device_name=device_name(dev),
+            dtype=compute_dtype(dev),
+            train_seconds=train_seconds,
+            seed=self.seed,
+            intermediate=intermediate,
+            stopped_early=stopped_at is not None,
+            stopped_at=stopped_at,
+            extra=extra,
+        )
 
-    def _train(self, task: Task, parch: ArchConfig, dev: torch.device, total: int,
-               marks: Mapping[float, int], runs: Mapping[str, TaskRun], intermediate: dict[float, float],
-               callback: ProgressCallback | None) -> tuple[TaskRun, float | None, float]:  # fmt: skip
+    def _train(
+        self,
+        task: Task,
+        parch: ArchConfig,
+        dev: torch.device,
+        total: int,
+        marks: Mapping[float, int],
+        runs: Mapping[str, TaskRun],
+        intermediate: dict[float, float],
+        callback: ProgressCallback | None,
+    ) -> tuple[TaskRun, float | None, float]:
         """Train one probe model: its run, the fraction where the callback stopped it, the val_loss."""
         x, y = make_dataset(task, task.n_train, True, self.seed)
         x_test, y_test = make_dataset(task, task.n_test, False, self.seed)
@@ -530,8 +605,11 @@ class ProbeEvaluator:
         done = sum(r.steps for r in runs.values())
         n_tasks = total // self.steps
         seconds, loss = 0.0, 1.0
-        plateau = None if task.plateau is None else task.plateau(x_test, y_test, vocab=task.vocab_size,
-                                                                 **task.options)  # fmt: skip
+        plateau = (
+            None
+            if task.plateau is None
+            else task.plateau(x_test, y_test, vocab=task.vocab_size, **task.options)
+        )
         n_scored = int((y_test != IGNORE).sum())
 
         def score(acc: float) -> float:
@@ -557,8 +635,11 @@ class ProbeEvaluator:
                 if not math.isfinite(value):
                     err = Diverged(f"{task.name}: training loss {value} at step {step}")
                     before = run(step, 0.0)  # this task's steps so far, plus the finished tasks'
-                    Spent(done + step, sum(r.tokens for r in runs.values()) + before.tokens,
-                          sum(r.train_flops for r in runs.values()) + before.train_flops).attach_to(err)  # fmt: skip
+                    Spent(
+                        done + step,
+                        sum(r.tokens for r in runs.values()) + before.tokens,
+                        sum(r.train_flops for r in runs.values()) + before.train_flops,
+                    ).attach_to(err)
                     raise err
             if not due:
                 continue
@@ -566,9 +647,16 @@ class ProbeEvaluator:
             loss = 1.0 - (sum(r.score for r in runs.values()) + score(acc)) / n_tasks
             for f in due:
                 intermediate[f] = loss
-                progress = Progress(step=done + step, fraction=f, tokens=(done + step) * tokens_per_step,
-                                    flops=0.0, seconds=seconds, train_loss=value, lr=lr,
-                                    val_loss=loss)  # fmt: skip
+                progress = Progress(
+                    step=done + step,
+                    fraction=f,
+                    tokens=(done + step) * tokens_per_step,
+                    flops=0.0,
+                    seconds=seconds,
+                    train_loss=value,
+                    lr=lr,
+                    val_loss=loss,
+                )
                 if callback is not None and callback(progress) and f < 1.0:
                     return run(step, acc), f, loss
         return run(self.steps, accuracy(model, x_test, y_test, dev)), None, loss

@@ -74,16 +74,22 @@ class ProxyEvaluator:
         stopped_at = None
         for f in check_eval_at(eval_at):
             intermediate[f] = loss
-            progress = Progress(step=0, fraction=f, tokens=0, flops=0.0, seconds=0.0, train_loss=loss, lr=0.0,
-                                val_loss=loss)  # fmt: skip
+            progress = Progress(
+                step=0, fraction=f, tokens=0, flops=0.0, seconds=0.0, train_loss=loss, lr=0.0, val_loss=loss
+            )
             if callback is not None and callback(progress) and f < 1.0:
                 stopped_at = f
                 break
         return Result.measured(
-            arch, cost, loss, seconds=time.perf_counter() - t0, intermediate=intermediate,
-            stopped_early=stopped_at is not None, stopped_at=stopped_at,
+            arch,
+            cost,
+            loss,
+            seconds=time.perf_counter() - t0,
+            intermediate=intermediate,
+            stopped_early=stopped_at is not None,
+            stopped_at=stopped_at,
             extra={"proxy": self.proxy, "score": score},
-        )  # fmt: skip
+        )
 
 
 class SleepEvaluator:

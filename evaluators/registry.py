@@ -83,9 +83,12 @@ EVALUATORS: Registry[Kind] = Registry("evaluator")
 
 
 def register(
-    name: str, usage: str | None = None, parse: Callable[[str | None], dict[str, Any]] = _no_argument,
-    *, example: str | None = None,
-) -> Callable[[type], type]:  # fmt: skip
+    name: str,
+    usage: str | None = None,
+    parse: Callable[[str | None], dict[str, Any]] = _no_argument,
+    *,
+    example: str | None = None,
+) -> Callable[[type], type]:
     """Class decorator: the evaluator class (``from_settings``, ``evaluate``) under ``name``; ``usage``
     says how to write the name (default: the name), ``parse`` reads the argument after its colon,
     ``example`` is a cheap valid name the contract suite runs (default: the name)."""
@@ -101,7 +104,9 @@ def register(
 register("lm")(LMEvaluator)
 register("proxy", f"proxy:NAME (NAME: {', '.join(PROXIES)})", _proxy, example="proxy:params")(ProxyEvaluator)
 register("sleep", "sleep:SECONDS", _seconds, example="sleep:0")(SleepEvaluator)
-register("probes", "probes[:TASK,TASK...][@STEPS]", _probe_tasks, example="probes:memorization@4")(ProbeEvaluator)
+register("probes", "probes[:TASK,TASK...][@STEPS]", _probe_tasks, example="probes:memorization@4")(
+    ProbeEvaluator
+)
 
 
 #: the kinds that may screen candidates before training (``--prescreen``): cheaper than training them.
@@ -119,7 +124,11 @@ def _parse(name: str, kinds: Sequence[str] | None = None) -> tuple[Kind, dict[st
     kind = allowed.get(kind_name)
     valid = "; ".join(k.usage for k in allowed.values())
     if kind is None:
-        what = f"evaluator {name!r} cannot be used here" if kind_name in EVALUATORS else f"unknown evaluator {name!r}"
+        what = (
+            f"evaluator {name!r} cannot be used here"
+            if kind_name in EVALUATORS
+            else f"unknown evaluator {name!r}"
+        )
         raise ConfigError(f"{what}; valid: {valid}")
     try:
         return kind, kind.parse(arg if colon else None)

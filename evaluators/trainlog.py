@@ -57,8 +57,14 @@ class TrainLog:
             if p.val_loss is not None:
                 self.writer.add_scalar("val/loss", p.val_loss, p.step)
 
-    def finish(self, arch: ArchConfig, recipe: TrainRecipe, budget: Budget, r: Result,
-               extra_hparams: Mapping[str, Any] | None) -> None:  # fmt: skip
+    def finish(
+        self,
+        arch: ArchConfig,
+        recipe: TrainRecipe,
+        budget: Budget,
+        r: Result,
+        extra_hparams: Mapping[str, Any] | None,
+    ) -> None:
         """The closing line, and the HParams entry of the TensorBoard run."""
         bpb = f" ({r.val_bpb:.3f} bits/byte)" if r.val_bpb is not None else ""
         self.say(

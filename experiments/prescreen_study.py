@@ -5,8 +5,9 @@ confirmed best loss for less compute?
 Per seed, searches of ``experiments/spaces/prescreen.yaml`` (mixers per layer at the RESULTS shape,
 5e12 FLOPs per candidate) under the same search compute (``--max-flops``, which counts the screen's
 FLOPs too): a plain one, and ones with ``--prescreen`` (the probe sets in ``KINDS``) at the median.
-Then ``confirm`` retrains each search's best at 1x on three seeds (the search's and the next two), and the report compares the confirmed bests and the FLOPs each search spent
-to find them.  Nothing but ``run_search.py`` commands, each resumable (finished work is never redone).
+Then ``confirm`` retrains each search's best at 1x on three seeds (the search's and the next two),
+and the report compares the confirmed bests and the FLOPs each search spent to find them.  Nothing
+but ``run_search.py`` commands, each resumable (finished work is never redone).
 
 Run::
 
@@ -52,15 +53,19 @@ def study(kind: str, seed: int) -> str:
 
 def search_cmd(kind: str, seed: int) -> list[str]:
     screen = f" --prescreen {KINDS[kind]} --hurdle-min-trials 3" if KINDS[kind] else ""
-    return cli(*f"search --space {SPACE} --study {study(kind, seed)} --runs-dir {RUNS_DIR} --seed {seed} "
-               f"--max-flops {MAX_FLOPS:g} --workers 2 --cpus-per-trial {THREADS}{screen}".split())  # fmt: skip
+    return cli(
+        *f"search --space {SPACE} --study {study(kind, seed)} --runs-dir {RUNS_DIR} --seed {seed} "
+        f"--max-flops {MAX_FLOPS:g} --workers 2 --cpus-per-trial {THREADS}{screen}".split()
+    )
 
 
 def confirm_cmd(kind: str, seed: int) -> list[str]:
     # seeds start at the search's seed (the same three for every kind of one search seed: paired), and
     # confirm's default baseline, Transformer++, trains on them beside the best
-    return cli(*f"confirm --study {study(kind, seed)} --runs-dir {RUNS_DIR} --top 1 --seeds 3 --scales 1 "
-               f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split())  # fmt: skip
+    return cli(
+        *f"confirm --study {study(kind, seed)} --runs-dir {RUNS_DIR} --top 1 --seeds 3 --scales 1 "
+        f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()
+    )
 
 
 def stage_run(args: argparse.Namespace) -> None:
@@ -77,8 +82,10 @@ def _load(kind: str, seed: int, suffix: str = ""):
     if not (ROOT / RUNS_DIR / study(kind, seed) / "study.db").exists():
         return None
     try:
-        return optuna.load_study(study_name=study(kind, seed) + suffix,
-                                 storage=f"sqlite:///{RUNS_DIR}/{study(kind, seed)}/study.db")  # fmt: skip
+        return optuna.load_study(
+            study_name=study(kind, seed) + suffix,
+            storage=f"sqlite:///{RUNS_DIR}/{study(kind, seed)}/study.db",
+        )
     except KeyError:
         return None
 
@@ -102,8 +109,11 @@ def outcome(kind: str, seed: int) -> dict[str, float] | None:
     best = searched.best_trial
     return {
         "flops": spent_flops(trials),
-        "screen_flops": sum(float(t.user_attrs.get("prescreen_flops") or 0.0) for t in trials
-                            if "duplicate_of" not in t.user_attrs),  # fmt: skip
+        "screen_flops": sum(
+            float(t.user_attrs.get("prescreen_flops") or 0.0)
+            for t in trials
+            if "duplicate_of" not in t.user_attrs
+        ),
         "trained": sum(1 for t in trials if float(t.user_attrs.get("train_flops") or 0.0) > 0),
         "screened_out": sum(1 for t in trials if t.user_attrs.get("pruned_at") == 0.0),
         # what the search had spent when its best finished (trials in the order they started)
@@ -123,15 +133,19 @@ def stage_report(args: argparse.Namespace) -> None:
                 continue
             gap = "-" if math.isnan(o["baseline"]) else f"{o['best'] - o['baseline']:+.4f}"
             rows.append([str(seed), kind, f"`{o['arch']}`", f"{o['best']:.4f}", gap, f"{o['flops']:.3g}",
-                         f"{o['to_best']:.3g}", f"{o['screen_flops']:.3g}", str(o["trained"]), str(o["screened_out"])])  # fmt: skip
+                         f"{o['to_best']:.3g}", f"{o['screen_flops']:.3g}", str(o["trained"]),
+                         str(o["screened_out"])])  # fmt: skip
     table = _doc.markdown_table(["search seed", "search", "its best", "confirmed best (1x, 3 seeds)",
                                  "vs Transformer++ (same seeds)", "FLOPs spent", "spent by its best",
                                  "of which screening", "trained", "screened out"], rows)  # fmt: skip
-    body = (f"    python experiments/prescreen_study.py --stage report\n\n"
-            f"`{SPACE}`, `--max-flops {MAX_FLOPS:g}` per search; screens at the median: "
-            + ", ".join(f"{k} `{v}`" for k, v in KINDS.items() if v) + ". Confirm seeds are the search seed "
-            "and the next two, the same for every search of one seed; Transformer++ trains on them in "
-            f"each confirm.\n\n{table}\n")
+    body = (
+        f"    python experiments/prescreen_study.py --stage report\n\n"
+        f"`{SPACE}`, `--max-flops {MAX_FLOPS:g}` per search; screens at the median: "
+        + ", ".join(f"{k} `{v}`" for k, v in KINDS.items() if v)
+        + ". Confirm seeds are the search seed "
+        "and the next two, the same for every search of one seed; Transformer++ trains on them in "
+        f"each confirm.\n\n{table}\n"
+    )
     _doc.write_section("prescreen-study", body, DOC)
 
 

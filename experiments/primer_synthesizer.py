@@ -77,9 +77,11 @@ def run(cmd: list[str]) -> str:
 
 
 def search_cmd(space: str) -> list[str]:
-    return cli(*f"search --space search_spaces/{space}.yaml --study {space} --runs-dir {RUNS} --trials 24 "
-               f"--budget-flops {BUDGET:g} --hurdles 0.25,0.5 --sampler nsga2 --seed 0 "
-               "--no-tensorboard".split())  # fmt: skip
+    return cli(
+        *f"search --space search_spaces/{space}.yaml --study {space} --runs-dir {RUNS} --trials 24 "
+        f"--budget-flops {BUDGET:g} --hurdles 0.25,0.5 --sampler nsga2 --seed 0 "
+        "--no-tensorboard".split()
+    )
 
 
 def confirm_cmd(space: str, scale: int, report: bool = False) -> list[str]:
@@ -91,8 +93,10 @@ def confirm_cmd(space: str, scale: int, report: bool = False) -> list[str]:
     seeds, files = CONFIRM[space][scale]
     baselines = "".join(f" --baseline examples/archs/{f}.yaml" for f in files)
     out = f" --report docs/img/results_{space}_{scale}x.md" if report else ""
-    return cli(*f"confirm --study {space} --runs-dir {RUNS} --top 1 --seeds {seeds} --scales {scale}"
-               f"{baselines} --local --cpus-per-trial {THREADS} --no-tensorboard{out}".split())  # fmt: skip
+    return cli(
+        *f"confirm --study {space} --runs-dir {RUNS} --top 1 --seeds {seeds} --scales {scale}"
+        f"{baselines} --local --cpus-per-trial {THREADS} --no-tensorboard{out}".split()
+    )
 
 
 def in_parallel(cmds: list[list[str]]) -> None:
@@ -113,16 +117,24 @@ def stage_search() -> None:
 
 def stage_export() -> None:
     for space in SPACES:
-        run(cli(*f"export --study {space} --runs-dir {RUNS} --best --out examples/archs/found_{space}.yaml "
-                "--force".split()))  # fmt: skip
+        run(
+            cli(
+                *f"export --study {space} --runs-dir {RUNS} --best --out examples/archs/found_{space}.yaml "
+                "--force".split()
+            )
+        )
 
 
 def stage_confirm() -> None:
     for scale in (1, 4):  # every search's 1x runs before any 4x run
         in_parallel([confirm_cmd(space, scale) for space in SPACES])
     for space in SPACES:
-        run(cli(*f"export --study {space} --runs-dir {RUNS} --confirmed "
-                f"--out examples/archs/confirmed_{space}.yaml --force".split()))  # fmt: skip
+        run(
+            cli(
+                *f"export --study {space} --runs-dir {RUNS} --confirmed "
+                f"--out examples/archs/confirmed_{space}.yaml --force".split()
+            )
+        )
 
 
 def pasted(report: Path) -> str:

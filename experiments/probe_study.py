@@ -99,13 +99,17 @@ RECALL = ("in_context_recall", "noisy_in_context_recall", "fuzzy_in_context_reca
 def confirm_cmd(scale: int) -> list[str]:
     names = NEW + (MISSING_4X if scale == 4 else ())
     baselines = "".join(f" --baseline {ARCHS[n]}" for n in names)
-    return cli(*f"confirm --study modern --storage {STORAGE} --top 1 --seeds 1 --scales {scale}{baselines} "
-               f"--resources.workers 2 --resources.cpus_per_trial {THREADS} --no-tensorboard".split())  # fmt: skip
+    return cli(
+        *f"confirm --study modern --storage {STORAGE} --top 1 --seeds 1 --scales {scale}{baselines} "
+        f"--resources.workers 2 --resources.cpus_per_trial {THREADS} --no-tensorboard".split()
+    )
 
 
 def stage_confirm(args: argparse.Namespace) -> None:
     if not (ROOT / RUNS / "probes" / "study.db").exists():
-        raise SystemExit(f"make the copy first: sqlite3 {RUNS}/modern/study.db '.backup {RUNS}/probes/study.db'")
+        raise SystemExit(
+            f"make the copy first: sqlite3 {RUNS}/modern/study.db '.backup {RUNS}/probes/study.db'"
+        )
     for scale in (1, 4):
         run(confirm_cmd(scale))
 
@@ -158,7 +162,9 @@ def confirmed() -> dict[str, dict[float, dict[int, float]]]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pooled: dict[str, dict[float, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    pooled: dict[str, dict[float, dict[int, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     for storage, study_name in CONFIRMED:
         study = optuna.load_study(study_name=study_name, storage=storage)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
@@ -167,21 +173,29 @@ def confirmed() -> dict[str, dict[float, dict[int, float]]]:
             if name in ARCHS and a.get("val_loss") is not None:
                 pooled[name][float(a["scale"])][int(a["seed"])].append(float(a["val_loss"]))
                 if a.get("arch_id") != lm_arch_id(name):  # the file probed must be the architecture confirmed
-                    raise SystemExit(f"{name}: {ARCHS[name]} is arch {lm_arch_id(name)}, but {study_name} "
-                                     f"confirmed arch {a.get('arch_id')} under that name")  # fmt: skip
-    return {n: {s: {seed: statistics.mean(v) for seed, v in by_seed.items()} for s, by_seed in by_scale.items()}
-            for n, by_scale in pooled.items()}  # fmt: skip
+                    raise SystemExit(
+                        f"{name}: {ARCHS[name]} is arch {lm_arch_id(name)}, but {study_name} "
+                        f"confirmed arch {a.get('arch_id')} under that name"
+                    )
+    return {
+        n: {s: {seed: statistics.mean(v) for seed, v in by_seed.items()} for s, by_seed in by_scale.items()}
+        for n, by_scale in pooled.items()
+    }
 
 
-def agreement(pred: dict[str, float], loss: dict[str, float], names: list[str]) -> tuple[float | None, float | None]:
-    """Spearman and Kendall of a predictor (higher = predicted better) with the negated loss over ``names``."""
+def agreement(
+    pred: dict[str, float], loss: dict[str, float], names: list[str]
+) -> tuple[float | None, float | None]:
+    """Spearman and Kendall of a predictor (higher = predicted better) with the negated loss over
+    ``names``."""
     x = [pred[n] for n in names]
     y = [-loss[n] for n in names]
     return spearman(x, y), kendall(x, y)
 
 
-def held_out(acc: dict[str, dict[str, float]], loss: dict[str, float], names: list[str],
-             splits: int = 200) -> dict[str, list[float]]:
+def held_out(
+    acc: dict[str, dict[str, float]], loss: dict[str, float], names: list[str], splits: int = 200
+) -> dict[str, list[float]]:
     """Two ways of fitting the task mix on a random half of ``names`` and ranking the other half, as
     test-half Spearman over ``splits`` random halves: ``weighted`` scores by the tasks' accuracies
     weighted by their training-half Spearman with -loss (negative ones dropped); ``best task`` uses the
@@ -209,8 +223,11 @@ def stage_report(args: argparse.Namespace) -> None:
     truth = confirmed()
     loss = {s: {n: truth[n][s][0] for n in truth if 0 in truth[n].get(s, {})} for s in (1.0, 4.0)}
     six = ",".join(TASKS)
-    rows = {r["name"]: r for r in probed()
-            if r["probe_steps"] == args.steps[0] and r["probe_tasks"] == six and r["name"] in loss[1.0]}
+    rows = {
+        r["name"]: r
+        for r in probed()
+        if r["probe_steps"] == args.steps[0] and r["probe_tasks"] == six and r["name"] in loss[1.0]
+    }
     names = sorted(rows, key=lambda n: loss[1.0][n])
     acc = {n: {t: rows[n][f"probe_{t}"] for t in TASKS} for n in names}
     flops1 = statistics.median(rows[n]["train_flops"] for n in names)
@@ -219,13 +236,22 @@ def stage_report(args: argparse.Namespace) -> None:
     for n in names:
         r = rows[n]
         l4 = loss[4.0].get(n)
-        table.append([n, f"{r['params'] / 1e3:.0f}k", *(f"{acc[n][t]:.3f}" for t in TASKS), f"{r['probe_score']:.3f}",
-                      f"{loss[1.0][n]:.4f}", "-" if l4 is None else f"{l4:.4f}"])  # fmt: skip
+        table.append(
+            [
+                n,
+                f"{r['params'] / 1e3:.0f}k",
+                *(f"{acc[n][t]:.3f}" for t in TASKS),
+                f"{r['probe_score']:.3f}",
+                f"{loss[1.0][n]:.4f}",
+                "-" if l4 is None else f"{l4:.4f}",
+            ]
+        )
     short = {"in_context_recall": "recall", "noisy_in_context_recall": "noisy recall",
              "fuzzy_in_context_recall": "fuzzy recall", "selective_copying": "sel. copy",
              "compression": "compress", "memorization": "memorize"}  # fmt: skip
-    probe_table = _doc.markdown_table(["architecture", "params", *(short[t] for t in TASKS), "score",
-                                       "val loss 1x", "val loss 4x"], table)  # fmt: skip
+    probe_table = _doc.markdown_table(
+        ["architecture", "params", *(short[t] for t in TASKS), "score", "val loss 1x", "val loss 4x"], table
+    )
 
     cost = {n: rows[n]["train_flops"] / BUDGET for n in names}  # a probe run's FLOPs, in 1x LM runs
     # a subset of the tasks is costed at an even share of the whole run per task (the tasks' lengths differ
@@ -235,13 +261,21 @@ def stage_report(args: argparse.Namespace) -> None:
     predictors: list[tuple[str, dict[str, float], dict[str, float]]] = [
         ("probe score (mean of the six tasks)", {n: rows[n]["probe_score"] for n in names}, cost),
         ("probe score without the three recall tasks", share, no_recall),
-        *((f"{t} alone", {n: acc[n][t] for n in names}, {n: cost[n] / len(TASKS) for n in names}) for t in TASKS),
-    ]  # fmt: skip
+        *(
+            (f"{t} alone", {n: acc[n][t] for n in names}, {n: cost[n] / len(TASKS) for n in names})
+            for t in TASKS
+        ),
+    ]
     for (steps, tasks), other in sorted(variants(args.steps[0]).items()):
         have = [n for n in names if n in other]
         label = f"probe score at {steps} steps per task" + ("" if tasks == six else f" ({tasks})")
-        predictors.append((label, {n: other[n]["probe_score"] for n in have},
-                           {n: other[n]["train_flops"] / BUDGET for n in have}))  # fmt: skip
+        predictors.append(
+            (
+                label,
+                {n: other[n]["probe_score"] for n in have},
+                {n: other[n]["train_flops"] / BUDGET for n in have},
+            )
+        )
     zero = {n: 0.0 for n in names}
     predictors += [
         ("parameter count (the proxy to beat)", {n: float(rows[n]["params"]) for n in names}, zero),
@@ -257,7 +291,9 @@ def stage_report(args: argparse.Namespace) -> None:
         corr.append(cells)
     have4 = [n for n in names if n in loss[4.0]]
     rho, tau = agreement({n: -loss[1.0][n] for n in have4}, loss[4.0], have4)
-    corr.append(["val loss at 1x (the cheap LM run)", "1", "-", "-", "-", fmt(rho), fmt(tau), str(len(have4))])
+    corr.append(
+        ["val loss at 1x (the cheap LM run)", "1", "-", "-", "-", fmt(rho), fmt(tau), str(len(have4))]
+    )
     corr_table = _doc.markdown_table(["predictor", "cost (1x LM runs)", "Spearman 1x", "Kendall 1x", "n",
                                       "Spearman 4x", "Kendall 4x", "n"], corr)  # fmt: skip
 
@@ -270,17 +306,18 @@ def stage_report(args: argparse.Namespace) -> None:
             fitted.append([f"{how}, fitted on a random half", f"{s:g}x", f"{statistics.mean(values):+.3f}",
                            f"{statistics.stdev(values):.3f}", f"{min(values):+.3f}", f"{max(values):+.3f}",
                            str(len(values))])  # fmt: skip
-    fitted_table = _doc.markdown_table(["variant", "scale", "test-half Spearman mean", "sd", "min", "max", "splits"],
-                                       fitted)  # fmt: skip
+    fitted_table = _doc.markdown_table(
+        ["variant", "scale", "test-half Spearman mean", "sd", "min", "max", "splits"], fitted
+    )
     steps = args.steps[0]
     body = (
         f"    python experiments/probe_study.py --stage report --steps {steps}\n\n"
-        f"Probes at {steps} steps per task (seed 0, one thread); validation loss of seed 0 at 1x (5e12 FLOPs) and "
-        f"4x (2e13), from the confirm studies; architectures ordered by their 1x loss.  One probe run costs "
-        f"{flops1:.2g} training FLOPs (median), {flops1 / 5e12:.1f}x a 1x LM run.\n\n"
+        f"Probes at {steps} steps per task (seed 0, one thread); validation loss of seed 0 at 1x "
+        "(5e12 FLOPs) and 4x (2e13), from the confirm studies; architectures ordered by their 1x loss.  "
+        f"One probe run costs {flops1:.2g} training FLOPs (median), {flops1 / 5e12:.1f}x a 1x LM run.\n\n"
         f"{probe_table}\n\n#### Rank agreement with the confirmed loss\n\n"
-        "Positive means the predictor ranks the architectures as their validation loss does (higher score, or "
-        "more parameters, predicts lower loss).\n\n"
+        "Positive means the predictor ranks the architectures as their validation loss does (higher score, "
+        "or more parameters, predicts lower loss).\n\n"
         f"{corr_table}\n\n#### Task weights fitted on half of the architectures, tested on the other half\n\n"
         f"{fitted_table}\n"
     )
@@ -292,10 +329,16 @@ STAGES = {"confirm": stage_confirm, "probe": stage_probe, "report": stage_report
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stage", choices=tuple(STAGES), action="append", help="one stage (repeatable; default: all)")
-    parser.add_argument("--steps", type=int, action="append", help="probe steps per task (repeatable; default 250)")
+    parser.add_argument(
+        "--stage", choices=tuple(STAGES), action="append", help="one stage (repeatable; default: all)"
+    )
+    parser.add_argument(
+        "--steps", type=int, action="append", help="probe steps per task (repeatable; default 250)"
+    )
     parser.add_argument("--only", default=None, help="probe these architectures only (comma-separated names)")
-    parser.add_argument("--tasks", default=None, help="probe these tasks only (comma-separated; default all six)")
+    parser.add_argument(
+        "--tasks", default=None, help="probe these tasks only (comma-separated; default all six)"
+    )
     args = parser.parse_args()
     args.steps = args.steps or [250]
     for stage in args.stage or tuple(STAGES):

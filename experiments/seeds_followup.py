@@ -115,8 +115,12 @@ def table(rows: tuple[tuple[str, str, str, str | None], ...], vanilla: str | Non
         if not runs:
             continue
         seeds = sorted(runs)
-        cells = [f"{label} (`{file}`)", what, ", ".join(map(str, seeds)),
-                 mean_sd([runs[s]["val_loss"] for s in seeds])]  # fmt: skip
+        cells = [
+            f"{label} (`{file}`)",
+            what,
+            ", ".join(map(str, seeds)),
+            mean_sd([runs[s]["val_loss"] for s in seeds]),
+        ]
         if vanilla is not None:
             cells.append("-" if file == vanilla else paired(runs, by.get(vanilla, {})))
         cells += [
@@ -132,10 +136,17 @@ def table(rows: tuple[tuple[str, str, str, str | None], ...], vanilla: str | Non
 
 
 def stage_report() -> None:
-    write_section("weighted", "### The Weighted Transformer's fixes (5e12 FLOPs, one machine)\n\n"
-                  + table(WEIGHTED, f"{E}/vanilla.yaml"), ps.DOC)  # fmt: skip
-    write_section("decay", "### Weight decay per parameter kind (5e12 FLOPs, one machine)\n\n"
-                  + table(DECAY, None), ps.DOC)  # fmt: skip
+    write_section(
+        "weighted",
+        "### The Weighted Transformer's fixes (5e12 FLOPs, one machine)\n\n"
+        + table(WEIGHTED, f"{E}/vanilla.yaml"),
+        ps.DOC,
+    )
+    write_section(
+        "decay",
+        "### Weight decay per parameter kind (5e12 FLOPs, one machine)\n\n" + table(DECAY, None),
+        ps.DOC,
+    )
 
 
 def main() -> int:

@@ -48,8 +48,10 @@ def search_cmd() -> list[str]:
 def confirm_cmd(scale: int, report: bool = False) -> list[str]:
     baselines = "".join(f" --baseline examples/archs/{f}.yaml" for f in BASELINES)
     out = f" --report docs/img/results_{STUDY}_{scale}x.md" if report else ""
-    return cli(*f"confirm --study {STUDY} --runs-dir {RUNS} --top 1 --seeds {SEEDS[scale]} --scales {scale}"
-               f"{baselines} --workers 2 --cpus-per-trial {THREADS} --no-tensorboard{out}".split())  # fmt: skip
+    return cli(
+        *f"confirm --study {STUDY} --runs-dir {RUNS} --top 1 --seeds {SEEDS[scale]} --scales {scale}"
+        f"{baselines} --workers 2 --cpus-per-trial {THREADS} --no-tensorboard{out}".split()
+    )
 
 
 def stage_search(args: argparse.Namespace) -> None:
@@ -57,15 +59,23 @@ def stage_search(args: argparse.Namespace) -> None:
 
 
 def stage_export(args: argparse.Namespace) -> None:
-    run(cli(*f"export --study {STUDY} --runs-dir {RUNS} --best --out examples/archs/found_{STUDY}.yaml "
-            "--force".split()))  # fmt: skip
+    run(
+        cli(
+            *f"export --study {STUDY} --runs-dir {RUNS} --best --out examples/archs/found_{STUDY}.yaml "
+            "--force".split()
+        )
+    )
 
 
 def stage_confirm(args: argparse.Namespace) -> None:
     for scale in args.scale or (1, 4):
         run(confirm_cmd(scale))
-    run(cli(*f"export --study {STUDY} --runs-dir {RUNS} --confirmed "
-            f"--out examples/archs/confirmed_{STUDY}.yaml --force".split()))  # fmt: skip
+    run(
+        cli(
+            *f"export --study {STUDY} --runs-dir {RUNS} --confirmed "
+            f"--out examples/archs/confirmed_{STUDY}.yaml --force".split()
+        )
+    )
 
 
 def stage_report(args: argparse.Namespace) -> None:
@@ -77,7 +87,9 @@ def stage_report(args: argparse.Namespace) -> None:
     study = f"--study {STUDY} --runs-dir {RUNS}"
     cmds = [cli(*f"best {study}".split()), cli(*f"best {study} --by-layer --top 8".split())]
     outputs = [run(cmd) for cmd in cmds]
-    body = "\n\n".join(f"    $ {shown(cmd)}\n\n```\n{out.rstrip()}\n```" for cmd, out in zip(cmds, outputs, strict=True))
+    body = "\n\n".join(
+        f"    $ {shown(cmd)}\n\n```\n{out.rstrip()}\n```" for cmd, out in zip(cmds, outputs, strict=True)
+    )
     _doc.write_section(f"search-{STUDY}", f"    {shown(search_cmd())}\n\n{body}", DOC)
 
 
@@ -87,8 +99,13 @@ STAGES = {"search": stage_search, "export": stage_export, "confirm": stage_confi
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stage", choices=[*STAGES, "all"], default="all")
-    parser.add_argument("--scale", type=int, action="append", choices=sorted(SEEDS),
-                        help="confirm/report only this scale (repeatable; default: 1 then 4)")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        action="append",
+        choices=sorted(SEEDS),
+        help="confirm/report only this scale (repeatable; default: 1 then 4)",
+    )
     args = parser.parse_args()
     for name, fn in STAGES.items():
         if args.stage in (name, "all"):

@@ -27,8 +27,15 @@ from nas.outputs import Planned, write_output
 from nas.program import prog_name
 from nas.yamlsafe import dump_yaml, read_yaml
 
-__all__ = ["SECTIONS", "dump_yaml", "load_arch", "load_arch_file", "read_yaml", "save_arch",
-           "write_text_atomic"]
+__all__ = [
+    "SECTIONS",
+    "dump_yaml",
+    "load_arch",
+    "load_arch_file",
+    "read_yaml",
+    "save_arch",
+    "write_text_atomic",
+]
 
 SECTIONS = ("arch", "recipe", "budget", "data", "metrics", "source", "confirmed")
 
@@ -64,7 +71,6 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 def load_arch(path: str | os.PathLike[str]) -> ArchConfig:
     """The ArchConfig in an architecture file (bare or with the other sections)."""
     return load_arch_file(path)["arch"]
-
 
 
 def write_text_atomic(path: str | os.PathLike[str] | Planned, text: str) -> None:

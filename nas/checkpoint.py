@@ -46,6 +46,7 @@ def save_checkpoint(
     assert isinstance(arch, ArchConfig)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     doc = {"format": FORMAT, "arch": arch.to_dict(), "state_dict": state, **_plain(extra)}
+
     def save(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # a file object: a full disk surfaces as the OSError (nas.outputs.no_room)
             torch.save(doc, f)

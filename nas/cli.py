@@ -48,7 +48,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv in ([], ["search"]):  # the demo: the shipped default space, whose spec sets its trials and hurdles
+    if argv in (
+        [],
+        ["search"],
+    ):  # the demo: the shipped default space, whose spec sets its trials and hurdles
         argv = ["search", "--demo"]
     parser = build_parser(argv[0])
     with redacted_output(argv):  # a storage URL's password is never printed (nas.redact)
@@ -90,16 +93,22 @@ def machine_fault(err: BaseException) -> str | None:
     full = no_room(err)
     if full is not None:
         where = f" ({full.filename})" if full.filename else ""
-        return (f"no room left to write{where}: {full.strerror}; free some space and run the same command "
-                "again (finished trials and files already written are kept)")  # fmt: skip
+        return (
+            f"no room left to write{where}: {full.strerror}; free some space and run the same command "
+            "again (finished trials and files already written are kept)"
+        )
     for cause in causes(err):  # SQLite says it in words only
         text = str(cause)
         if "database or disk is full" in text or "disk I/O error" in text:
-            what = "is full" if "is full" in text else (
-                "failed (disk I/O error: a full disk, a file-size limit or a bad disk)"
+            what = (
+                "is full"
+                if "is full" in text
+                else ("failed (disk I/O error: a full disk, a file-size limit or a bad disk)")
             )
-            return (f"writing the study database {what}; free some space and run the same command again "
-                    "(finished trials are kept)")  # fmt: skip
+            return (
+                f"writing the study database {what}; free some space and run the same command again "
+                "(finished trials are kept)"
+            )
     return None
 
 

@@ -76,7 +76,9 @@ def layer_flops(arch: ArchConfig, layer: LayerConfig, seq_len: int) -> Flops:
     flops = block.count_flops(arch.dims, layer.attention.options, layer.ffn, seq_len)
     if not block.replaces_ffn:
         act = layer.ffn.activation
-        flops = flops + FeedForward.count_flops(arch.d_model, ffn_width(arch.d_model, layer.ffn.mult, act), act)
+        flops = flops + FeedForward.count_flops(
+            arch.d_model, ffn_width(arch.d_model, layer.ffn.mult, act), act
+        )
     return flops
 
 
@@ -128,7 +130,9 @@ def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
     head = 0 if arch.tie_embeddings else V * d
     per_layer = tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.encoder_layers)
     per_layer += tuple((layer.attention.type, layer_flops(arch, layer, T)) for layer in arch.layers)
-    params = embedding + head + sum(layer_params(arch, layer) for layer in arch.layers) + norm_params(arch.norm, d)
+    params = (
+        embedding + head + sum(layer_params(arch, layer) for layer in arch.layers) + norm_params(arch.norm, d)
+    )
     if arch.is_seq2seq:
         per_layer += tuple(("cross_attention", cross_attention_flops(d, T)) for _ in arch.layers)
         params += sum(layer_params(arch, layer) for layer in arch.encoder_layers)
@@ -150,8 +154,9 @@ def compute(arch: ArchConfig, seq_len: int | None = None) -> Compute:
     )
 
 
-def training_bytes(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None,
-                   n_layers: int | None = None) -> dict[str, float]:  # fmt: skip
+def training_bytes(
+    arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None, n_layers: int | None = None
+) -> dict[str, float]:
     """A lower bound of the memory training ``arch`` needs, in bytes, by the size that drives each part.
 
     16 bytes per parameter (fp32 weights, gradients and AdamW's two moments); each
@@ -174,9 +179,15 @@ def training_bytes(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = 
     }
 
 
-def check_fits(arch: ArchConfig, batch_size: int = 1, seq_len: int | None = None, *,
-               n_layers: int | None = None, limit: float | None = None,
-               where: str = "one device") -> None:  # fmt: skip
+def check_fits(
+    arch: ArchConfig,
+    batch_size: int = 1,
+    seq_len: int | None = None,
+    *,
+    n_layers: int | None = None,
+    limit: float | None = None,
+    where: str = "one device",
+) -> None:
     """Refuse, before anything is allocated, an architecture whose training cannot fit ``limit`` bytes.
 
     ``limit`` defaults to ``nas.validate.MAX_TRAIN_BYTES`` (why that much is said

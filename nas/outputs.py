@@ -81,7 +81,8 @@ def _digest(path: Path) -> str:
 
 
 def cache_dir() -> Path:
-    """Where the tool caches what it derived (tokenized corpora, records of files it wrote): ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
+    """Where the tool caches what it derived (tokenized corpora, records of files it wrote):
+    ``$NAS_CACHE_DIR`` or ``~/.cache/nas-lm``."""
     env = os.environ.get("NAS_CACHE_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "nas-lm"
 
@@ -191,8 +192,9 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
                 os.replace(tmp, p)
         else:
             if not p.is_file() or _digest(p) != planned.replaces:
-                raise UserError(f"{shown}: the file there changed while this ran; it is left as it is "
-                                f"({HINT})")  # fmt: skip
+                raise UserError(
+                    f"{shown}: the file there changed while this ran; it is left as it is ({HINT})"
+                )
             os.replace(tmp, p)
     finally:
         with contextlib.suppress(OSError):

@@ -120,14 +120,22 @@ def _plot_three_way(study: optuna.Study, path: Planned | str | os.PathLike[str])
     fig = Figure(figsize=(12, 5), layout="constrained")
     done = [t for t in _trials(study, TrialState.COMPLETE) if _loss(t) is not None]
     front = {t.number for t in study.best_trials if not is_infeasible(t)} if done else set()
-    for i, (key, label) in enumerate((("flops_per_token", "forward FLOPs per token"),
-                                      ("state_bytes", "state bytes per sequence while generating"))):  # fmt: skip
+    for i, (key, label) in enumerate(
+        (
+            ("flops_per_token", "forward FLOPs per token"),
+            ("state_bytes", "state bytes per sequence while generating"),
+        )
+    ):
         ax = fig.add_subplot(1, 2, i + 1)
-        pts = [(float(t.user_attrs[key]), _loss(t), t.number) for t in done if t.user_attrs.get(key) is not None]
+        pts = [
+            (float(t.user_attrs[key]), _loss(t), t.number) for t in done if t.user_attrs.get(key) is not None
+        ]
         rest = [p for p in pts if p[2] not in front]
         best = [p for p in pts if p[2] in front]
         if rest:
-            ax.scatter(*_xy(rest), s=22, color="tab:blue", alpha=0.8, label=f"complete, dominated ({len(rest)})")
+            ax.scatter(
+                *_xy(rest), s=22, color="tab:blue", alpha=0.8, label=f"complete, dominated ({len(rest)})"
+            )
         if best:
             ax.scatter(*_xy(best), s=46, color="tab:red", zorder=3, label=f"3-way Pareto front ({len(best)})")
             for x, y, n in best:

@@ -30,9 +30,7 @@ class Registry(Generic[T]):
 
     def get(self, name: object, path: str = "") -> T:
         if not isinstance(name, str) or name not in self._items:
-            raise ConfigError(
-                f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}", path
-            )
+            raise ConfigError(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}", path)
         return self._items[name]
 
     def names(self) -> tuple[str, ...]:

@@ -65,8 +65,10 @@ def check_number(
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        raise ConfigError(f"must be {describe_range(integer, low, high, low_open, high_open)}, got "
-                          f"{short_repr(value)}", where)  # fmt: skip
+        raise ConfigError(
+            f"must be {describe_range(integer, low, high, low_open, high_open)}, got {short_repr(value)}",
+            where,
+        )
     return value
 
 
@@ -80,8 +82,9 @@ def short_repr(value: Any) -> str:
     return _SHORT.repr(value)
 
 
-def describe_range(integer: bool, low: float | None, high: float | None, low_open: bool = False,
-                   high_open: bool = False) -> str:  # fmt: skip
+def describe_range(
+    integer: bool, low: float | None, high: float | None, low_open: bool = False, high_open: bool = False
+) -> str:
     """``an integer in [1, 4096]``, ``a positive number``... as error messages say it."""
     if high is None and low == (1 if integer and not low_open else 0) and (integer or low_open):
         return "a positive integer" if integer else "a positive number"
@@ -186,12 +189,16 @@ def check_file_name(path: str | os.PathLike[str], what: str, example: str | None
         raise UserError(f"{shown}: is a link to {os.readlink(p)!r}, which does not exist; give a file name")
     if p.is_dir() or str(path).endswith(os.sep):
         if example is None:  # a name the command chose (plot's pareto.png): the user cannot rename it
-            raise UserError(f"{shown}: is a directory where this command writes a file; move it away or "
-                            f"choose another {what}")  # fmt: skip
+            raise UserError(
+                f"{shown}: is a directory where this command writes a file; move it away or "
+                f"choose another {what}"
+            )
         raise UserError(f"{shown}: is a directory; give a file name such as {p / example}")
     if p.exists() and not p.is_file():  # writers replace the path: a device (/dev/null) would be replaced too
-        raise UserError(f"{shown}: exists and is not a regular file (a device, a pipe or a socket); "
-                        "give the name of a file")  # fmt: skip
+        raise UserError(
+            f"{shown}: exists and is not a regular file (a device, a pipe or a socket); "
+            "give the name of a file"
+        )
     return p
 
 
@@ -210,9 +217,16 @@ MAX_NAME = 128
 
 def check_study_name(name: Any, where: str) -> str:
     """``name`` if it can name a study; else a ConfigError at ``where`` that states the whole rule."""
-    ok = (isinstance(name, str) and 0 < len(name) <= MAX_NAME and (name[0].isalnum() or name[0] == "_")
-          and all(c.isalnum() or c in "._-" for c in name))
+    ok = (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_NAME
+        and (name[0].isalnum() or name[0] == "_")
+        and all(c.isalnum() or c in "._-" for c in name)
+    )
     if not ok:
-        raise ConfigError(f"{name!r} cannot name a study: use 1 to {MAX_NAME} letters, digits, '.', '-' or "
-                          "'_', starting with a letter, a digit or '_'", where)  # fmt: skip
+        raise ConfigError(
+            f"{name!r} cannot name a study: use 1 to {MAX_NAME} letters, digits, '.', '-' or "
+            "'_', starting with a letter, a digit or '_'",
+            where,
+        )
     return name

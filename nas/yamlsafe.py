@@ -113,17 +113,26 @@ def expanded_size(root: yaml.Node) -> tuple[int, int]:
             size[key] = 1 + sum(size[id(k)] for k in kids)
             depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
             if size[key] > MAX_NODES:
-                raise YAMLTooLarge(None, None, f"holds more than {MAX_NODES:,} values once its aliases are "
-                                   "expanded", node.start_mark)  # fmt: skip
+                raise YAMLTooLarge(
+                    None,
+                    None,
+                    f"holds more than {MAX_NODES:,} values once its aliases are expanded",
+                    node.start_mark,
+                )
             if depth[key] > MAX_DEPTH:
-                raise YAMLTooLarge(None, None, f"is nested more than {MAX_DEPTH} levels deep once its "
-                                   "aliases are expanded", node.start_mark)  # fmt: skip
+                raise YAMLTooLarge(
+                    None,
+                    None,
+                    f"is nested more than {MAX_DEPTH} levels deep once its aliases are expanded",
+                    node.start_mark,
+                )
             continue
         if key in size:
             continue
         if key in open_:
-            raise YAMLTooLarge(None, None, "has an alias that refers to a value containing it",
-                               node.start_mark)
+            raise YAMLTooLarge(
+                None, None, "has an alias that refers to a value containing it", node.start_mark
+            )
         open_.add(key)
         stack.append((node, True))
         stack.extend((k, False) for k in kids if id(k) not in size)
@@ -151,11 +160,16 @@ def check_keys(root: yaml.Node) -> None:
                     continue
                 if key.tag != "tag:yaml.org,2002:str":
                     kind = key.tag.rsplit(":", 1)[-1]
-                    raise YAMLRefused(None, None, f"has the key {key.value!r}, which YAML reads as {kind}, not "
-                                      "a name (quote it)", key.start_mark)  # fmt: skip
+                    raise YAMLRefused(
+                        None,
+                        None,
+                        f"has the key {key.value!r}, which YAML reads as {kind}, not a name (quote it)",
+                        key.start_mark,
+                    )
                 if key.value in names:
-                    raise YAMLRefused(None, None, f"has the key {key.value!r} twice in one mapping",
-                                      key.start_mark)  # fmt: skip
+                    raise YAMLRefused(
+                        None, None, f"has the key {key.value!r} twice in one mapping", key.start_mark
+                    )
                 names.add(key.value)
         stack.extend(_children(node))
 
@@ -195,8 +209,9 @@ def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
         raise UserError(f"{p}: {what} not found" if not p.exists() else f"{p}: is not a file")
     try:
         if p.stat().st_size > MAX_BYTES:
-            raise UserError(f"{p}: a {what} of {p.stat().st_size:,} bytes is over the limit of "
-                            f"{MAX_BYTES:,} bytes")  # fmt: skip
+            raise UserError(
+                f"{p}: a {what} of {p.stat().st_size:,} bytes is over the limit of {MAX_BYTES:,} bytes"
+            )
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{p}: cannot read {what}: {err}") from None
@@ -211,8 +226,9 @@ def _user_error(err: yaml.YAMLError, source: str, what: str) -> UserError:
         return UserError(f"{source}{where}: this {what} {problem}")
     if isinstance(err, yaml.constructor.ConstructorError) and "tag:yaml.org,2002:python/" in problem:
         tag = problem[problem.index("tag:yaml.org,2002:") + len("tag:yaml.org,2002:") :].rstrip("'")
-        return UserError(f"{source}{where}: the tag !!{tag} is not allowed (a {what} holds plain data, no "
-                         "Python objects)")  # fmt: skip
+        return UserError(
+            f"{source}{where}: the tag !!{tag} is not allowed (a {what} holds plain data, no Python objects)"
+        )
     if "nesting depth" in problem:  # libyaml's own limit, reached before ours on some builds
         return UserError(f"{source}{where}: this {what} is nested more than {MAX_DEPTH} levels deep")
     return UserError(f"{source}: malformed YAML{where}: {problem}")

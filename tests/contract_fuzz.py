@@ -35,10 +35,46 @@ from tests.test_bad_input import ARCH, BASE_FILES, SPACE, snapshot, write_files
 #: values that break a schema in every way the contract must survive; sizes are either small or far
 #: over every ceiling, so a mutation that passes validation trains (or scores) in well under a second
 ODD_VALUES: list[Any] = [
-    math.nan, math.inf, -math.inf, 1e308, -1e308, 1e-320, 10**7, 10**9, 2**31, 2**32, 2**63, 10**20, 10**40,
-    -1, 0, 1, 2, 3, 0.5, -0.5, True, False, None, "", " ", "x", "1e12", ".nan", "\n", "a/b", "é" * 3,
-    [], {}, [1, 2], [None], {"low": 1, "high": 0}, {"low": math.nan, "high": 2}, {"low": 1, "high": 10**12},
-    {"repeat": 10**9}, {"type": "mha", "extra": 1},
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e308,
+    -1e308,
+    1e-320,
+    10**7,
+    10**9,
+    2**31,
+    2**32,
+    2**63,
+    10**20,
+    10**40,
+    -1,
+    0,
+    1,
+    2,
+    3,
+    0.5,
+    -0.5,
+    True,
+    False,
+    None,
+    "",
+    " ",
+    "x",
+    "1e12",
+    ".nan",
+    "\n",
+    "a/b",
+    "é" * 3,
+    [],
+    {},
+    [1, 2],
+    [None],
+    {"low": 1, "high": 0},
+    {"low": math.nan, "high": 2},
+    {"low": 1, "high": 10**12},
+    {"repeat": 10**9},
+    {"type": "mha", "extra": 1},
 ]
 
 
@@ -57,8 +93,9 @@ def _bomb(levels: int) -> Any:
     return value
 
 
-def paths(doc: Any, prefix: tuple[Any, ...] = (),
-          seen: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:  # fmt: skip
+def paths(
+    doc: Any, prefix: tuple[Any, ...] = (), seen: frozenset[int] = frozenset()
+) -> list[tuple[Any, ...]]:
     """Places in ``doc`` (keys of mappings, indexes of lists), parents first; not into earlier mutations.
 
     A mutation may have made the document share or contain itself, or nest thousands deep:
@@ -149,11 +186,48 @@ def arch_cases(draw: st.DrawFn) -> tuple[list[str], dict[str, Any]]:
     return ["train", "--arch", "arch.yaml", "--steps", "1"], {"arch.yaml": as_yaml(doc)}
 
 
-FLAG_VALUES = ["0", "-1", "1", "2", "nan", "inf", "-inf", "1e14", "1e308", "4294967296", "", " ", "x", "a\nb",
-               "notes.txt", "emptydir", "notes.txt/x", "/proc/nas-lm/x", "sqlite://", "sqlite:///notes.txt/s.db"]
-SEARCH_FLAGS = ["--trials", "--seed", "--population", "--workers", "--cpus-per-trial", "--gpus-per-trial",
-                "--retries", "--worker-timeout", "--hurdles", "--hurdle-percentile", "--study", "--storage",
-                "--runs-dir", "--data", "--steps", "--tokens", "--budget-flops", "--space"]
+FLAG_VALUES = [
+    "0",
+    "-1",
+    "1",
+    "2",
+    "nan",
+    "inf",
+    "-inf",
+    "1e14",
+    "1e308",
+    "4294967296",
+    "",
+    " ",
+    "x",
+    "a\nb",
+    "notes.txt",
+    "emptydir",
+    "notes.txt/x",
+    "/proc/nas-lm/x",
+    "sqlite://",
+    "sqlite:///notes.txt/s.db",
+]
+SEARCH_FLAGS = [
+    "--trials",
+    "--seed",
+    "--population",
+    "--workers",
+    "--cpus-per-trial",
+    "--gpus-per-trial",
+    "--retries",
+    "--worker-timeout",
+    "--hurdles",
+    "--hurdle-percentile",
+    "--study",
+    "--storage",
+    "--runs-dir",
+    "--data",
+    "--steps",
+    "--tokens",
+    "--budget-flops",
+    "--space",
+]
 TRAIN_FLAGS = ["--seed", "--threads", "--save", "--logdir", "--data", "--steps", "--tokens", "--budget-flops"]
 
 

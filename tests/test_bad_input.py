@@ -93,9 +93,14 @@ def damaged_study(path: Path) -> None:
     storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
     study = optuna.create_study(study_name="s", storage=storage)
     for i in range(30):
-        study.add_trial(optuna.trial.create_trial(value=float(i), params={"x": float(i)},
-                                                  distributions={"x": FloatDistribution(0, 100)},
-                                                  user_attrs={"note": "x" * 200}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=float(i),
+                params={"x": float(i)},
+                distributions={"x": FloatDistribution(0, 100)},
+                user_attrs={"note": "x" * 200},
+            )
+        )
     with storage.engine.connect() as conn:
         conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     storage.engine.dispose()
@@ -130,7 +135,9 @@ def search(*extra: str) -> list[str]:
 def cases() -> list[Any]:
     c: list[Any] = []
 
-    def case(id: str, argv: list[str], expect: str | tuple[str, ...], files: dict[str, Any] | None = None) -> None:
+    def case(
+        id: str, argv: list[str], expect: str | tuple[str, ...], files: dict[str, Any] | None = None
+    ) -> None:
         c.append(pytest.param(argv, (expect,) if isinstance(expect, str) else expect, files or {}, id=id))
 
     # -- search: flags --------------------------------------------------------------------------
@@ -148,14 +155,21 @@ def cases() -> list[Any]:
     case("device-unknown", search("--device", "tpu"), "--device")
     case("hurdles-out-of-range", search("--hurdles", "0.5,1.5"), "--hurdles")
     case("hurdles-not-numbers", search("--hurdles", "half"), "--hurdles")
-    case("hurdle-percentile-over-100", search("--hurdles", "0.5", "--hurdle-percentile", "150"),
-         "--hurdle-percentile")
+    case(
+        "hurdle-percentile-over-100",
+        search("--hurdles", "0.5", "--hurdle-percentile", "150"),
+        "--hurdle-percentile",
+    )
     case("max-flops-zero", search("--max-flops", "0"), "--max-flops")
     case("max-flops-negative", search("--max-flops", "-2e12"), "--max-flops")
     case("max-flops-nan", search("--max-flops", "nan"), "--max-flops")
     case("max-flops-not-a-number", search("--max-flops", "lots"), "--max-flops")
     case("max-flops-under-one-budget", search("--budget-flops", "1e9", "--max-flops", "1e8"), "--max-flops")
-    case("hurdle-min-trials-zero", search("--hurdles", "0.5", "--hurdle-min-trials", "0"), "--hurdle-min-trials")
+    case(
+        "hurdle-min-trials-zero",
+        search("--hurdles", "0.5", "--hurdle-min-trials", "0"),
+        "--hurdle-min-trials",
+    )
     case("sampler-unknown", search("--sampler", "genetic"), "--sampler")
     case("objective-unknown", search("--objective", "speed"), "--objective")
     case("evaluator-unknown", search("--evaluator", "proxy:vibes"), "--evaluator")
@@ -171,130 +185,296 @@ def cases() -> list[Any]:
     case("local-with-retries", search("--retries", "5"), ("--local", "--retries"))
     case("local-with-worker-timeout", search("--worker-timeout", "60"), ("--local", "--worker-timeout"))
     case("local-with-gpus", search("--gpus-per-trial", "1"), ("--local", "--gpus-per-trial"))
-    case("population-with-random", search("--sampler", "random", "--population", "8"), ("--population", "random"))
-    case("hurdle-percentile-without-hurdles", search("--hurdle-percentile", "30"), ("--hurdle-percentile", "hurdles"))
+    case(
+        "population-with-random",
+        search("--sampler", "random", "--population", "8"),
+        ("--population", "random"),
+    )
+    case(
+        "hurdle-percentile-without-hurdles",
+        search("--hurdle-percentile", "30"),
+        ("--hurdle-percentile", "hurdles"),
+    )
     if not torch.cuda.is_available():  # a request this machine cannot meet: refused before anything exists
         ray = [a for a in search() if a != "--local"]
         case("device-cuda-without-cuda", search("--device", "cuda"), ("--device", "CUDA is not available"))
-        case("device-cuda-without-cuda-on-ray", ray + ["--device", "cuda"], ("--device", "CUDA is not available"))
-        case("gpus-without-cuda", ray + ["--gpus-per-trial", "1"], ("--gpus-per-trial", "CUDA is not available"))
+        case(
+            "device-cuda-without-cuda-on-ray",
+            ray + ["--device", "cuda"],
+            ("--device", "CUDA is not available"),
+        )
+        case(
+            "gpus-without-cuda",
+            ray + ["--gpus-per-trial", "1"],
+            ("--gpus-per-trial", "CUDA is not available"),
+        )
         for extra in (["--local"], ["--gpus-per-trial", "1"]):
-            case(f"confirm-cuda-without-cuda{extra[0]}", ["confirm", "--study", "s", "--storage", "{url}",
-                 "--device", "cuda", *extra], ("--device", "CUDA is not available"))
+            case(
+                f"confirm-cuda-without-cuda{extra[0]}",
+                ["confirm", "--study", "s", "--storage", "{url}", "--device", "cuda", *extra],
+                ("--device", "CUDA is not available"),
+            )
     case("study-name-with-slash", search("--study", "a/b"), "--study")
     # -- search: storage and directories --------------------------------------------------------
     case("storage-not-a-url", search("--storage", "runs.db"), "--storage")
     case("storage-unknown-database", search("--storage", "nosuchdb://host/db"), "--storage")
     case("storage-is-a-text-file", search("--storage", "sqlite:///notes.txt"), ("--storage", "notes.txt"))
-    case("storage-is-someone-elses-sqlite", search("--storage", "sqlite:///mine.db"), ("--storage", "mine.db"),
-         {"mine.db": foreign_sqlite})
+    case(
+        "storage-is-someone-elses-sqlite",
+        search("--storage", "sqlite:///mine.db"),
+        ("--storage", "mine.db"),
+        {"mine.db": foreign_sqlite},
+    )
     case("storage-is-a-directory", search("--storage", "sqlite:///emptydir"), ("--storage", "emptydir"))
     case("storage-percent-escape", search("--storage", "sqlite:///x%41.db"), ("--storage", "%41", "xA.db"))
     case("storage-in-memory", search("--storage", "sqlite://"), ("--storage", "in memory"))
     case("storage-memory-file", search("--storage", "sqlite:///:memory:"), ("--storage", "in memory"))
-    case("storage-shared-memory", search("--storage", "sqlite:///file::memory:?cache=shared"),
-         ("--storage", "in memory"))
+    case(
+        "storage-shared-memory",
+        search("--storage", "sqlite:///file::memory:?cache=shared"),
+        ("--storage", "in memory"),
+    )
     # Someone else's SQLite file with tables named like Optuna's, and a damaged study: refused by
     # every command, byte for byte unchanged, no -wal/-shm left beside it (the directory snapshot).
     for name, argv in {"search": search("--storage", "sqlite:///DB"), **STUDY_COMMANDS}.items():
-        case(f"{name}-on-a-lookalike-database", [a.replace("DB", "app.db") for a in argv],
-             ("app.db", "not an Optuna study database"), {"app.db": optuna_lookalike})
-        case(f"{name}-on-a-damaged-study", [a.replace("DB", "study.db") for a in argv],
-             ("study.db", "damaged"), {"study.db": damaged_study})
+        case(
+            f"{name}-on-a-lookalike-database",
+            [a.replace("DB", "app.db") for a in argv],
+            ("app.db", "not an Optuna study database"),
+            {"app.db": optuna_lookalike},
+        )
+        case(
+            f"{name}-on-a-damaged-study",
+            [a.replace("DB", "study.db") for a in argv],
+            ("study.db", "damaged"),
+            {"study.db": damaged_study},
+        )
     case("runs-dir-is-a-file", search("--runs-dir", "notes.txt"), ("--runs-dir", "notes.txt"))
     case("runs-dir-under-a-file", search("--runs-dir", "notes.txt/runs"), ("--runs-dir", "notes.txt"))
     # -- search: corpus -------------------------------------------------------------------------
     case("data-missing", search("--data", "nowhere"), "nowhere")
     case("data-empty-file", search("--data", "empty.txt"), "empty.txt", {"empty.txt": ""})
     case("data-empty-directory", search("--data", "emptydir"), "emptydir")
-    case("data-two-kinds-of-corpus", search("--data", "mixed"), ("mixed", "two kinds of corpus"),
-         {"mixed/train.bin": b"\x00" * 8, "mixed/train.src": "a b\n", "mixed/train.tgt": "b a\n"})
-    case("data-binary-only", search("--data", "bin"), ("bin", "no text files"), {"bin/x.dat": b"\x00\xff" * 64})
+    case(
+        "data-two-kinds-of-corpus",
+        search("--data", "mixed"),
+        ("mixed", "two kinds of corpus"),
+        {"mixed/train.bin": b"\x00" * 8, "mixed/train.src": "a b\n", "mixed/train.tgt": "b a\n"},
+    )
+    case(
+        "data-binary-only", search("--data", "bin"), ("bin", "no text files"), {"bin/x.dat": b"\x00\xff" * 64}
+    )
     # one distinct token: every model would score a "perfect" val_loss 0, which a search ranks first
-    case("data-one-token-search", search("--data", "a.txt", "--evaluator", "lm"), ("a.txt", "same id"),
-         {"a.txt": "a" * 5000})
-    case("data-one-token-train", ["train", "--arch", "arch.yaml", "--data", "a.txt", "--steps", "1"],
-         ("a.txt", "same id"), {"a.txt": "a" * 5000})
+    case(
+        "data-one-token-search",
+        search("--data", "a.txt", "--evaluator", "lm"),
+        ("a.txt", "same id"),
+        {"a.txt": "a" * 5000},
+    )
+    case(
+        "data-one-token-train",
+        ["train", "--arch", "arch.yaml", "--data", "a.txt", "--steps", "1"],
+        ("a.txt", "same id"),
+        {"a.txt": "a" * 5000},
+    )
     # -- search: the space file -----------------------------------------------------------------
     case("space-missing", search("--space", "nope.yaml"), "nope.yaml")
     case("space-is-a-directory", search("--space", "corpus"), "corpus")
-    case("yaml-syntax-error", search(), ("space.yaml", "line 2"), {"space.yaml": "globals: {d_model: [16, 32\n"})
+    case(
+        "yaml-syntax-error",
+        search(),
+        ("space.yaml", "line 2"),
+        {"space.yaml": "globals: {d_model: [16, 32\n"},
+    )
     case("yaml-tab-indent", search(), ("space.yaml", "line 2"), {"space.yaml": "globals:\n\td_model: 16\n"})
-    case("yaml-python-object", search(), ("space.yaml", "!!python/object/apply:os.system"),
-         {"space.yaml": "!!python/object/apply:os.system ['touch pwned']\n"})
-    case("yaml-python-name", search(), ("space.yaml", "!!python/name:os.system"),
-         {"space.yaml": "globals: !!python/name:os.system\n"})
+    case(
+        "yaml-python-object",
+        search(),
+        ("space.yaml", "!!python/object/apply:os.system"),
+        {"space.yaml": "!!python/object/apply:os.system ['touch pwned']\n"},
+    )
+    case(
+        "yaml-python-name",
+        search(),
+        ("space.yaml", "!!python/name:os.system"),
+        {"space.yaml": "globals: !!python/name:os.system\n"},
+    )
     case("yaml-not-utf8", search(), "space.yaml", {"space.yaml": b"\xff\xfe name: x\n"})
     case("yaml-empty", search(), "space.yaml", {"space.yaml": ""})
     case("yaml-a-list", search(), "space.yaml", {"space.yaml": "- mha\n- mdha\n"})
-    case("yaml-unknown-top-key", search(), ("space.yaml", "trainng"),
-         {"space.yaml": space("trainng", {"lr": 1})})
+    case(
+        "yaml-unknown-top-key",
+        search(),
+        ("space.yaml", "trainng"),
+        {"space.yaml": space("trainng", {"lr": 1})},
+    )
     case("yaml-missing-layers", search(), ("space.yaml", "layers"), {"space.yaml": space(drop="layers")})
-    case("yaml-unknown-block", search(), ("space.yaml", "flash"),
-         {"space.yaml": space("layers.attention", ["mha", "flash"])})
-    case("yaml-unknown-block-option", search(), ("space.yaml", "kernal"),
-         {"space.yaml": space("layers.attention", {"mdha": {"kernal": 3}})})
-    case("yaml-wrong-type", search(), ("space.yaml", "globals.d_model"),
-         {"space.yaml": space("globals.d_model", "big")})
-    case("yaml-heads-do-not-divide", search(), ("space.yaml", "n_heads"),
-         {"space.yaml": space("globals.d_model", 30).replace("n_heads: 2", "n_heads: 4")})
-    case("yaml-range-inverted", search(), ("space.yaml", "globals.n_layers"),
-         {"space.yaml": space("globals.n_layers", {"low": 4, "high": 1})})
-    case("yaml-empty-choice", search(), ("space.yaml", "globals.n_layers"), {"space.yaml": space("globals.n_layers", [])})
-    case("yaml-unknown-activation", search(), ("space.yaml", "layers.ffn.activation"),
-         {"space.yaml": space("layers.ffn.activation", ["relu", "swish"])})
-    case("yaml-budget-zero", search(), ("space.yaml", "budget.steps"), {"space.yaml": space("budget", {"steps": 0})})
-    case("yaml-two-budgets", search(), ("space.yaml", "budget"),
-         {"space.yaml": space("budget", {"steps": 5, "seconds": 3})})
-    case("yaml-recipe-unknown-key", search(), ("space.yaml", "recipe.lrate"),
-         {"space.yaml": space("recipe", {"lrate": 0.1})})
-    case("yaml-recipe-negative-lr", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {"lr": -1})})
-    case("yaml-cap-no-candidate-meets", search(), ("space.yaml", "constraints", "no candidate"),
-         {"space.yaml": space("constraints", {"max_params": 10})})
-    case("yaml-negative-cap", search(), ("space.yaml", "constraints.max_params"),
-         {"space.yaml": space("constraints", {"max_params": -5})})
-    case("yaml-unknown-seed-arch", search(), ("space.yaml", "seed_archs"), {"space.yaml": space("seed_archs", ["gpt2"])})
+    case(
+        "yaml-unknown-block",
+        search(),
+        ("space.yaml", "flash"),
+        {"space.yaml": space("layers.attention", ["mha", "flash"])},
+    )
+    case(
+        "yaml-unknown-block-option",
+        search(),
+        ("space.yaml", "kernal"),
+        {"space.yaml": space("layers.attention", {"mdha": {"kernal": 3}})},
+    )
+    case(
+        "yaml-wrong-type",
+        search(),
+        ("space.yaml", "globals.d_model"),
+        {"space.yaml": space("globals.d_model", "big")},
+    )
+    case(
+        "yaml-heads-do-not-divide",
+        search(),
+        ("space.yaml", "n_heads"),
+        {"space.yaml": space("globals.d_model", 30).replace("n_heads: 2", "n_heads: 4")},
+    )
+    case(
+        "yaml-range-inverted",
+        search(),
+        ("space.yaml", "globals.n_layers"),
+        {"space.yaml": space("globals.n_layers", {"low": 4, "high": 1})},
+    )
+    case(
+        "yaml-empty-choice",
+        search(),
+        ("space.yaml", "globals.n_layers"),
+        {"space.yaml": space("globals.n_layers", [])},
+    )
+    case(
+        "yaml-unknown-activation",
+        search(),
+        ("space.yaml", "layers.ffn.activation"),
+        {"space.yaml": space("layers.ffn.activation", ["relu", "swish"])},
+    )
+    case(
+        "yaml-budget-zero",
+        search(),
+        ("space.yaml", "budget.steps"),
+        {"space.yaml": space("budget", {"steps": 0})},
+    )
+    case(
+        "yaml-two-budgets",
+        search(),
+        ("space.yaml", "budget"),
+        {"space.yaml": space("budget", {"steps": 5, "seconds": 3})},
+    )
+    case(
+        "yaml-recipe-unknown-key",
+        search(),
+        ("space.yaml", "recipe.lrate"),
+        {"space.yaml": space("recipe", {"lrate": 0.1})},
+    )
+    case(
+        "yaml-recipe-negative-lr",
+        search(),
+        ("space.yaml", "recipe.lr"),
+        {"space.yaml": space("recipe", {"lr": -1})},
+    )
+    case(
+        "yaml-cap-no-candidate-meets",
+        search(),
+        ("space.yaml", "constraints", "no candidate"),
+        {"space.yaml": space("constraints", {"max_params": 10})},
+    )
+    case(
+        "yaml-negative-cap",
+        search(),
+        ("space.yaml", "constraints.max_params"),
+        {"space.yaml": space("constraints", {"max_params": -5})},
+    )
+    case(
+        "yaml-unknown-seed-arch",
+        search(),
+        ("space.yaml", "seed_archs"),
+        {"space.yaml": space("seed_archs", ["gpt2"])},
+    )
     # -- search: an existing study under other settings (the shared study, see ``study``) -------
-    case("study-reused-with-another-space", search("--study", "s", "--storage", "{url}"),
-         ("--study 's'", "space.constraints"))
-    case("study-reused-with-another-objective",
-         search("--space", "{space}", "--study", "s", "--storage", "{url}", "--objective", "loss"), "--objective")
-    case("study-reused-with-another-budget",
-         search("--space", "{space}", "--study", "s", "--storage", "{url}", "--steps", "9"), ("--study", "budget"))
+    case(
+        "study-reused-with-another-space",
+        search("--study", "s", "--storage", "{url}"),
+        ("--study 's'", "space.constraints"),
+    )
+    case(
+        "study-reused-with-another-objective",
+        search("--space", "{space}", "--study", "s", "--storage", "{url}", "--objective", "loss"),
+        "--objective",
+    )
+    case(
+        "study-reused-with-another-budget",
+        search("--space", "{space}", "--study", "s", "--storage", "{url}", "--steps", "9"),
+        ("--study", "budget"),
+    )
     # -- train ----------------------------------------------------------------------------------
     case("train-arch-missing", ["train", "--arch", "nope.yaml"], "nope.yaml")
     case("train-arch-flag-missing", ["train", "--steps", "3"], "--arch")
-    case("train-arch-invalid", ["train", "--arch", "bad.yaml"], ("bad.yaml", "n_heads"),
-         {"bad.yaml": ARCH.replace("d_model: 16, n_heads: 2", "d_model: 30, n_heads: 4")})
-    case("train-arch-unknown-section", ["train", "--arch", "bad.yaml"], ("bad.yaml", "training"),
-         {"bad.yaml": ARCH + "training: {lr: 0.1}\n"})
-    case("train-arch-python-object", ["train", "--arch", "bad.yaml"], ("bad.yaml", "!!python/object"),
-         {"bad.yaml": "arch: !!python/object:collections.OrderedDict {}\n"})
-    case("train-arch-budget-in-file", ["train", "--arch", "bad.yaml"], ("bad.yaml", "budget.steps"),
-         {"bad.yaml": ARCH + "budget: {steps: -1}\n"})
-    case("train-arch-is-a-space", ["train", "--arch", "space.yaml"], ("space.yaml", "is a search space", "--space"))
+    case(
+        "train-arch-invalid",
+        ["train", "--arch", "bad.yaml"],
+        ("bad.yaml", "n_heads"),
+        {"bad.yaml": ARCH.replace("d_model: 16, n_heads: 2", "d_model: 30, n_heads: 4")},
+    )
+    case(
+        "train-arch-unknown-section",
+        ["train", "--arch", "bad.yaml"],
+        ("bad.yaml", "training"),
+        {"bad.yaml": ARCH + "training: {lr: 0.1}\n"},
+    )
+    case(
+        "train-arch-python-object",
+        ["train", "--arch", "bad.yaml"],
+        ("bad.yaml", "!!python/object"),
+        {"bad.yaml": "arch: !!python/object:collections.OrderedDict {}\n"},
+    )
+    case(
+        "train-arch-budget-in-file",
+        ["train", "--arch", "bad.yaml"],
+        ("bad.yaml", "budget.steps"),
+        {"bad.yaml": ARCH + "budget: {steps: -1}\n"},
+    )
+    case(
+        "train-arch-is-a-space",
+        ["train", "--arch", "space.yaml"],
+        ("space.yaml", "is a search space", "--space"),
+    )
     case("search-space-is-an-arch", search("--space", "arch.yaml"), ("arch.yaml", "architecture"))
     case("train-steps-zero", ["train", "--arch", "arch.yaml", "--steps", "0"], "--steps")
-    case("train-data-missing", ["train", "--arch", "arch.yaml", "--data", "nowhere", "--steps", "1"], "nowhere")
+    case(
+        "train-data-missing", ["train", "--arch", "arch.yaml", "--data", "nowhere", "--steps", "1"], "nowhere"
+    )
     # -- best / show / export -------------------------------------------------------------------
     case("best-study-flag-missing", ["best"], "--study")
     case("best-top-zero", ["best", "--study", "s", "--storage", "{url}", "--top", "0"], "--top")
     case("best-no-such-study", ["best", "--study", "nosuch", "--storage", "{url}"], "--study 'nosuch'")
     case("best-no-runs-dir", ["best", "--study", "s", "--runs-dir", "runs"], "--study 's'")
     case("show-no-such-trial", ["show", "--study", "s", "--storage", "{url}", "--trial", "99"], "--trial 99")
-    case("export-failed-trial", ["export", "--study", "s", "--storage", "{url}", "--trial", "{failed}",
-                                 "--out", "x.yaml"], ("--trial", "INFEASIBLE"))
-    case("export-out-exists", ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "notes.txt"],
-         ("--out", "notes.txt"))
-    case("export-out-is-a-directory", ["export", "--study", "s", "--storage", "{url}", "--best",
-                                       "--out", "emptydir"], ("--out", "emptydir"))
+    case(
+        "export-failed-trial",
+        ["export", "--study", "s", "--storage", "{url}", "--trial", "{failed}", "--out", "x.yaml"],
+        ("--trial", "INFEASIBLE"),
+    )
+    case(
+        "export-out-exists",
+        ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "notes.txt"],
+        ("--out", "notes.txt"),
+    )
+    case(
+        "export-out-is-a-directory",
+        ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "emptydir"],
+        ("--out", "emptydir"),
+    )
     case("unknown-command", ["frobnicate"], "frobnicate")
     contract_cases(case)
     return c
 
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
+    for a, b in zip("abcdefgh", "bcdefghi", strict=True)
 )  # "billion laughs": nine lines, 9**9 strings once expanded
 NAN, INF = float("nan"), float("inf")
 RECIPE = SPACE["recipe"]
@@ -312,82 +492,225 @@ def contract_cases(case: Any) -> None:
     lm = search("--evaluator", "lm")  # the trainer's checks apply to searches that train
     train = ["train", "--arch", "arch.yaml", "--steps", "1"]
     # -- non-finite and out-of-range numbers, wherever they are -------------------------------
-    case("yaml-nan-size", search(), ("space.yaml", "globals.d_model", "non-finite"),
-         {"space.yaml": space("globals.d_model", NAN)})
-    case("yaml-inf-in-a-range", search(), ("space.yaml", "globals.n_layers.high", "non-finite"),
-         {"space.yaml": space("globals.n_layers", {"low": 1, "high": INF})})
-    case("yaml-nan-block-option", search(), ("space.yaml", "layers.attention.mdha.kernel"),
-         {"space.yaml": space("layers.attention", {"mdha": {"kernel": [2, NAN]}})})
-    case("yaml-inf-lr", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {**RECIPE, "lr": INF})})
-    case("yaml-overflowing-float", search(), ("space.yaml", "recipe.lr", "non-finite"),
-         {"space.yaml": space().replace("  batch_size: 4", "  batch_size: 4\n  lr: 1.0e+999")})
-    case("yaml-nan-cap", search(), ("space.yaml", "constraints.max_params"),
-         {"space.yaml": space("constraints", {"max_params": NAN})})
-    case("yaml-seed-2-32", search(), ("space.yaml", "recipe.seed", "4294967295"),
-         {"space.yaml": space("recipe", {**RECIPE, "seed": 2**32})})
-    case("yaml-beta-one", search(), ("space.yaml", "recipe.beta2", "[0, 1)"),
-         {"space.yaml": space("recipe", {**RECIPE, "beta2": 1.0})})
-    case("yaml-beta-negative", search(), ("space.yaml", "recipe.beta1"),
-         {"space.yaml": space("recipe", {**RECIPE, "beta1": -0.5})})
-    case("yaml-lr-1e308", search(), ("space.yaml", "recipe.lr"), {"space.yaml": space("recipe", {**RECIPE, "lr": 1e308})})
-    case("yaml-min-lr-ratio-over-1", search(), ("space.yaml", "recipe.min_lr_ratio"),
-         {"space.yaml": space("recipe", {**RECIPE, "min_lr_ratio": 5})})
-    case("yaml-weight-decay-over-fp32", search(), ("space.yaml", "recipe.weight_decay"),
-         {"space.yaml": space("recipe", {**RECIPE, "weight_decay": 1e39})})
-    case("yaml-budget-inf", search(), ("space.yaml", "budget.steps"), {"space.yaml": space("budget", {"steps": INF})})
-    case("arch-nan-mult", train, ("arch.yaml", "non-finite"), {"arch.yaml": ARCH.replace("mult: 2", "mult: .nan")})
-    case("arch-seed-2-32", train, ("arch.yaml", "recipe.seed"), {"arch.yaml": ARCH + "recipe: {seed: 4294967296}\n"})
-    case("arch-inf-budget", ["train", "--arch", "arch.yaml"], ("arch.yaml", "budget.tokens"),
-         {"arch.yaml": ARCH + "budget: {tokens: .inf}\n"})
-    case("arch-recorded-threads-1e14", ["train", "--arch", "arch.yaml", "--steps", "1"],
-         ("arch.yaml", "metrics.threads"), {"arch.yaml": ARCH + "metrics: {device: cpu, threads: 100000000000000}\n"})
+    case(
+        "yaml-nan-size",
+        search(),
+        ("space.yaml", "globals.d_model", "non-finite"),
+        {"space.yaml": space("globals.d_model", NAN)},
+    )
+    case(
+        "yaml-inf-in-a-range",
+        search(),
+        ("space.yaml", "globals.n_layers.high", "non-finite"),
+        {"space.yaml": space("globals.n_layers", {"low": 1, "high": INF})},
+    )
+    case(
+        "yaml-nan-block-option",
+        search(),
+        ("space.yaml", "layers.attention.mdha.kernel"),
+        {"space.yaml": space("layers.attention", {"mdha": {"kernel": [2, NAN]}})},
+    )
+    case(
+        "yaml-inf-lr",
+        search(),
+        ("space.yaml", "recipe.lr"),
+        {"space.yaml": space("recipe", {**RECIPE, "lr": INF})},
+    )
+    case(
+        "yaml-overflowing-float",
+        search(),
+        ("space.yaml", "recipe.lr", "non-finite"),
+        {"space.yaml": space().replace("  batch_size: 4", "  batch_size: 4\n  lr: 1.0e+999")},
+    )
+    case(
+        "yaml-nan-cap",
+        search(),
+        ("space.yaml", "constraints.max_params"),
+        {"space.yaml": space("constraints", {"max_params": NAN})},
+    )
+    case(
+        "yaml-seed-2-32",
+        search(),
+        ("space.yaml", "recipe.seed", "4294967295"),
+        {"space.yaml": space("recipe", {**RECIPE, "seed": 2**32})},
+    )
+    case(
+        "yaml-beta-one",
+        search(),
+        ("space.yaml", "recipe.beta2", "[0, 1)"),
+        {"space.yaml": space("recipe", {**RECIPE, "beta2": 1.0})},
+    )
+    case(
+        "yaml-beta-negative",
+        search(),
+        ("space.yaml", "recipe.beta1"),
+        {"space.yaml": space("recipe", {**RECIPE, "beta1": -0.5})},
+    )
+    case(
+        "yaml-lr-1e308",
+        search(),
+        ("space.yaml", "recipe.lr"),
+        {"space.yaml": space("recipe", {**RECIPE, "lr": 1e308})},
+    )
+    case(
+        "yaml-min-lr-ratio-over-1",
+        search(),
+        ("space.yaml", "recipe.min_lr_ratio"),
+        {"space.yaml": space("recipe", {**RECIPE, "min_lr_ratio": 5})},
+    )
+    case(
+        "yaml-weight-decay-over-fp32",
+        search(),
+        ("space.yaml", "recipe.weight_decay"),
+        {"space.yaml": space("recipe", {**RECIPE, "weight_decay": 1e39})},
+    )
+    case(
+        "yaml-budget-inf",
+        search(),
+        ("space.yaml", "budget.steps"),
+        {"space.yaml": space("budget", {"steps": INF})},
+    )
+    case(
+        "arch-nan-mult",
+        train,
+        ("arch.yaml", "non-finite"),
+        {"arch.yaml": ARCH.replace("mult: 2", "mult: .nan")},
+    )
+    case(
+        "arch-seed-2-32",
+        train,
+        ("arch.yaml", "recipe.seed"),
+        {"arch.yaml": ARCH + "recipe: {seed: 4294967296}\n"},
+    )
+    case(
+        "arch-inf-budget",
+        ["train", "--arch", "arch.yaml"],
+        ("arch.yaml", "budget.tokens"),
+        {"arch.yaml": ARCH + "budget: {tokens: .inf}\n"},
+    )
+    case(
+        "arch-recorded-threads-1e14",
+        ["train", "--arch", "arch.yaml", "--steps", "1"],
+        ("arch.yaml", "metrics.threads"),
+        {"arch.yaml": ARCH + "metrics: {device: cpu, threads: 100000000000000}\n"},
+    )
     case("train-threads-1e14", [*train, "--threads", "100000000000000"], "--threads")
     case("train-seed-2-32", [*train, "--seed", "4294967296"], "--seed")
     case("search-seed-2-32", search("--seed", "4294967296"), "--seed")
     case("cpus-per-trial-1e14", search("--cpus-per-trial", "1e14"), "--cpus-per-trial")
     case("worker-timeout-nan", search("--worker-timeout", "nan"), "--worker-timeout")
-    case("trial-timeout-1e300", [a for a in search("--trial-timeout", "1e300") if a != "--local"], "--trial-timeout")
+    case(
+        "trial-timeout-1e300",
+        [a for a in search("--trial-timeout", "1e300") if a != "--local"],
+        "--trial-timeout",
+    )
     # -- YAML that expands without bound ------------------------------------------------------
     case("yaml-billion-laughs", search(), ("space.yaml", "aliases are expanded"), {"space.yaml": BOMB})
-    case("yaml-nested-500", search(), ("space.yaml", "nested"), {"space.yaml": "globals: " + "[" * 500 + "]" * 500})
-    case("yaml-nested-100000", search(), ("space.yaml", "nested"),
-         {"space.yaml": "globals: " + "[" * 100000 + "]" * 100000})
-    case("yaml-alias-inside-itself", search(), ("space.yaml", "alias"), {"space.yaml": "globals: &g [1, *g]\n"})
-    case("yaml-3-mb", search(), ("space.yaml", "bytes"), {"space.yaml": "# " + "x" * 3_000_000 + "\n" + space()})
+    case(
+        "yaml-nested-500",
+        search(),
+        ("space.yaml", "nested"),
+        {"space.yaml": "globals: " + "[" * 500 + "]" * 500},
+    )
+    case(
+        "yaml-nested-100000",
+        search(),
+        ("space.yaml", "nested"),
+        {"space.yaml": "globals: " + "[" * 100000 + "]" * 100000},
+    )
+    case(
+        "yaml-alias-inside-itself", search(), ("space.yaml", "alias"), {"space.yaml": "globals: &g [1, *g]\n"}
+    )
+    case(
+        "yaml-3-mb",
+        search(),
+        ("space.yaml", "bytes"),
+        {"space.yaml": "# " + "x" * 3_000_000 + "\n" + space()},
+    )
     case("arch-billion-laughs", train, ("arch.yaml", "aliases are expanded"), {"arch.yaml": BOMB})
     # -- sizes that cannot fit, refused from an estimate ----------------------------------------
-    case("yaml-n-layers-1e8", search(), ("space.yaml", "globals.n_layers", "4096"),
-         {"space.yaml": space("globals.n_layers", 100000000)})
-    case("yaml-d-model-1e10", search(), ("space.yaml", "globals.d_model"),
-         {"space.yaml": space("globals", {**SPACE["globals"], "d_model": 10**10})})
-    case("yaml-d-model-over-one-device", search(), ("space.yaml", "globals.d_model", "GiB"),
-         {"space.yaml": space("globals", {**SPACE["globals"], "d_model": 2**18})})
-    case("yaml-max-len-over-one-device", search(), ("space.yaml", "globals.max_len", "GiB"),
-         {"space.yaml": space("globals", {**SPACE["globals"], "max_len": 2**21})})
-    case("arch-repeat-1e8", train, ("arch.yaml", "layers.repeat"),
-         {"arch.yaml": "arch: {d_model: 16, n_heads: 2, max_len: 16, layers: {repeat: 100000000, attention: mha}}\n"})
+    case(
+        "yaml-n-layers-1e8",
+        search(),
+        ("space.yaml", "globals.n_layers", "4096"),
+        {"space.yaml": space("globals.n_layers", 100000000)},
+    )
+    case(
+        "yaml-d-model-1e10",
+        search(),
+        ("space.yaml", "globals.d_model"),
+        {"space.yaml": space("globals", {**SPACE["globals"], "d_model": 10**10})},
+    )
+    case(
+        "yaml-d-model-over-one-device",
+        search(),
+        ("space.yaml", "globals.d_model", "GiB"),
+        {"space.yaml": space("globals", {**SPACE["globals"], "d_model": 2**18})},
+    )
+    case(
+        "yaml-max-len-over-one-device",
+        search(),
+        ("space.yaml", "globals.max_len", "GiB"),
+        {"space.yaml": space("globals", {**SPACE["globals"], "max_len": 2**21})},
+    )
+    case(
+        "arch-repeat-1e8",
+        train,
+        ("arch.yaml", "layers.repeat"),
+        {
+            "arch.yaml": "arch: {d_model: 16, n_heads: 2, max_len: 16, layers: {repeat: 100000000, attention: mha}}\n"
+        },
+    )
     case("arch-d-model-1e10", train, ("arch.yaml", "arch.d_model"), {"arch.yaml": arch_with(d_model=10**10)})
-    case("arch-max-len-over-this-machine", train, ("arch.yaml", "arch.max_len", "GiB"),
-         {"arch.yaml": arch_with(max_len=10**7)})
-    case("arch-batch-over-this-machine", train, ("arch.yaml", "recipe.batch_size", "GiB"),
-         {"arch.yaml": ARCH + "recipe: {batch_size: 1000000000}\n"})
+    case(
+        "arch-max-len-over-this-machine",
+        train,
+        ("arch.yaml", "arch.max_len", "GiB"),
+        {"arch.yaml": arch_with(max_len=10**7)},
+    )
+    case(
+        "arch-batch-over-this-machine",
+        train,
+        ("arch.yaml", "recipe.batch_size", "GiB"),
+        {"arch.yaml": ARCH + "recipe: {batch_size: 1000000000}\n"},
+    )
     # -- what every trial of a search would refuse ---------------------------------------------
-    case("search-corpus-shorter-than-a-window", [*lm, "--data", "short.txt"], ("short.txt", "window"),
-         {"short.txt": "too short\n"})
-    case("search-seq-len-over-max-len", lm, ("space.yaml", "recipe.seq_len"),
-         {"space.yaml": space("recipe", {**RECIPE, "seq_len": 32})})
-    case("search-tokens-below-one-step", [*lm, "--tokens", "10"], ("space.yaml", "budget", "one training step"))
+    case(
+        "search-corpus-shorter-than-a-window",
+        [*lm, "--data", "short.txt"],
+        ("short.txt", "window"),
+        {"short.txt": "too short\n"},
+    )
+    case(
+        "search-seq-len-over-max-len",
+        lm,
+        ("space.yaml", "recipe.seq_len"),
+        {"space.yaml": space("recipe", {**RECIPE, "seq_len": 32})},
+    )
+    case(
+        "search-tokens-below-one-step", [*lm, "--tokens", "10"], ("space.yaml", "budget", "one training step")
+    )
     case("search-flops-below-one-step", [*lm, "--budget-flops", "1000"], ("space.yaml", "budget"))
     # -- output paths, checked before any work -------------------------------------------------
     case("train-save-a-directory", [*train, "--save", "emptydir"], ("--save", "emptydir"))
     case("train-save-under-a-file", [*train, "--save", "notes.txt/model.pt"], ("--save", "notes.txt"))
     case("train-save-read-only", [*train, "--save", "/proc/nas-lm/model.pt"], ("--save", "/proc"))
     case("train-logdir-a-file", [*train, "--logdir", "notes.txt"], ("--logdir", "notes.txt"))
-    case("export-out-under-a-file", ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "notes.txt/x.yaml"],
-         ("--out", "notes.txt"))
-    case("export-out-read-only", ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "/proc/x.yaml"],
-         ("--out", "/proc"))
-    case("plot-out-a-file", ["plot", "--study", "s", "--storage", "{url}", "--out", "notes.txt"], ("--out", "notes.txt"))
+    case(
+        "export-out-under-a-file",
+        ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "notes.txt/x.yaml"],
+        ("--out", "notes.txt"),
+    )
+    case(
+        "export-out-read-only",
+        ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "/proc/x.yaml"],
+        ("--out", "/proc"),
+    )
+    case(
+        "plot-out-a-file",
+        ["plot", "--study", "s", "--storage", "{url}", "--out", "notes.txt"],
+        ("--out", "notes.txt"),
+    )
     case("storage-under-a-file", search("--storage", "sqlite:///notes.txt/s.db"), ("--storage", "notes.txt"))
     case("storage-read-only", search("--storage", "sqlite:////proc/nas-lm/s.db"), ("--storage", "/proc"))
     case("runs-dir-read-only", search("--runs-dir", "/proc/nas-lm"), ("--runs-dir", "/proc"))
@@ -396,8 +719,12 @@ def contract_cases(case: Any) -> None:
     case("study-name-newline", search("--study", "a\nb"), "--study")
     case("study-name-space", search("--study", "my study"), "--study")
     case("study-name-too-long", search("--study", "x" * 300), "--study")
-    case("study-name-from-the-space-file", [a for a in search() if a != "--study"], ("space.yaml", "name"),
-         {"space.yaml": space("name", "two\nlines")})
+    case(
+        "study-name-from-the-space-file",
+        [a for a in search() if a != "--study"],
+        ("space.yaml", "name"),
+        {"space.yaml": space("name", "two\nlines")},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -469,19 +796,33 @@ def in_case_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         raise AssertionError("a bad-input case got past validation to the worker pool")
 
     monkeypatch.setattr(nas.search.driver.loop, "default_pool", no_pool)
-    if "ray" in sys.modules:  # as a fresh CLI process sees it: no Ray up (the suite's shared one is not the case's)
+    if (
+        "ray" in sys.modules
+    ):  # as a fresh CLI process sees it: no Ray up (the suite's shared one is not the case's)
         monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
     return tmp_path
 
 
 @pytest.mark.parametrize("argv,expect,files", cases())
-def test_bad_input(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,
-                   study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input(
+    argv: list[str],
+    expect: tuple[str, ...],
+    files: dict[str, Any],
+    in_case_dir: Path,
+    study: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     run_case(argv, expect, files, in_case_dir, study, capsys)
 
 
-def run_case(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,
-             study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def run_case(
+    argv: list[str],
+    expect: tuple[str, ...],
+    files: dict[str, Any],
+    in_case_dir: Path,
+    study: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Run one bad-input case: exit 2, one line naming ``expect``, the case dir and the shared study unchanged."""
     write_files(in_case_dir, {**BASE_FILES, **files})
     before, db_before = snapshot(in_case_dir), digest(study["db"])
@@ -504,18 +845,31 @@ def test_there_are_at_least_30_cases() -> None:
     "argv,expect,files",
     [
         pytest.param(search("--trials", "0"), ("--trials",), {}, id="trials-zero"),
-        pytest.param(search(), ("space.yaml", "!!python/object/apply:os.system"),
-                     {"space.yaml": "!!python/object/apply:os.system ['touch pwned']\n"}, id="yaml-python-object"),
-        pytest.param([a for a in search("--address", "127.0.0.1:1") if a != "--local"],
-                     ("--address", "127.0.0.1:1"), {}, id="address-unreachable"),
+        pytest.param(
+            search(),
+            ("space.yaml", "!!python/object/apply:os.system"),
+            {"space.yaml": "!!python/object/apply:os.system ['touch pwned']\n"},
+            id="yaml-python-object",
+        ),
+        pytest.param(
+            [a for a in search("--address", "127.0.0.1:1") if a != "--local"],
+            ("--address", "127.0.0.1:1"),
+            {},
+            id="address-unreachable",
+        ),
     ],
 )
-def test_bad_input_through_run_search(argv: list[str], expect: tuple[str, ...], files: dict[str, Any],
-                                      tmp_path: Path) -> None:
+def test_bad_input_through_run_search(
+    argv: list[str], expect: tuple[str, ...], files: dict[str, Any], tmp_path: Path
+) -> None:
     write_files(tmp_path, {**BASE_FILES, **files})
     before = snapshot(tmp_path)
-    proc = subprocess.run([sys.executable, str(ROOT / "run_search.py"), *argv], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run_search.py"), *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     check_error(proc.returncode, proc.stdout, proc.stderr, expect)
     assert snapshot(tmp_path) == before
-

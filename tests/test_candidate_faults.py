@@ -63,8 +63,9 @@ def test_diverging_candidates_fail_and_the_sampler_never_sees_a_nan(tmp_path, co
     ],
     ids=["exception", "out-of-memory"],
 )
-def test_a_fault_inside_a_block_fails_only_that_candidate(tmp_path, corpus_dir, single_thread, monkeypatch,
-                                                           fault, reason):
+def test_a_fault_inside_a_block_fails_only_that_candidate(
+    tmp_path, corpus_dir, single_thread, monkeypatch, fault, reason
+):
     def broken(self, x):
         raise fault
 
@@ -85,8 +86,9 @@ def test_a_fault_inside_a_block_fails_only_that_candidate(tmp_path, corpus_dir, 
     assert no_nan(trials)
 
 
-def test_a_candidate_that_fails_to_compile_trains_eager_and_its_trial_says_why(tmp_path, corpus_dir, single_thread,
-                                                                              monkeypatch):
+def test_a_candidate_that_fails_to_compile_trains_eager_and_its_trial_says_why(
+    tmp_path, corpus_dir, single_thread, monkeypatch
+):
     def refuse(model):
         raise RuntimeError("injected compiler failure")
 

@@ -41,7 +41,21 @@ def arch_file(extra: str = "") -> dict[str, str]:
 TRAIN = ["train", "--arch", "arch.yaml", "--steps", "1"]
 TRAIN_BAD = ["train", "--arch", "bad.yaml", "--steps", "1"]
 EXPORT = ["export", "--study", "s", "--storage", "{url}", "--best"]
-CONFIRM = ["confirm", "--study", "s", "--storage", "{url}", "--local", "--top", "1", "--seeds", "1", "--scales", "1", "--no-tensorboard"]
+CONFIRM = [
+    "confirm",
+    "--study",
+    "s",
+    "--storage",
+    "{url}",
+    "--local",
+    "--top",
+    "1",
+    "--seeds",
+    "1",
+    "--scales",
+    "1",
+    "--no-tensorboard",
+]
 
 
 def confirm(*extra: str) -> list[str]:
@@ -51,13 +65,25 @@ def confirm(*extra: str) -> list[str]:
 def cases() -> list[Any]:
     c: list[Any] = []
 
-    def case(id: str, argv: list[str], expect: str | tuple[str, ...], files: dict[str, Any] | None = None) -> None:
+    def case(
+        id: str, argv: list[str], expect: str | tuple[str, ...], files: dict[str, Any] | None = None
+    ) -> None:
         c.append(pytest.param(argv, (expect,) if isinstance(expect, str) else expect, files or {}, id=id))
 
     # -- output paths that exist but are no regular file (a device: replacing /dev/null breaks the machine)
     case("train-save-a-fifo", [*TRAIN, "--save", "pipe"], ("--save", "pipe", "regular file"), {"pipe": fifo})
-    case("export-out-a-fifo-forced", [*EXPORT, "--out", "pipe", "--force"], ("--out", "pipe", "regular file"), {"pipe": fifo})
-    case("confirm-report-a-fifo", confirm("--report", "pipe"), ("--report", "pipe", "regular file"), {"pipe": fifo})
+    case(
+        "export-out-a-fifo-forced",
+        [*EXPORT, "--out", "pipe", "--force"],
+        ("--out", "pipe", "regular file"),
+        {"pipe": fifo},
+    )
+    case(
+        "confirm-report-a-fifo",
+        confirm("--report", "pipe"),
+        ("--report", "pipe", "regular file"),
+        {"pipe": fifo},
+    )
     # -- an existing file is never overwritten without --force
     case("train-save-existing-file", [*TRAIN, "--save", "notes.txt"], ("--save", "notes.txt", "--force"))
     # -- a directory named with a trailing slash is a directory, not a file name
@@ -67,35 +93,94 @@ def cases() -> list[Any]:
     # -- confirm --report: checked before any run, like every output path
     case("confirm-report-under-a-file", confirm("--report", "notes.txt/r.md"), ("--report", "notes.txt"))
     case("confirm-report-empty", confirm("--report", ""), "--report")
-    case("confirm-report-someone-elses-file", confirm("--report", "notes.txt"), ("--report", "notes.txt", "this tool did not write"))
+    case(
+        "confirm-report-someone-elses-file",
+        confirm("--report", "notes.txt"),
+        ("--report", "notes.txt", "this tool did not write"),
+    )
     # -- an empty value is a mistake, never "use the default"
     case("search-storage-empty", search("--storage", ""), "--storage")
     case("search-runs-dir-empty", search("--runs-dir", ""), "--runs-dir")
     case("best-storage-empty", ["best", "--study", "s", "--storage", ""], "--storage")
-    case("confirm-trials-empty", ["confirm", "--study", "s", "--storage", "{url}", "--local", "--trial", ""], "--trial")
+    case(
+        "confirm-trials-empty",
+        ["confirm", "--study", "s", "--storage", "{url}", "--local", "--trial", ""],
+        "--trial",
+    )
     case("confirm-lrs-empty", confirm("--lrs", ""), "--lrs")
     # -- comma lists with empty items
     case("hurdles-trailing-comma", search("--hurdles", "0.5,"), ("--hurdles", "empty"))
     case("hurdles-empty-item", search("--hurdles", "0.25,,0.5"), ("--hurdles", "empty"))
     # -- a value the library would silently change
     case("population-one", search("--population", "1", "--sampler", "nsga2"), ("--population", "2"))
-    case("space-budget-steps-fraction", search(), ("space.yaml", "budget.steps", "integer"), {"space.yaml": space("budget", {"steps": 2.5})})
-    case("arch-budget-steps-fraction", ["train", "--arch", "bad.yaml"], ("bad.yaml", "budget.steps", "integer"), arch_file("budget: {steps: 1.5}\n"))
+    case(
+        "space-budget-steps-fraction",
+        search(),
+        ("space.yaml", "budget.steps", "integer"),
+        {"space.yaml": space("budget", {"steps": 2.5})},
+    )
+    case(
+        "arch-budget-steps-fraction",
+        ["train", "--arch", "bad.yaml"],
+        ("bad.yaml", "budget.steps", "integer"),
+        arch_file("budget: {steps: 1.5}\n"),
+    )
     # -- YAML keys: duplicated (the last one silently won) or not names (a traceback)
-    case("space-duplicate-key", search(), ("space.yaml", "name", "twice"), {"space.yaml": space() + "name: other\n"})
-    case("arch-duplicate-key", TRAIN_BAD, ("bad.yaml", "d_model", "twice"),
-         {"bad.yaml": "arch: {d_model: 16, d_model: 32, n_heads: 2, max_len: 16, layers: [{attention: mha}]}\n"})
+    case(
+        "space-duplicate-key",
+        search(),
+        ("space.yaml", "name", "twice"),
+        {"space.yaml": space() + "name: other\n"},
+    )
+    case(
+        "arch-duplicate-key",
+        TRAIN_BAD,
+        ("bad.yaml", "d_model", "twice"),
+        {
+            "bad.yaml": "arch: {d_model: 16, d_model: 32, n_heads: 2, max_len: 16, layers: [{attention: mha}]}\n"
+        },
+    )
     case("arch-integer-key", TRAIN_BAD, ("bad.yaml", "'1'", "int"), arch_file("1: 2\n"))
     case("arch-boolean-key", TRAIN_BAD, ("bad.yaml", "'yes'", "bool"), arch_file("yes: 2\n"))
     # -- duplicates in a space, refused for blocks and seed architectures as for numbers
-    case("space-duplicate-block", search(), ("space.yaml", "layers.attention", "twice"), {"space.yaml": space("layers.attention", ["mha", "mha"])})
-    case("space-duplicate-seed-arch", search(), ("space.yaml", "seed_archs", "twice"), {"space.yaml": space("seed_archs", ["vanilla", "vanilla"])})
+    case(
+        "space-duplicate-block",
+        search(),
+        ("space.yaml", "layers.attention", "twice"),
+        {"space.yaml": space("layers.attention", ["mha", "mha"])},
+    )
+    case(
+        "space-duplicate-seed-arch",
+        search(),
+        ("space.yaml", "seed_archs", "twice"),
+        {"space.yaml": space("seed_archs", ["vanilla", "vanilla"])},
+    )
     # -- an empty section: refused in a space as in an architecture file
-    case("space-recipe-null", search(), ("space.yaml", "recipe", "mapping"), {"space.yaml": space("recipe", None)})
-    case("space-budget-null", search(), ("space.yaml", "budget", "mapping"), {"space.yaml": space("budget", None)})
+    case(
+        "space-recipe-null",
+        search(),
+        ("space.yaml", "recipe", "mapping"),
+        {"space.yaml": space("recipe", None)},
+    )
+    case(
+        "space-budget-null",
+        search(),
+        ("space.yaml", "budget", "mapping"),
+        {"space.yaml": space("budget", None)},
+    )
     # -- SQLite URLs: a query string or a file: URI names another file than the one checked
-    case("storage-query-on-someone-elses-sqlite", search("--storage", "sqlite:///mine.db?cache=shared"), ("--storage", "mine.db"), {"mine.db": someone_elses_sqlite})
-    case("storage-uri-on-someone-elses-sqlite", search("--storage", "sqlite:///file:mine.db?uri=true"), ("--storage", "mine.db"), {"mine.db": someone_elses_sqlite})
+    case(
+        "storage-query-on-someone-elses-sqlite",
+        search("--storage", "sqlite:///mine.db?cache=shared"),
+        ("--storage", "mine.db"),
+        {"mine.db": someone_elses_sqlite},
+    )
+    case(
+        "storage-uri-on-someone-elses-sqlite",
+        search("--storage", "sqlite:///file:mine.db?uri=true"),
+        ("--storage", "mine.db"),
+        {"mine.db": someone_elses_sqlite},
+    )
     case("storage-read-only-uri", search("--storage", "sqlite:///file:x.db?mode=ro&uri=true"), "--storage")
     case("best-storage-with-query", ["best", "--study", "s", "--storage", "{url}?timeout=5"], "--storage")
     # -- confirm: values the runs cannot take, refused before the confirm study is written
@@ -104,15 +189,31 @@ def cases() -> list[Any]:
     case("confirm-lrs-over-range", confirm("--lrs", "1e39"), "--lrs")
     case("confirm-scales-over-range", confirm("--scales", "1e300"), "--scales")
     case("confirm-scale-listed-twice", confirm("--scales", "1,4,1"), ("--scales", "1 twice"))
-    case("confirm-trial-listed-twice", [*CONFIRM[:6], "--seeds", "1", "--trial", "0,0"], ("--trial", "0 twice"))
-    case("confirm-baseline-other-task", confirm("--baseline", "s2s.yaml"), ("--baseline", "s2s.yaml", "seq2seq"),
-         {"s2s.yaml": (Path(__file__).resolve().parents[1] / "examples" / "archs" / "seq2seq.yaml").read_text()})
+    case(
+        "confirm-trial-listed-twice", [*CONFIRM[:6], "--seeds", "1", "--trial", "0,0"], ("--trial", "0 twice")
+    )
+    case(
+        "confirm-baseline-other-task",
+        confirm("--baseline", "s2s.yaml"),
+        ("--baseline", "s2s.yaml", "seq2seq"),
+        {
+            "s2s.yaml": (
+                Path(__file__).resolve().parents[1] / "examples" / "archs" / "seq2seq.yaml"
+            ).read_text()
+        },
+    )
     return c
 
 
 @pytest.mark.parametrize("argv,expect,files", cases())
-def test_probe_case(argv: list[str], expect: tuple[str, ...], files: dict[str, Any], in_case_dir: Path,  # noqa: F811
-                    study: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+def test_probe_case(
+    argv: list[str],
+    expect: tuple[str, ...],
+    files: dict[str, Any],
+    in_case_dir: Path,  # noqa: F811
+    study: dict[str, Any],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     run_case(argv, expect, files, in_case_dir, study, capsys)
 
 

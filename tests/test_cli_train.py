@@ -132,9 +132,14 @@ def test_empty_corpus_file_is_refused(arch_file: Path, tmp_path: Path, capsys) -
 
 @pytest.mark.parametrize(
     "flag,field",
-    [(["--steps", "0"], "--budget.steps"), (["--tokens", "-5"], "--budget.tokens"),
-     (["--budget-flops", "nan"], "--budget-flops"), (["--seed", "-1"], "--recipe.seed"),
-     (["--recipe.lr", "0"], "--recipe.lr"), (["--recipe.decay", "all"], "--recipe.decay")],
+    [
+        (["--steps", "0"], "--budget.steps"),
+        (["--tokens", "-5"], "--budget.tokens"),
+        (["--budget-flops", "nan"], "--budget-flops"),
+        (["--seed", "-1"], "--recipe.seed"),
+        (["--recipe.lr", "0"], "--recipe.lr"),
+        (["--recipe.decay", "all"], "--recipe.decay"),
+    ],
 )
 def test_bad_flags_are_one_line_exit_2(flag: list[str], field: str, arch_file: Path, capsys) -> None:
     try:  # argparse's own type errors exit at once; range errors come from the spec's checks
@@ -149,8 +154,13 @@ def test_bad_flags_are_one_line_exit_2(flag: list[str], field: str, arch_file: P
 def test_cli_error_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("arch: {d_model: 30, n_heads: 4, max_len: 16, layers: [{attention: mha}]}\n")
-    proc = subprocess.run([sys.executable, "run_search.py", "train", "--arch", str(bad), "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "run_search.py", "train", "--arch", str(bad), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
@@ -173,8 +183,9 @@ def test_end_to_end_on_the_default_corpus() -> None:
     assert metrics["val_bpb"] == pytest.approx(metrics["val_loss"] / math.log(2))
 
 
-def test_a_diverging_run_ends_1_saying_what_it_spent(tmp_path: Path, corpus_dir: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_diverging_run_ends_1_saying_what_it_spent(
+    tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     recipe = {"batch_size": 4, "eval_batches": 2, "log_every": 2, "lr": 1e6, "warmup_frac": 0.0}
     arch = write_arch(tmp_path / "a.yaml", budget={"steps": 6}, data=str(corpus_dir), recipe=recipe)
     assert main(["train", "--arch", str(arch)]) == 1

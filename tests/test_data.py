@@ -68,7 +68,9 @@ def test_directory_reads_nested_text_and_skips_binary_and_hidden(tmp_path: Path)
 
 
 def test_a_stray_byte_that_is_not_utf8_keeps_its_document(tmp_path: Path) -> None:
-    (tmp_path / "a.txt").write_bytes(b"plain text " * 50 + b"caf\xe9 " + b"and more " * 50)  # one Latin-1 byte
+    (tmp_path / "a.txt").write_bytes(
+        b"plain text " * 50 + b"caf\xe9 " + b"and more " * 50
+    )  # one Latin-1 byte
     (tmp_path / "b.txt").write_text("another document " * 40)
     (tmp_path / "noise.dat").write_bytes(bytes(range(1, 256)) * 4)  # mostly invalid UTF-8: not text
     corpus = load_corpus(tmp_path)
@@ -99,10 +101,14 @@ def _binary_only(p: Path) -> Path:
 
 @pytest.mark.parametrize(
     "make, expected",
-    [(_missing, "corpus not found"), (_empty_file, "is empty"), (_empty_dir, "no text files"),
-     (_binary_only, "no text files")],
+    [
+        (_missing, "corpus not found"),
+        (_empty_file, "is empty"),
+        (_empty_dir, "no text files"),
+        (_binary_only, "no text files"),
+    ],
     ids=["missing", "empty-file", "empty-dir", "binary-only"],
-)  # fmt: skip
+)
 def test_user_errors_are_one_line_naming_the_path(tmp_path: Path, make, expected: str) -> None:
     path = make(tmp_path)
     with pytest.raises(UserError) as info:

@@ -76,8 +76,11 @@ def test_empty_and_bad_data_are_refused(tmp_path: Path, capsys) -> None:
         "not found",
     )
     runs = tmp_path / "runs"
-    refused(capsys, ["search", "--space", str(TINY_SPACE), "--data", "", "--local", "--runs-dir", str(runs)],
-            "--data: is empty")  # fmt: skip
+    refused(
+        capsys,
+        ["search", "--space", str(TINY_SPACE), "--data", "", "--local", "--runs-dir", str(runs)],
+        "--data: is empty",
+    )
     assert not runs.exists()
 
 
@@ -97,8 +100,12 @@ def test_search_export_retrain_on_token_files(tmp_path: Path, capsys, monkeypatc
     doc = load_arch_file("best.yaml")
     assert doc["arch"].vocab_size == 1000
     corpus = nas.data.load_corpus(data)
-    assert doc["data"] == {"corpus": str(data), "name": str(data), "vocab_size": 1000,
-                           "fingerprint": corpus.fingerprint}  # fmt: skip
+    assert doc["data"] == {
+        "corpus": str(data),
+        "name": str(data),
+        "vocab_size": 1000,
+        "fingerprint": corpus.fingerprint,
+    }
 
     again = train_json(capsys, "--arch", "best.yaml")  # no --data: the file says which data
     assert again["vocab_size"] == 1000 and again["arch_id"] == doc["arch"].arch_id

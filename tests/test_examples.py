@@ -32,8 +32,10 @@ def test_vanilla_and_primer_ez_are_the_documented_shapes() -> None:
         assert (arch.d_model, arch.n_layers, arch.n_heads, arch.max_len) == (128, 4, 4, 128)
         assert arch.pos_encoding == "learned" and arch.tie_embeddings
     assert {(layer.attention.type, layer.ffn.activation) for layer in vanilla.layers} == {("mha", "relu")}
-    assert {(layer.attention.type, layer.attention.options.to_dict().get("kernel"), layer.ffn.activation)
-            for layer in primer.layers} == {("mdha", 3, "squared_relu")}  # fmt: skip
+    assert {
+        (layer.attention.type, layer.attention.options.to_dict().get("kernel"), layer.ffn.activation)
+        for layer in primer.layers
+    } == {("mdha", 3, "squared_relu")}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])

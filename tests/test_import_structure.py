@@ -185,8 +185,13 @@ def test_graph_sees_the_project() -> None:
 def test_relative_imports_resolve(tmp_path: Path) -> None:
     """``from . import x`` and ``from ..y import z`` name the modules Python would import (the project
     has none today; a relative import added later must not slip past the walk)."""
-    files = {"pkg": "pkg/__init__.py", "pkg.sub": "pkg/sub/__init__.py", "pkg.sub.a": "pkg/sub/a.py",
-             "pkg.sub.b": "pkg/sub/b.py", "pkg.y": "pkg/y.py"}  # fmt: skip
+    files = {
+        "pkg": "pkg/__init__.py",
+        "pkg.sub": "pkg/sub/__init__.py",
+        "pkg.sub.a": "pkg/sub/a.py",
+        "pkg.sub.b": "pkg/sub/b.py",
+        "pkg.y": "pkg/y.py",
+    }
     modules = {name: tmp_path / file for name, file in files.items()}
     for path in modules.values():
         path.parent.mkdir(parents=True, exist_ok=True)

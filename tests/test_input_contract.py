@@ -53,8 +53,18 @@ def test_non_finite_path_finds_the_first_and_visits_shared_values_once() -> None
     assert non_finite_path({"a": 1e308}) is None
 
 
-@pytest.mark.parametrize("field,value", [("lr", math.nan), ("beta1", 1.0), ("beta2", -0.1), ("seed", 2**32),
-                                         ("batch_size", 0), ("min_lr_ratio", 2), ("lr", 1e308)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("lr", math.nan),
+        ("beta1", 1.0),
+        ("beta2", -0.1),
+        ("seed", 2**32),
+        ("batch_size", 0),
+        ("min_lr_ratio", 2),
+        ("lr", 1e308),
+    ],
+)
 def test_a_recipe_built_in_python_is_held_to_the_same_rules(field: str, value: Any) -> None:
     from nas.spec.training import TrainRecipe
 
@@ -65,8 +75,10 @@ def test_a_recipe_built_in_python_is_held_to_the_same_rules(field: str, value: A
 def test_a_space_built_in_python_refuses_non_finite_choices() -> None:
     from nas.search.space.load import parse_space
 
-    raw = {"globals": {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16},
-           "layers": {"attention": {"mdha": {"kernel": [2, math.inf]}}}}
+    raw = {
+        "globals": {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16},
+        "layers": {"attention": {"mdha": {"kernel": [2, math.inf]}}},
+    }
     with pytest.raises(ConfigError, match="layers.attention.mdha.kernel"):
         parse_space(raw)
 
@@ -99,12 +111,26 @@ def test_the_reader_reads_what_safe_load_reads() -> None:
 
 
 def test_no_module_reads_yaml_but_the_one_reader() -> None:
-    readers = {"safe_load", "safe_load_all", "load", "load_all", "full_load", "unsafe_load", "compose",
-               "SafeLoader", "CSafeLoader", "BaseLoader"}
+    readers = {
+        "safe_load",
+        "safe_load_all",
+        "load",
+        "load_all",
+        "full_load",
+        "unsafe_load",
+        "compose",
+        "SafeLoader",
+        "CSafeLoader",
+        "BaseLoader",
+    }
     found = []
     for p in sorted([*ROOT.glob("nas/**/*.py"), *ROOT.glob("evaluators/**/*.py"), ROOT / "run_search.py"]):
         for node in ast.walk(ast.parse(p.read_text())):
-            is_yaml = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "yaml"
+            is_yaml = (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "yaml"
+            )
             if is_yaml and node.attr in readers:
                 found.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert found == [], found
@@ -148,7 +174,8 @@ def _tamper(path: Path, change: Any) -> None:
 TAMPERED = {
     "a-tensor-removed": lambda d: d["state_dict"].pop(next(iter(d["state_dict"]))),
     "a-tensor-reshaped": lambda d: d["state_dict"].update(
-        {k: torch.zeros(3, 3) for k in list(d["state_dict"])[:1]}),
+        {k: torch.zeros(3, 3) for k in list(d["state_dict"])[:1]}
+    ),
     "a-tensor-not-a-tensor": lambda d: d["state_dict"].update({k: "x" for k in list(d["state_dict"])[:1]}),
     "an-extra-tensor": lambda d: d["state_dict"].update({"evil.weight": torch.zeros(1)}),
     "arch-widened": lambda d: d["arch"].update({"d_model": 32}),
@@ -191,7 +218,10 @@ def test_an_untampered_checkpoint_still_loads(tmp_path: Path) -> None:
     model = nas.build_model(ARCH)
     save_checkpoint(path, model)
     loaded = nas.load_model(path)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True)
+    )
     assert FORMAT in str(torch.load(path, weights_only=True)["format"])
 
 
@@ -228,10 +258,16 @@ def test_an_unwritable_corpus_cache_is_one_line_before_any_download(
 # -- the objectives' names -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("objective,names",
-                         [("loss+flops", ["val_loss", "flops_per_token"]), ("loss", ["val_loss"])])  # fmt: skip
-def test_a_new_study_names_its_objectives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, objective: str,
-                                          names: list[str], capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "objective,names", [("loss+flops", ["val_loss", "flops_per_token"]), ("loss", ["val_loss"])]
+)
+def test_a_new_study_names_its_objectives(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    objective: str,
+    names: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.chdir(tmp_path)
     write_files(tmp_path, BASE_FILES)
     url = f"sqlite:///{tmp_path / 's.db'}"

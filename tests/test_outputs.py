@@ -140,14 +140,20 @@ def _limited(tmp_path: Path, limit: int, argv: list[str]) -> Any:
 
     code = (
         "import resource, signal, sys\n"
-        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # else the kernel kills the process instead of EFBIG
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # else the kernel kills it instead of EFBIG
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
         "from nas.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     root = Path(__file__).resolve().parents[1]
-    return subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="RLIMIT_FSIZE is POSIX")
@@ -175,7 +181,9 @@ def test_a_full_disk_under_a_search_is_one_line_and_the_next_start_continues(tmp
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
-def test_a_new_file_gets_the_mode_open_would_give_under_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+def test_a_new_file_gets_the_mode_open_would_give_under_the_umask(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
     old = os.umask(umask)
     try:
         out = write_output(plan_output(tmp_path / "a.yaml", "--out"), lambda tmp: tmp.write_text("x\n"))

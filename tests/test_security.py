@@ -38,8 +38,12 @@ def test_sources_are_found() -> None:
 
 
 def test_yaml_is_only_read_with_safe_load() -> None:
-    bad = [f"{p.relative_to(ROOT)}:{n.lineno}: {m}.{a}" for p in SOURCES for m, a, n in calls(p)
-           if m == "yaml" and a in UNSAFE_YAML]  # fmt: skip
+    bad = [
+        f"{p.relative_to(ROOT)}:{n.lineno}: {m}.{a}"
+        for p in SOURCES
+        for m, a, n in calls(p)
+        if m == "yaml" and a in UNSAFE_YAML
+    ]
     assert not bad, bad
     for p in SOURCES:
         for module, _, node in calls(p):
@@ -51,8 +55,13 @@ def test_torch_load_always_has_weights_only() -> None:
     for p in SOURCES:
         for node in ast.walk(ast.parse(p.read_text())):
             func = getattr(node, "func", None)
-            if (isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "load"
-                    and isinstance(func.value, ast.Name) and func.value.id == "torch"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(func, ast.Attribute)
+                and func.attr == "load"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "torch"
+            ):
                 kw = {k.arg: k.value for k in node.keywords}
                 ok = isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True
                 found.append((f"{p.relative_to(ROOT)}:{node.lineno}", ok))
@@ -127,7 +136,18 @@ def test_a_storage_password_is_never_printed(tmp_path: Path, capsys: pytest.Capt
 
     url = "postgresql://alice:s3cr%40t-pw@127.0.0.1:1/studies"  # nothing listens on port 1
     for argv in (
-        ["search", "--storage", url, "--study", "s", "--local", "--evaluator", "proxy:params", "--trials", "1"],
+        [
+            "search",
+            "--storage",
+            url,
+            "--study",
+            "s",
+            "--local",
+            "--evaluator",
+            "proxy:params",
+            "--trials",
+            "1",
+        ],
         ["best", "--study", "s", "--storage", url],
         ["search", "--storage=" + url.replace("postgresql", "nosuchdb"), "--study", "s"],
     ):
@@ -149,7 +169,10 @@ def test_a_storage_password_is_never_printed(tmp_path: Path, capsys: pytest.Capt
         ("postgresql://u:pa/ss@h/db", "postgresql://u:***@h/db"),  # SQLAlchemy: the password runs to the @
         ("postgresql://u:pa ss@h/db", "postgresql://u:***@h/db"),
         ("mysql://u:p:q@h/db", "mysql://u:***@h/db"),
-        ("postgresql://u@h/db?password=secret&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+        (
+            "postgresql://u@h/db?password=secret&sslmode=require",
+            "postgresql://u@h/db?password=***&sslmode=require",
+        ),
         ("postgresql://u:password=x@h/db", "postgresql://u:***@h/db"),
         ("postgresql://h:5432/db", "postgresql://h:5432/db"),  # a port, not a password
         ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),  # a path
@@ -174,8 +197,10 @@ def test_no_command_prints_a_password_with_a_slash_or_a_space(
 ) -> None:
     from nas.cli import main
 
-    for url in (f"postgresql://alice:{password}@127.0.0.1:1/studies",
-                f"postgresql://alice@127.0.0.1:1/studies?password={password.replace(' ', '%20')}"):  # fmt: skip
+    for url in (
+        f"postgresql://alice:{password}@127.0.0.1:1/studies",
+        f"postgresql://alice@127.0.0.1:1/studies?password={password.replace(' ', '%20')}",
+    ):
         rc = main(["best", "--study", "s", "--storage", url])
         out, err = capsys.readouterr()
         assert rc == 2

@@ -26,9 +26,13 @@ SPACE = {
     "seed_archs": [],
 }
 ARCH = {
-    "task": "seq2seq", "d_model": 32, "n_heads": 4, "max_len": 32,
-    "encoder_layers": [{"attention": "synth_random"}], "layers": [{"attention": "mha"}],
-}  # fmt: skip
+    "task": "seq2seq",
+    "d_model": 32,
+    "n_heads": 4,
+    "max_len": 32,
+    "encoder_layers": [{"attention": "synth_random"}],
+    "layers": [{"attention": "mha"}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +164,10 @@ def test_the_blocks_plot_has_a_bar_per_encoder_and_decoder_layer() -> None:
     arch = {**ARCH, "encoder_layers": [enc], "layers": [dec, dec]}
     choices = layer_choices(SimpleNamespace(user_attrs={"arch": arch}))
     assert [(slot_name(slot, True), a, f) for slot, a, f in choices] == [
-        ("enc 0", "synth_random", "gelu"), ("dec 0", "mha", "relu"), ("dec 1", "mha", "relu"),
-    ]  # fmt: skip
+        ("enc 0", "synth_random", "gelu"),
+        ("dec 0", "mha", "relu"),
+        ("dec 1", "mha", "relu"),
+    ]
     lm = {"layers": arch["layers"]}
     lm_choices = layer_choices(SimpleNamespace(user_attrs={"arch": lm}))
     assert [slot_name(slot, False) for slot, _, _ in lm_choices] == ["0", "1"]
@@ -173,8 +179,9 @@ def test_a_parallel_corpus_without_a_space_searches_the_seq2seq_space(
     import optuna
 
     runs = tmp_path / "runs"
-    argv = ["search", "--data", str(parallel), "--study", "p", "--trials", "1", "--local", "--runs-dir", str(runs),
-            "--budget.steps", "2", "--no-tensorboard", "--evaluator", "proxy:params"]  # fmt: skip
+    argv = ["search", "--data", str(parallel), "--study", "p", "--trials", "1", "--local",
+            "--runs-dir", str(runs), "--budget.steps", "2", "--no-tensorboard",
+            "--evaluator", "proxy:params"]  # fmt: skip
     assert main(argv) == 0
     assert "searching the shipped seq2seq space" in capsys.readouterr().out  # said, not silent
     study = optuna.load_study(study_name="p", storage=f"sqlite:///{runs}/p/study.db")

@@ -62,10 +62,13 @@ def test_a_file_of_the_users_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert arch_path(str(tmp_path / "primer")) == tmp_path / "primer"
 
 
-@pytest.mark.parametrize(("resolve", "kind", "names"), [(space_path, "search space", SPACES),
-                                                        (arch_path, "architecture file", ARCHS)])  # fmt: skip
-def test_an_unknown_name_is_one_line_listing_the_shipped_ones(resolve, kind, names, tmp_path,
-                                                              monkeypatch) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("resolve", "kind", "names"),
+    [(space_path, "search space", SPACES), (arch_path, "architecture file", ARCHS)],
+)
+def test_an_unknown_name_is_one_line_listing_the_shipped_ones(
+    resolve, kind, names, tmp_path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as info:
         resolve("nope.yaml")
@@ -80,8 +83,9 @@ def test_a_missing_path_is_left_to_the_reader(tmp_path: Path) -> None:
     assert arch_path(tmp_path / "vanilla.yaml") == tmp_path / "vanilla.yaml"
 
 
-def test_the_cli_takes_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_the_cli_takes_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--arch", "no_such_arch", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip()
@@ -109,11 +113,13 @@ def test_the_package_list_names_every_package_directory() -> None:
 
 
 def test_the_light_modules_do_not_import_torch() -> None:
-    code = ("import sys, nas, nas.errors, nas.validate, nas.yamlsafe, nas.shipped, nas.cli; "
-            "assert 'torch' not in sys.modules, 'torch imported'; "
-            "from nas import UserError; assert 'torch' not in sys.modules, 'torch imported by UserError'; "
-            "from nas import load_arch; assert 'torch' in sys.modules; "
-            "import nas.checkpoint; assert callable(nas.compute), nas.compute; print('ok')")  # fmt: skip
+    code = (
+        "import sys, nas, nas.errors, nas.validate, nas.yamlsafe, nas.shipped, nas.cli; "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "from nas import UserError; assert 'torch' not in sys.modules, 'torch imported by UserError'; "
+        "from nas import load_arch; assert 'torch' in sys.modules; "
+        "import nas.checkpoint; assert callable(nas.compute), nas.compute; print('ok')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
@@ -134,11 +140,14 @@ def test_hints_name_the_command_that_was_run(tmp_path: Path) -> None:
     script.write_text("import sys\nfrom nas.cli import main\nsys.exit(main())\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     best = ["best", "--study", "s", "--runs-dir", str(tmp_path / "runs")]
-    for argv, prog in (([str(ROOT / "run_search.py")], "python run_search.py"),
-                       (["-m", "nas.cli"], "python -m nas.cli"),
-                       ([str(script)], "nas")):  # fmt: skip
-        proc = subprocess.run([sys.executable, *argv, *best], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+    for argv, prog in (
+        ([str(ROOT / "run_search.py")], "python run_search.py"),
+        (["-m", "nas.cli"], "python -m nas.cli"),
+        ([str(script)], "nas"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, *argv, *best], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert f"(start one with: {prog} search --study NAME)" in proc.stderr, proc.stderr
 
@@ -147,10 +156,13 @@ def test_no_hint_in_the_code_spells_the_program_name() -> None:
     """Printed commands come from prog_name(): `python run_search.py` written out is wrong under nas.
 
     nas/program.py defines prog_name and nas/cli.py is the entry point: both may say it."""
-    spelled = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(ROOT.glob("nas/**/*.py"))
-               if p.name not in ("cli.py", "program.py")
-               for i, line in enumerate(p.read_text().splitlines(), 1)
-               if "python run_search.py" in line]  # fmt: skip
+    spelled = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted(ROOT.glob("nas/**/*.py"))
+        if p.name not in ("cli.py", "program.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "python run_search.py" in line
+    ]
     assert spelled == []
 
 
@@ -167,8 +179,9 @@ def _build_wheel(out: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
-    proc = subprocess.run([*pip, "-w", str(out / "dist"), str(src)], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [*pip, "-w", str(out / "dist"), str(src)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = (out / "dist").glob("nas_lm-*.whl")
     return wheel
@@ -181,14 +194,19 @@ def test_an_installed_wheel_carries_and_finds_the_shipped_files(tmp_path: Path, 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"nas/shipped/spaces/{n}.yaml" for n in SPACES} <= names
     assert {f"nas/shipped/archs/{n}.yaml" for n in ARCHS} <= names
-    sources = {p.relative_to(ROOT).as_posix() for d in ("nas", "evaluators")
-               for p in ROOT.glob(f"{d}/**/*.py") if "__pycache__" not in p.parts}  # fmt: skip
+    sources = {
+        p.relative_to(ROOT).as_posix()
+        for d in ("nas", "evaluators")
+        for p in ROOT.glob(f"{d}/**/*.py")
+        if "__pycache__" not in p.parts
+    }
     assert sources <= names, sorted(sources - names)
 
     site = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q"]
-    proc = subprocess.run([*pip, "--target", str(site), str(wheel)], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [*pip, "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -196,8 +214,9 @@ def test_an_installed_wheel_carries_and_finds_the_shipped_files(tmp_path: Path, 
     env = {**os.environ, "PYTHONPATH": str(site)}
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, *argv], cwd=empty, env=env, capture_output=True, text=True,
-                              timeout=600)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, *argv], cwd=empty, env=env, capture_output=True, text=True, timeout=600
+        )
 
     where = run("-c", "import nas.shipped as s; print(s.__file__); print(s.space_path('default'))")
     assert where.returncode == 0, where.stderr[-2000:]

@@ -45,10 +45,14 @@ def study_kind_note(study: optuna.Study) -> str | None:
 
     attrs = study.user_attrs
     if CONFIRM_OF in attrs:
-        return (f"study {study.study_name!r} is the confirmation of study {attrs[CONFIRM_OF]!r}: each trial is "
-                f"one confirm run (an architecture at a scale and seed); `{prog_name()} confirm --study "
-                f"{attrs[CONFIRM_OF]}` summarises them")  # fmt: skip
+        return (
+            f"study {study.study_name!r} is the confirmation of study {attrs[CONFIRM_OF]!r}: each trial is "
+            f"one confirm run (an architecture at a scale and seed); `{prog_name()} confirm --study "
+            f"{attrs[CONFIRM_OF]}` summarises them"
+        )
     if SETTINGS not in attrs:
-        return (f"study {study.study_name!r} was not made by this tool (it has no settings record): its "
-                "trials are shown as they are, without the search's architecture records")
+        return (
+            f"study {study.study_name!r} was not made by this tool (it has no settings record): its "
+            "trials are shown as they are, without the search's architecture records"
+        )
     return None

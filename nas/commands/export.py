@@ -86,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
     }
     if CONFIRM_OF in study.user_attrs:  # one confirm run: its own seed, lr and scale of the budget
         recipe, budget = _confirm_run(study, trial, settings)
-        source.update(confirms=study.user_attrs[CONFIRM_OF], name=trial.user_attrs.get("name"),
-                      role=trial.user_attrs.get("role"))  # fmt: skip
+        source.update(
+            confirms=study.user_attrs[CONFIRM_OF],
+            name=trial.user_attrs.get("name"),
+            role=trial.user_attrs.get("role"),
+        )
     for key in ("seed_arch", "parent", "duplicate_of"):
         if trial.user_attrs.get(key) is not None:
             source[key] = trial.user_attrs[key]
@@ -140,8 +143,10 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
     from nas.confirm.winner import confirmed_winner, header_lines, open_confirmation, recipe_and_budget
 
     if CONFIRM_OF in search.user_attrs:
-        raise UserError(f"--study {search.study_name!r} is a confirmation; pass the search study "
-                        f"{search.user_attrs[CONFIRM_OF]!r} with --confirmed")  # fmt: skip
+        raise UserError(
+            f"--study {search.study_name!r} is a confirmation; pass the search study "
+            f"{search.user_attrs[CONFIRM_OF]!r} with --confirmed"
+        )
     study = open_confirmation(search.study_name, url)
     where = (
         f" --storage {shlex.quote(mask_url(args.storage))}"
@@ -157,18 +162,33 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
     settings = settings_of(study)
     recipe, budget = recipe_and_budget(settings, run)
     source: dict[str, Any] = {
-        "study": study.study_name, "storage": mask_url(url), "trial": trial.number, "arch_id": run["arch_id"],
-        "confirms": search.study_name, "name": run["name"], "role": run["role"],
+        "study": study.study_name,
+        "storage": mask_url(url),
+        "trial": trial.number,
+        "arch_id": run["arch_id"],
+        "confirms": search.study_name,
+        "name": run["name"],
+        "role": run["role"],
         "search_trial": w["best"]["search_trial"],
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     confirmed = {"verdict": w["verdict"], "scales": w["rows"]}
-    save_arch(out, ArchConfig.from_dict(trial.user_attrs["arch"]), header=header_lines(w), recipe=recipe,
-              budget=budget, data=settings.get("data"), metrics=metrics_of(trial), source=source,
-              confirmed=confirmed)
+    save_arch(
+        out,
+        ArchConfig.from_dict(trial.user_attrs["arch"]),
+        header=header_lines(w),
+        recipe=recipe,
+        budget=budget,
+        data=settings.get("data"),
+        metrics=metrics_of(trial),
+        source=source,
+        confirmed=confirmed,
+    )
     best = w["best"]
-    print(f"wrote {out.path}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
-          f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}")
+    print(
+        f"wrote {out.path}: {best['name']} (mean val loss {best['mean']:.4f} over {best['n']} seed(s) at "
+        f"{best['scale']:g}x) {trial.user_attrs.get('summary', '')}"
+    )
     if w["verdict"]:
         print(f"verdict: {w['verdict']}")
     print(f"retrain it with: {prog_name()} train --arch {out.path}")

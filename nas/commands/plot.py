@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how many of the lowest-loss trials blocks_by_layer.png counts (default: 10)",
     )
     p.add_argument("--json", action="store_true", help="print the files written as a JSON list")
-    p.add_argument("--force", action="store_true", help="replace PNG files of those names that this tool "
-                   "did not write")  # fmt: skip
+    p.add_argument(
+        "--force", action="store_true", help="replace PNG files of those names that this tool did not write"
+    )
     p.set_defaults(func=run)
 
 

@@ -31,17 +31,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "docs/probes.md) with the task's vocabulary and length, and print each task's test accuracy and "
         "their mean, the score.  The file's recipe, budget and data are not used.",
     )
-    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE",
-                   help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}")
-    p.add_argument("--tasks", type=non_empty, default=None, metavar="TASK,TASK",
-                   help=f"comma-separated subset of the tasks (default: all): {', '.join(TASKS)}")
-    p.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS,
-                   help=f"optimizer steps per task (default {DEFAULT_STEPS})")
-    p.add_argument("--seed", type=non_negative_int, default=0,
-                   help="seed of the data and the weights (default 0)")
+    p.add_argument(
+        "--arch",
+        required=True,
+        type=non_empty,
+        metavar="FILE",
+        help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}",
+    )
+    p.add_argument(
+        "--tasks",
+        type=non_empty,
+        default=None,
+        metavar="TASK,TASK",
+        help=f"comma-separated subset of the tasks (default: all): {', '.join(TASKS)}",
+    )
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=DEFAULT_STEPS,
+        help=f"optimizer steps per task (default {DEFAULT_STEPS})",
+    )
+    p.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seed of the data and the weights (default 0)"
+    )
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="where to train (default auto: CUDA when available)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="where to train (default auto: CUDA when available)",
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON line on stdout")
     p.set_defaults(func=run)
 
@@ -51,12 +70,15 @@ def run(args: argparse.Namespace) -> int:
         tasks = parse_tasks(args.tasks)
     except ConfigError as err:
         raise UserError(f"--tasks: {err.message}") from None
-    threads = None if args.threads is None else check_number(
-        args.threads, "--threads", integer=True, low=1, high=MAX_THREADS
+    threads = (
+        None
+        if args.threads is None
+        else check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
     )
     doc = load_arch_file(arch_path(str(args.arch)))  # a missing or bad file is one line (UserError)
-    evaluator = ProbeEvaluator(tasks, steps=args.steps, seed=args.seed, device=args.device, threads=threads,
-                               log=stderr_log)  # fmt: skip
+    evaluator = ProbeEvaluator(
+        tasks, steps=args.steps, seed=args.seed, device=args.device, threads=threads, log=stderr_log
+    )
     try:
         result = evaluator.evaluate(doc["arch"])
     except ConfigError as err:  # an option that cannot hold at a task's length
@@ -78,6 +100,8 @@ def format_table(m: dict[str, Any], tasks: tuple[str, ...]) -> str:
         note = "" if plateau is None else f"  (no-recall rule {plateau:.3f}; above it is scored)"
         lines.append(f"{t:<{width}}  {m[f'probe_{t}']:8.3f}  {acc:8.3f}{note}")
     lines += [f"{'-' * width}  --------", f"{'score':<{width}}  {m['probe_score']:8.3f}"]
-    lines.append(f"\n{m['arch_id']}: {m['probe_steps']} steps per task, {m['seconds']:.1f} s "
-                 f"on {m['device']} ({m.get('threads')} threads)")  # fmt: skip
+    lines.append(
+        f"\n{m['arch_id']}: {m['probe_steps']} steps per task, {m['seconds']:.1f} s "
+        f"on {m['device']} ({m.get('threads')} threads)"
+    )
     return "\n".join(lines)

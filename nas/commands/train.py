@@ -5,8 +5,9 @@ The file's ``recipe``, ``budget`` and ``data`` sections are the spec's
 their fingerprints, see :func:`load_data`); the same ``--recipe.*``,
 ``--budget.*``, ``--data.*`` and ``--resources.device/compile`` flags as
 ``search`` override them field by field; the model's vocabulary is the
-corpus's; with no budget anywhere it trains :data:`nas.spec.DEFAULT_BUDGET`.  ``--json`` makes the last line of stdout one JSON
-object of metrics; progress goes to stderr.
+corpus's; with no budget anywhere it trains :data:`nas.spec.DEFAULT_BUDGET`.
+``--json`` makes the last line of stdout one JSON object of metrics; progress
+goes to stderr.
 """
 
 from __future__ import annotations
@@ -52,8 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "loss, perplexity, bits per byte, parameters, FLOPs and throughput.  Flags override the file's "
         f"recipe, budget and data field by field; without a budget anywhere it trains {DEFAULT_BUDGET}.",
     )
-    p.add_argument("--arch", required=True, type=non_empty, metavar="FILE",
-                   help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}")
+    p.add_argument(
+        "--arch",
+        required=True,
+        type=non_empty,
+        metavar="FILE",
+        help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}",
+    )
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
@@ -72,8 +78,10 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     if not (data is None or isinstance(data, str) or record):
         raise ConfigError(
             f"must be '{DEFAULT_CORPUS}', a path, or a record {{corpus: ..., vocab_size: ..., "
-            f"fingerprint: ...}} as export writes it; got {data!r}", "data", source,
-        )  # fmt: skip
+            f"fingerprint: ...}} as export writes it; got {data!r}",
+            "data",
+            source,
+        )
     try:
         recipe = TrainRecipe.from_dict(doc.get("recipe"))
         budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
@@ -151,8 +159,10 @@ def check_outputs(args: argparse.Namespace) -> Planned | None:
     if args.logdir is not None:
         check_writable_dir(args.logdir, "--logdir")
         if args.save is not None and Path(args.save).resolve() == Path(args.logdir).resolve():
-            raise UserError(f"--save {args.save!r} is the --logdir directory; give the weights a file name "
-                            f"such as {Path(args.logdir) / 'model.pt'}")  # fmt: skip
+            raise UserError(
+                f"--save {args.save!r} is the --logdir directory; give the weights a file name "
+                f"such as {Path(args.logdir) / 'model.pt'}"
+            )
     return save
 
 
@@ -202,7 +212,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def format_metrics(m: dict[str, Any]) -> str:
     rows = [
         ("architecture", m["arch_id"]),
@@ -212,8 +221,11 @@ def format_metrics(m: dict[str, Any]) -> str:
         ("vocabulary", f"{m.get('vocab_size', VOCAB_SIZE):,} tokens"),
         ("params", f"{m['params']:,} ({m['non_embedding_params']:,} non-embedding)"),
         ("FLOPs/token", f"{m['flops_per_token']:.4g} forward, {m['train_flops_per_token']:.4g} training"),
-        *([("state", f"{m['state_bytes']:,} bytes per sequence while generating (float32)")]
-          if m.get("state_bytes") else []),  # fmt: skip
+        *(
+            [("state", f"{m['state_bytes']:,} bytes per sequence while generating (float32)")]
+            if m.get("state_bytes")
+            else []
+        ),
         ("trained", f"{m['steps']} steps, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
         ("throughput", f"{m['tokens_per_s']:,.0f} tokens/s on {m['device']} ({m.get('threads')} threads)"),
         ("time", f"{m['seconds']:.1f} s"),

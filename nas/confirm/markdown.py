@@ -212,7 +212,9 @@ def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Pla
             linestyle="--" if pts[0]["role"] == "baseline" else "-",
         )
     ax.set_xscale("log")
-    xs_all = sorted({r["train_flops"] for r in report["summary"] if r["mean"] is not None and r["train_flops"]})
+    xs_all = sorted(
+        {r["train_flops"] for r in report["summary"] if r["mean"] is not None and r["train_flops"]}
+    )
     if xs_all and xs_all[-1] < 10 * xs_all[0]:  # under a decade (one scale): log minor labels overlap
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xticks(xs_all, [f"{x:.4g}" for x in xs_all], rotation=30, ha="right", fontsize=7)

@@ -122,8 +122,9 @@ def parse_list(
             need = "an integer >= 0" if kind is int else "a number > 0"
             raise UserError(f"{flag} {text!r}: each value must be {need}, got {part.strip()}")
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
-            raise UserError(f"{flag} {text!r}: each value must be in [{bounds[0]:g}, {bounds[1]:g}], "
-                            f"got {part.strip()}")  # fmt: skip
+            raise UserError(
+                f"{flag} {text!r}: each value must be in [{bounds[0]:g}, {bounds[1]:g}], got {part.strip()}"
+            )
         if value in out:
             raise UserError(f"{flag} {text!r}: lists {part.strip()} twice; give each value once")
         out.append(value)
@@ -189,8 +190,10 @@ def baseline_file(path: str, vocab_size: int, task: str = "lm") -> tuple[str, Ar
     except ConfigError as err:
         raise UserError(f"--baseline {path}: {err}") from None
     if arch.task != task:
-        raise UserError(f"--baseline {path}: a task: {arch.task} architecture; the search is task: {task}, "
-                        "so a baseline must be one too")  # fmt: skip
+        raise UserError(
+            f"--baseline {path}: a task: {arch.task} architecture; the search is task: {task}, "
+            "so a baseline must be one too"
+        )
     return p.stem, arch
 
 
@@ -224,8 +227,14 @@ def at_shape(base: ArchConfig, target: ArchConfig) -> ArchConfig | None:
     if layers is None or encoder is None:
         return None
     try:
-        return dataclasses.replace(base, d_model=target.d_model, n_heads=target.n_heads, max_len=target.max_len,
-                                   layers=layers, encoder_layers=encoder)  # fmt: skip
+        return dataclasses.replace(
+            base,
+            d_model=target.d_model,
+            n_heads=target.n_heads,
+            max_len=target.max_len,
+            layers=layers,
+            encoder_layers=encoder,
+        )
     except ConfigError:
         return None
 
@@ -255,8 +264,10 @@ def reshaped_baselines(
             target = ArchConfig.from_dict(final.user_attrs["arch"])
             moved = at_shape(arch, target)
             if moved is None:
-                notes.append(f"baseline {name} cannot take trial {final.number}'s shape ({shape_text(target)}); "
-                             f"it keeps its own ({shape_text(arch)})")  # fmt: skip
+                notes.append(
+                    f"baseline {name} cannot take trial {final.number}'s shape ({shape_text(target)}); "
+                    f"it keeps its own ({shape_text(arch)})"
+                )
                 add(name, arch, t, name)
             elif moved is arch:
                 add(name, arch, t, name)

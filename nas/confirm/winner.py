@@ -54,9 +54,11 @@ def confirmed_winner(study: optuna.Study, url: str, finish: str) -> dict[str, An
             f"(diverged: {', '.join(r['name'] for r in short)}); nothing can be named the winner"
         )
     for r in short:
-        print(f"note: {r['name']} diverged at {scale:g}x on seed(s) "
-              f"{', '.join(str(s) for s in plan.seeds if s not in r['seeds'])}; it is not a candidate",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"note: {r['name']} diverged at {scale:g}x on seed(s) "
+            f"{', '.join(str(s) for s in plan.seeds if s not in r['seeds'])}; it is not a candidate",
+            file=sys.stderr,
+        )
     best = min(full, key=lambda r: r["mean"])
     runs = [
         r
@@ -145,8 +147,10 @@ def check_finished(study: optuna.Study, plan: Plan, finish: str) -> None:
     failed = [have[r] for r in missing if r in have and have[r].state == TrialState.FAIL]
     why = ""
     if failed:
-        why = (f"; {len(failed)} of them failed (the first: {failed[0].user_attrs.get('fail_reason')}), and "
-               "confirm re-runs failed runs")  # fmt: skip
+        why = (
+            f"; {len(failed)} of them failed (the first: {failed[0].user_attrs.get('fail_reason')}), and "
+            "confirm re-runs failed runs"
+        )
     raise UserError(
         f"the confirmation of study {study.user_attrs.get('confirm_of')!r} is not finished: {len(missing)} "
         f"run(s) have no result ({where}){why}; no winner is named from an unfinished "

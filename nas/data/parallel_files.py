@@ -149,8 +149,16 @@ def tokenize_parallel(corpus: ParallelCorpus, tokenizer_path: str | os.PathLike[
     def write(out: Path, tokenizer: Any, source: dict[str, str]) -> None:
         _write(out, corpus, tokenizer, path, source)
 
-    return cached_tokenization("parallel", PARALLEL_META, corpus.name, corpus.source, corpus.fingerprint,
-                               not corpus.source.get("tokenizer"), tokenizer_path, write)  # fmt: skip
+    return cached_tokenization(
+        "parallel",
+        PARALLEL_META,
+        corpus.name,
+        corpus.source,
+        corpus.fingerprint,
+        not corpus.source.get("tokenizer"),
+        tokenizer_path,
+        write,
+    )
 
 
 def _write(out: Path, corpus: ParallelCorpus, tokenizer: Any, tok_path: Path, source: dict[str, str]) -> None:

@@ -62,8 +62,9 @@ def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Pat
     def write(out: Path, tokenizer: Any, source: dict[str, str]) -> None:
         _write(out, text, tokenizer, source, name)
 
-    return cached_tokenization("tokens", META, text.name, text.source, text.fingerprint, text.is_bytes,
-                               tokenizer_path, write)  # fmt: skip
+    return cached_tokenization(
+        "tokens", META, text.name, text.source, text.fingerprint, text.is_bytes, tokenizer_path, write
+    )
 
 
 def cached_tokenization(

@@ -72,8 +72,11 @@ def fit_local_workers(
     fit = min(n_workers, by_cpu, by_memory)
     if fit == n_workers:
         return n_workers, ""
-    why = (f"{cpus} CPU(s) at --cpus-per-trial {cpus_per_trial:g}" if by_cpu <= by_memory
-           else f"{memory / 1e9:.1f} GB of memory available at ~{WORKER_MEMORY / 1e9:g} GB per worker")
+    why = (
+        f"{cpus} CPU(s) at --cpus-per-trial {cpus_per_trial:g}"
+        if by_cpu <= by_memory
+        else f"{memory / 1e9:.1f} GB of memory available at ~{WORKER_MEMORY / 1e9:g} GB per worker"
+    )
     return fit, f"--workers {n_workers}: this machine holds {fit} ({why}); running {fit} worker(s)"
 
 

@@ -222,10 +222,17 @@ class RayPool:
         now = time.monotonic()
         for slot in list(self.slots):
             if slot.probe is not None and now - slot.since > self.start_timeout:
-                out += self._give_up(slot, f"worker not (re)started within {self.start_timeout:g} s "
-                                           "(no room for it in the Ray cluster?)")
-            elif (self.trial_timeout is not None and slot.ref is not None and slot.probe is None
-                  and now - slot.started > self.trial_timeout):
+                out += self._give_up(
+                    slot,
+                    f"worker not (re)started within {self.start_timeout:g} s "
+                    "(no room for it in the Ray cluster?)",
+                )
+            elif (
+                self.trial_timeout is not None
+                and slot.ref is not None
+                and slot.probe is None
+                and now - slot.started > self.trial_timeout
+            ):
                 out.append(self._time_out(slot))
         return out
 
@@ -312,8 +319,9 @@ class RayPool:
         except Exception:  # noqa: BLE001 - died on its own meanwhile: the restart probe finds out
             pass
         self._probe(slot)
-        return Finished(tag, None, f"timed out: still running after --trial-timeout {self.trial_timeout:g} s",
-                        retry=False)
+        return Finished(
+            tag, None, f"timed out: still running after --trial-timeout {self.trial_timeout:g} s", retry=False
+        )
 
     def _finished(self, slot: Slot) -> Finished:
         exc = self.ray.exceptions

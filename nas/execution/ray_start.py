@@ -32,7 +32,9 @@ def start_ray(
             # Ray 2.5x+ turns token authentication on for a new local cluster and says so on every
             # start ("Token authentication is enabled ... opt out"): a notice for Ray's own users, not
             # one for ours; the authentication stays as Ray set it (RAY_AUTH_MODE still decides).
-            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+                logging.ERROR
+            )
             cpus = local_cpus(cpus_per_trial)
             n_workers, note = fit_local_workers(n_workers, cpus_per_trial, cpus, available_memory())
             notes += [note] if note else []

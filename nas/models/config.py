@@ -40,9 +40,7 @@ class AttentionSpec:
             name, sub = raw, {}
         elif isinstance(raw, Mapping):
             if "type" not in raw:
-                raise ConfigError(
-                    f"needs a 'type'; valid types: {', '.join(ATTENTION.names())}"
-                )
+                raise ConfigError(f"needs a 'type'; valid types: {', '.join(ATTENTION.names())}")
             name, sub = raw["type"], {k: v for k, v in raw.items() if k != "type"}
         else:
             raise ConfigError(f"must be a block name or a mapping with 'type', got {raw!r}")
@@ -200,8 +198,14 @@ class ArchConfig:
     @property
     def dims(self) -> Dims:
         rope = float(self.rope_base) if self.pos_encoding == "rope" else 0.0
-        return Dims(self.d_model, self.n_heads, self.max_len, rope_base=rope, norm=self.norm,
-                    alibi=self.pos_encoding == "alibi")
+        return Dims(
+            self.d_model,
+            self.n_heads,
+            self.max_len,
+            rope_base=rope,
+            norm=self.norm,
+            alibi=self.pos_encoding == "alibi",
+        )
 
     @property
     def n_layers(self) -> int:
@@ -265,14 +269,15 @@ class ArchConfig:
         if self.is_seq2seq:
             enc = _grouped(self.encoder_layers)
             head = f"d{self.d_model} h{self.n_heads}{self._components()}"
-            return (f"{head} enc L{len(self.encoder_layers)}: {enc} | "
-                    f"dec L{self.n_layers}: {body}")  # fmt: skip
+            return f"{head} enc L{len(self.encoder_layers)}: {enc} | dec L{self.n_layers}: {body}"
         return f"d{self.d_model} h{self.n_heads}{self._components()} L{self.n_layers}: {body}"
 
     def _components(self) -> str:
         """Components added after the summary's format was set, when used: `` rope rmsnorm``."""
-        parts = [self.pos_encoding if self.pos_encoding in ("rope", "alibi") else "",
-                 "rmsnorm" if self.norm == "rmsnorm" else ""]  # fmt: skip
+        parts = [
+            self.pos_encoding if self.pos_encoding in ("rope", "alibi") else "",
+            "rmsnorm" if self.norm == "rmsnorm" else "",
+        ]
         return "".join(f" {p}" for p in parts if p)
 
 

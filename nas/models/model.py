@@ -113,4 +113,3 @@ def init_gpt2(model: nn.Module, n_layers: int) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=EMBED_STD)
-

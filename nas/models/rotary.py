@@ -22,7 +22,8 @@ from torch import Tensor
 
 
 def rotary_tables(max_len: int, d_head: int, base: float) -> tuple[Tensor, Tensor]:
-    """cos and sin, (max_len, d_head) float64: position t, channel c at angle t * base^(-2 (c mod dh/2) / dh)."""
+    """cos and sin, (max_len, d_head) float64: position t, channel c at angle
+    t * base^(-2 (c mod dh/2) / dh)."""
     inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (dh/2,)
     angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, dh/2)
     angles = torch.cat((angles, angles), dim=-1)  # (T, dh): channel c and c + dh/2 share an angle

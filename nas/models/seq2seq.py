@@ -151,8 +151,9 @@ class Seq2SeqTransformer(nn.Module):
 
 
 @torch.no_grad()
-def greedy_decode(model: Seq2SeqTransformer, src: Tensor, bos_id: int, eos_id: int,
-                  max_new: int | None = None) -> list[list[int]]:  # fmt: skip
+def greedy_decode(
+    model: Seq2SeqTransformer, src: Tensor, bos_id: int, eos_id: int, max_new: int | None = None
+) -> list[list[int]]:
     """The most likely target of each source (B, S), one token at a time, without the BOS and EOS.
 
     The encoder runs once; the decoder reruns over the prefix at each step (the
@@ -175,4 +176,3 @@ def greedy_decode(model: Seq2SeqTransformer, src: Tensor, bos_id: int, eos_id: i
     for row in out[:, 1:].tolist():
         result.append(row[: row.index(eos_id)] if eos_id in row else row)
     return result
-

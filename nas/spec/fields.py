@@ -16,8 +16,9 @@ from nas.errors import ConfigError
 from nas.validate import check_number
 
 
-def field(default: Any, help: str, *, alias: str | None = None, check: Any = None,
-          metavar: str | None = None) -> Any:  # fmt: skip
+def field(
+    default: Any, help: str, *, alias: str | None = None, check: Any = None, metavar: str | None = None
+) -> Any:
     """A spec field: its default, help, the short flag that is an alias of it, and its check."""
     meta = {"help": help, "alias": alias, "check": check, "metavar": metavar}
     return dataclasses.field(default=default, metadata=meta)
@@ -57,7 +58,9 @@ def evaluator_name(examples: str) -> Any:
 
 def fractions(value: Any, name: str) -> None:
     """Hurdle fractions: each strictly between 0 and 1, increasing, none twice."""
-    if not isinstance(value, tuple) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+    if not isinstance(value, tuple) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) for v in value
+    ):
         raise ConfigError(f"must be a list of fractions like [0.25, 0.5], got {value!r}", name)
     if any(not (math.isfinite(v) and 0.0 < v < 1.0) for v in value):
         raise ConfigError(f"each fraction must be between 0 and 1 (exclusive), got {list(value)}", name)
@@ -65,11 +68,19 @@ def fractions(value: Any, name: str) -> None:
         raise ConfigError(f"fractions must be increasing and distinct, got {list(value)}", name)
 
 
-def bounded(low: float | None, high: float | None, *, integer: bool = False, low_open: bool = False,
-            high_open: bool = False) -> Any:  # fmt: skip
-    """A number in [low, high] (``low_open``/``high_open``: the bound itself excluded), whole if ``integer``."""
-    return lambda value, name: check_number(value, name, integer=integer, low=low, high=high,
-                                            low_open=low_open, high_open=high_open)  # fmt: skip
+def bounded(
+    low: float | None,
+    high: float | None,
+    *,
+    integer: bool = False,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
+    """A number in [low, high] (``low_open``/``high_open``: the bound itself excluded), whole if
+    ``integer``."""
+    return lambda value, name: check_number(
+        value, name, integer=integer, low=low, high=high, low_open=low_open, high_open=high_open
+    )
 
 
 def choice(valid: tuple[str, ...]) -> Any:

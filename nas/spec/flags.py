@@ -34,9 +34,12 @@ from nas.spec.sections import ALIASES, SECTIONS, DataSpec, Resources, SearchSect
 from nas.spec.spec import Spec
 from nas.spec.training import BUDGET_KINDS, Budget, TrainRecipe
 
-BUDGET_HELP = {"steps": "optimizer steps", "tokens": "training tokens (e.g. 2e6)",
-               "flops": "training FLOPs (e.g. 1e13); bigger models see fewer tokens",
-               "seconds": "wall-clock seconds of training"}  # fmt: skip
+BUDGET_HELP = {
+    "steps": "optimizer steps",
+    "tokens": "training tokens (e.g. 2e6)",
+    "flops": "training FLOPs (e.g. 1e13); bigger models see fewer tokens",
+    "seconds": "wall-clock seconds of training",
+}
 
 BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 ALL_SECTIONS = ("recipe", "budget", "data", "search", "resources")
@@ -50,8 +53,13 @@ class _OneName(argparse.Action):
     """Store the value, refusing a field given through two of its names (``--trials 5 --search.trials 7``):
     which one wins would be a guess.  The same name given twice keeps argparse's rule (the last)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         given = namespace.__dict__.setdefault(GIVEN_AS, {})
         earlier = given.get(self.dest)
         if earlier is not None and earlier != option_string:
@@ -64,8 +72,11 @@ class _OneName(argparse.Action):
 GIVEN_AS = "_spec_flag_names"
 
 
-def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = ALL_SECTIONS,
-                   only: Mapping[str, Iterable[str]] | None = None) -> None:  # fmt: skip
+def add_spec_flags(
+    parser: argparse.ArgumentParser,
+    sections: Iterable[str] = ALL_SECTIONS,
+    only: Mapping[str, Iterable[str]] | None = None,
+) -> None:
     """Add a ``--section.field`` flag for every field of ``sections`` (``only[section]``: those fields)."""
     only = only or {}
     for section in sections:
@@ -73,10 +84,16 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
         if section == "budget":
             excl = group.add_mutually_exclusive_group()
             for kind in BUDGET_KINDS:
-                excl.add_argument(f"--budget.{kind}", ALIASES[f"budget.{kind}"], dest=f"budget.{kind}",
-                                  action=_OneName, type=_parser(float if kind != "steps" else int),
-                                  default=argparse.SUPPRESS,
-                                  metavar=kind.upper(), help=BUDGET_HELP[kind])  # fmt: skip
+                excl.add_argument(
+                    f"--budget.{kind}",
+                    ALIASES[f"budget.{kind}"],
+                    dest=f"budget.{kind}",
+                    action=_OneName,
+                    type=_parser(float if kind != "steps" else int),
+                    default=argparse.SUPPRESS,
+                    metavar=kind.upper(),
+                    help=BUDGET_HELP[kind],
+                )
             continue
         cls = _classes()[section]
         hints = typing.get_type_hints(cls)
@@ -97,12 +114,24 @@ def add_spec_flags(parser: argparse.ArgumentParser, sections: Iterable[str] = AL
                 extra["choices"] = valid
             if kind is bool:
                 extra = {"nargs": "?", "const": True, "metavar": "BOOL"}
-            group.add_argument(*names, dest=f"{section}.{f.name}", type=_parser(kind), action=_OneName,
-                               default=argparse.SUPPRESS, help=help_text, **extra)  # fmt: skip
+            group.add_argument(
+                *names,
+                dest=f"{section}.{f.name}",
+                type=_parser(kind),
+                action=_OneName,
+                default=argparse.SUPPRESS,
+                help=help_text,
+                **extra,
+            )
     if "resources" in sections and (not only.get("resources") or "tensorboard" in only["resources"]):
         # the one negative alias: `--no-tensorboard` is `--resources.tensorboard false`
-        parser.add_argument("--no-tensorboard", dest="resources.tensorboard", action="store_false",
-                            default=argparse.SUPPRESS, help="do not write TensorBoard runs")  # fmt: skip
+        parser.add_argument(
+            "--no-tensorboard",
+            dest="resources.tensorboard",
+            action="store_false",
+            default=argparse.SUPPRESS,
+            help="do not write TensorBoard runs",
+        )
 
 
 def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -127,7 +156,9 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
                 changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
         except ConfigError as err:  # a flag's value: name the flag (a file's value keeps the file's name)
             field_ = err.path.split(".", 1)[1] if err.path.startswith(f"{section}.") else ""
-            if field_ in fields_:  # e.g. --search.trials (--trials): the flag, and the alias the user may have typed
+            if (
+                field_ in fields_
+            ):  # e.g. --search.trials (--trials): the flag, and the alias the user may have typed
                 raise ConfigError(err.message, "--" + named(section, field_)) from None
             raise
     return dataclasses.replace(spec, **changes)
@@ -149,7 +180,9 @@ def _parser(kind: type) -> Any:
 
     def parse(text: str) -> Any:
         if not text.strip():
-            raise argparse.ArgumentTypeError("is empty; give a value, or leave the flag out (the file's value)")
+            raise argparse.ArgumentTypeError(
+                "is empty; give a value, or leave the flag out (the file's value)"
+            )
         if kind is bool:
             value = BOOLS.get(text.lower())
             if value is None:
@@ -158,8 +191,9 @@ def _parser(kind: type) -> Any:
         if kind is tuple:  # a list of numbers: 0.25,0.5
             items = [x.strip() for x in text.split(",")]
             if not all(items):
-                raise argparse.ArgumentTypeError(f"an empty item in {text!r}; give comma-separated numbers "
-                                                 "like 0.25,0.5")  # fmt: skip
+                raise argparse.ArgumentTypeError(
+                    f"an empty item in {text!r}; give comma-separated numbers like 0.25,0.5"
+                )
             return tuple(_number(x, float) for x in items)
         if kind in (int, float):
             return _number(text, kind)

@@ -63,25 +63,37 @@ class TrainRecipe:
     """
 
     batch_size: int = field(16, "sequences per optimizer step", check=bounded(1, MAX_DIM, integer=True))
-    seq_len: int | None = field(None, "training context (default: the architecture's max_len)",
-                                check=bounded(2, MAX_DIM, integer=True))  # fmt: skip
+    seq_len: int | None = field(
+        None,
+        "training context (default: the architecture's max_len)",
+        check=bounded(2, MAX_DIM, integer=True),
+    )
     # the optimizer computes in the weights' dtype: a factor fp32 cannot hold is infinity there
     lr: float = field(3e-3, "peak learning rate (AdamW)", check=bounded(0, FP32_MAX, low_open=True))
     min_lr_ratio: float = field(0.1, "the cosine schedule decays to lr * min_lr_ratio", check=bounded(0, 1))
-    warmup_frac: float = field(0.05, "share of the budget spent warming the learning rate up",
-                               check=bounded(0, 1))  # fmt: skip
+    warmup_frac: float = field(
+        0.05, "share of the budget spent warming the learning rate up", check=bounded(0, 1)
+    )
     weight_decay: float = field(0.1, "AdamW weight decay", check=bounded(0, FP32_MAX))
     # torch's AdamW takes betas in [0, 1)
     beta1: float = field(0.9, "AdamW beta1", check=bounded(0, 1, high_open=True))
     beta2: float = field(0.95, "AdamW beta2", check=bounded(0, 1, high_open=True))
     grad_clip: float = field(1.0, "gradient-norm clip", check=bounded(0, FP32_MAX, low_open=True))
-    eval_batches: int = field(8, "validation batches per evaluation (a fixed slice)",
-                              check=bounded(1, MAX_DIM, integer=True))  # fmt: skip
+    eval_batches: int = field(
+        8, "validation batches per evaluation (a fixed slice)", check=bounded(1, MAX_DIM, integer=True)
+    )
     log_every: int = field(10, "steps between progress reports", check=bounded(1, MAX_DIM, integer=True))
-    seed: int = field(0, "seed of every trial's training (and of the sampler unless search.seed is set)",
-                      alias="--seed", check=bounded(0, MAX_SEED, integer=True))  # fmt: skip
-    decay: str = field("matrices", f"which parameters weight_decay applies to: {', '.join(DECAY_RULES)}",
-                       check=choice(DECAY_RULES))  # fmt: skip
+    seed: int = field(
+        0,
+        "seed of every trial's training (and of the sampler unless search.seed is set)",
+        alias="--seed",
+        check=bounded(0, MAX_SEED, integer=True),
+    )
+    decay: str = field(
+        "matrices",
+        f"which parameters weight_decay applies to: {', '.join(DECAY_RULES)}",
+        check=choice(DECAY_RULES),
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -10,8 +10,9 @@ from nas.shipped import arch_path
 
 
 def _arch(d: int, heads: int, layers: list[dict], max_len: int = 32, **extra) -> ArchConfig:
-    return ArchConfig.from_dict({"vocab_size": 256, "d_model": d, "n_heads": heads, "max_len": max_len,
-                                 "layers": layers, **extra})  # fmt: skip
+    return ArchConfig.from_dict(
+        {"vocab_size": 256, "d_model": d, "n_heads": heads, "max_len": max_len, "layers": layers, **extra}
+    )
 
 
 MHA = {"attention": "mha", "ffn": {"activation": "relu", "mult": 4}}
@@ -25,7 +26,11 @@ def test_a_repeated_layer_takes_the_finalists_width_heads_depth_and_context() ->
     assert moved is not None and shape_of(moved) == shape_of(target) == (64, 2, 3, 0, 64)
     assert moved.layers == (base.layers[0],) * 3  # its own blocks, not the finalist's
     assert (moved.pos_encoding, moved.norm, moved.rope_base, moved.tie_embeddings) == (
-        base.pos_encoding, base.norm, base.rope_base, base.tie_embeddings)  # fmt: skip
+        base.pos_encoding,
+        base.norm,
+        base.rope_base,
+        base.tie_embeddings,
+    )
     assert at_shape(base, base) is base
 
 
@@ -36,7 +41,9 @@ def test_a_mixed_stack_keeps_its_depth_or_does_not_move() -> None:
 
 
 def test_options_the_new_sizes_refuse_do_not_move() -> None:
-    grouped = _arch(64, 4, [{"attention": {"type": "mha", "kv_heads": 2}, "ffn": {"activation": "relu", "mult": 4}}])
+    grouped = _arch(
+        64, 4, [{"attention": {"type": "mha", "kv_heads": 2}, "ffn": {"activation": "relu", "mult": 4}}]
+    )
     assert at_shape(grouped, _arch(48, 6, [MHA])) is not None  # 2 key/value heads serve 6 query heads
     assert at_shape(grouped, _arch(60, 5, [MHA])) is None  # 2 does not divide 5
 

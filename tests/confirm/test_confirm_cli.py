@@ -19,9 +19,9 @@ from optuna.trial import TrialState
 from nas.archfile import load_arch, load_arch_file
 from nas.cli import main
 from nas.confirm.plan import finalists, shape_of
+from nas.confirm.runner import existing_runs
 from nas.models import ArchConfig
 from nas.shipped import arch_path
-from nas.confirm.runner import existing_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"
@@ -81,8 +81,11 @@ def test_baselines_are_built_at_each_finalists_shape(studies, capsys):
     entries = {e.index: e for e in (Entry.from_dict(d) for d in conf.user_attrs[ARCHS])}
     bases = [entries[i] for i in conf.user_attrs["confirm_plan"]["baselines"]]
     assert out["baselines"] == ["vanilla", "primer_ez", "transformer_pp"]  # the names, not one per shape
-    seeds = {t.user_attrs["seed_arch"]: ArchConfig.from_dict(t.user_attrs["arch"]) for t in study.trials
-             if t.user_attrs.get("seed_arch")}  # fmt: skip
+    seeds = {
+        t.user_attrs["seed_arch"]: ArchConfig.from_dict(t.user_attrs["arch"])
+        for t in study.trials
+        if t.user_attrs.get("seed_arch")
+    }
     for t in finals:
         arch = ArchConfig.from_dict(t.user_attrs["arch"])
         at_shape = [b for b in bases if b.shape == shape_of(arch)]
@@ -90,7 +93,8 @@ def test_baselines_are_built_at_each_finalists_shape(studies, capsys):
         for b in at_shape:  # the baseline's own blocks at the finalist's sizes
             own = seeds.get(b.base_name) or load_arch(arch_path(b.base_name))
             assert {layer.to_dict()["attention"]["type"] for layer in b.arch.layers} == {
-                layer.to_dict()["attention"]["type"] for layer in own.layers}
+                layer.to_dict()["attention"]["type"] for layer in own.layers
+            }
             assert (b.arch.pos_encoding, b.arch.norm) == (own.pos_encoding, own.norm)
             if b.shape == shape_of(own):  # the search's own seed trial (maybe a finalist too)
                 assert b.arch_id == own.arch_id
@@ -131,8 +135,8 @@ def test_top_k_is_the_pareto_front_by_loss_for_two_objectives(studies):
 def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
     url = studies["one"]
     # baselines at their own shape: two baselines, whatever shapes the finalists have
-    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own",
-                         "--json")) == 0  # fmt: skip
+    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2",
+                         "--baseline-shape", "own", "--json")) == 0  # fmt: skip
     conf = _load(url, "one-confirm")
     runs = existing_runs(conf)
     # 2 finalists and the baselines vanilla, primer_ez and transformer_pp (the seeds often win a
@@ -179,15 +183,30 @@ def test_seeds_are_paired_and_the_first_reproduces_the_search(studies, capsys):
 
     # the same command again runs nothing; export --confirmed writes the winner with its summary
     n = len(conf.trials)
-    assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own")) == 0
+    assert (
+        main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own"))
+        == 0
+    )
     assert len(_load(url, "one-confirm").trials) == n
     # --report: written, and rewritten by the same command again (a file confirm did not write is refused)
     report = Path(url[len("sqlite:///") :]).parent / "confirm.md"
     for _ in range(2):
         assert (
             main(
-                _confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,2", "--baseline-shape", "own",
-                         "--report", str(report))
+                _confirm(
+                    url,
+                    "one",
+                    "--top",
+                    "2",
+                    "--seeds",
+                    "2",
+                    "--scales",
+                    "1,2",
+                    "--baseline-shape",
+                    "own",
+                    "--report",
+                    str(report),
+                )
             )
             == 0
         )
@@ -305,7 +324,11 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
         (["--top", "0"], "--top: must be a positive integer, got '0'"),
         (["--seeds", "0"], "--seeds: must be a positive integer, got '0'"),
         (["--baseline", "no_such.yaml"], "no_such.yaml: architecture file not found"),
-        (["--workers", "2"], "resources.local (--local) runs trials one at a time in this process, without Ray; drop resources.workers (--workers)"),
+        (
+            ["--workers", "2"],
+            "resources.local (--local) runs trials one at a time in this process, without Ray; drop "
+            "resources.workers (--workers)",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_exit_2_and_create_nothing(studies, tmp_path, capsys, flags, message):
@@ -364,25 +387,35 @@ def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch,
     optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
     flags = ["--top", "1", "--seeds", "1", "--scales", "1"]
     real = local_pool.run_trial
-    monkeypatch.setattr(local_pool, "run_trial", lambda payload: {"status": "failed", "reason": "error: disk full"})
+    monkeypatch.setattr(
+        local_pool, "run_trial", lambda payload: {"status": "failed", "reason": "error: disk full"}
+    )
     assert main(_confirm(url, "one", *flags)) == 0
     assert {t.state for t in _load(url, "one-confirm").trials} == {TrialState.FAIL}
     capsys.readouterr()
-    assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(tmp_path / "w.yaml")]) == 2
+    assert (
+        main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(tmp_path / "w.yaml")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "failed" in err and "disk full" in err and "re-runs failed runs" in err
     monkeypatch.setattr(local_pool, "run_trial", real)  # the cause is fixed: the same command runs them again
     assert main(_confirm(url, "one", *flags)) == 0
     runs = existing_runs(_load(url, "one-confirm"))
     assert runs and all(t.state == TrialState.COMPLETE for t in runs.values())
-    assert main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(tmp_path / "w.yaml")]) == 0
+    assert (
+        main(["export", "--study", "one", "--storage", url, "--confirmed", "--out", str(tmp_path / "w.yaml")])
+        == 0
+    )
     assert load_arch_file(tmp_path / "w.yaml")
     # a confirm study is not a search: search refuses it untouched, the read commands say what it is
     before = [(t.number, t.state, t.values) for t in _load(url, "one-confirm").trials]
     capsys.readouterr()
     assert main(["search", "--study", "one-confirm", "--storage", url, "--trials", "50", "--local"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "is the confirmation of study 'one'" in err[0] and "confirm --study one" in err[0]
+    assert (
+        len(err) == 1 and "is the confirmation of study 'one'" in err[0] and "confirm --study one" in err[0]
+    )
     assert [(t.number, t.state, t.values) for t in _load(url, "one-confirm").trials] == before
     assert main(["best", "--study", "one-confirm", "--storage", url]) == 0
     assert "note: study 'one-confirm' is the confirmation of study 'one'" in capsys.readouterr().err
@@ -400,8 +433,9 @@ def _stop_after_one_run(monkeypatch) -> None:
     monkeypatch.setattr(runner, "_drive", one_run)
 
 
-def test_export_confirmed_names_no_winner_from_an_unfinished_comparison(studies, monkeypatch, capsys,
-                                                                       tmp_path):
+def test_export_confirmed_names_no_winner_from_an_unfinished_comparison(
+    studies, monkeypatch, capsys, tmp_path
+):
     """An interrupted confirm leaves one architecture measured at the largest scale: export --confirmed
     refuses (exit 2, one line naming what is missing and the command that finishes it, nothing
     written) instead of calling it the winner there; that command finishes it, and then it exports."""
@@ -448,15 +482,21 @@ def test_export_of_a_confirm_run_writes_its_own_seed_and_budget(studies, capsys,
     flags = ["--top", "1", "--seeds", "2", "--scales", "1,2", "--baseline", "vanilla"]
     assert main(_confirm(url, "one", *flags)) == 0
     conf = _load(url, "one-confirm")
-    run = next(t for t in conf.trials if t.state == TrialState.COMPLETE and t.params["seed"] == 1
-               and t.params["scale"] == 2.0)  # fmt: skip
+    run = next(
+        t
+        for t in conf.trials
+        if t.state == TrialState.COMPLETE and t.params["seed"] == 1 and t.params["scale"] == 2.0
+    )
     capsys.readouterr()
     for which in (["--trial", str(run.number)], ["--best"]):
         out = tmp_path / f"{which[0][2:]}.yaml"
         assert main(["export", "--study", "one-confirm", "--storage", url, *which, "--out", str(out)]) == 0
         doc = load_arch_file(out)
-        t = run if which[0] == "--trial" else min(
-            (t for t in conf.trials if t.state == TrialState.COMPLETE), key=lambda t: t.values[0])
+        t = (
+            run
+            if which[0] == "--trial"
+            else min((t for t in conf.trials if t.state == TrialState.COMPLETE), key=lambda t: t.values[0])
+        )
         assert doc["recipe"]["seed"] == t.params["seed"] and doc["recipe"]["lr"] == t.params["lr"]
         assert doc["budget"] == {"steps": round(8 * t.params["scale"])}
         assert doc["source"]["confirms"] == "one"

@@ -25,6 +25,11 @@ def test_demo_prints_a_confirm_command_that_parses(monkeypatch, tmp_path, capsys
     assert main(["search", "--demo", "--runs-dir", str(tmp_path), "--local"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("confirm:"))
     argv = shlex.split(line.removeprefix("confirm:").split("(")[0])
-    args = build_parser().parse_args(argv[argv.index("confirm"):])  # after the program's name
+    args = build_parser().parse_args(argv[argv.index("confirm") :])  # after the program's name
     assert (args.command, args.study, args.runs_dir, args.top, args.seeds) == (
-        "confirm", "default", str(tmp_path), 3, 3)
+        "confirm",
+        "default",
+        str(tmp_path),
+        3,
+        3,
+    )

@@ -31,7 +31,15 @@ def test_the_docs_evaluator_passes_the_contract_suite(tmp_path: Path) -> None:
     example.write_text(blocks[0])
     suite = ROOT / "tests" / "evaluators" / "test_contract.py"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", RUN, str(example), str(suite)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, str(example), str(suite)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert re.search(r"\b3 passed", out.stdout), out.stdout[-500:]  # the suite's three checks, on this evaluator
+    assert re.search(r"\b3 passed", out.stdout), out.stdout[
+        -500:
+    ]  # the suite's three checks, on this evaluator

@@ -36,8 +36,10 @@ def _built(kind: str, corpus_dir: Path) -> registry.Evaluator:
     assert registry.check(example) == example
     settings = {
         "recipe": {"batch_size": 2, "seq_len": 16, "eval_batches": 1, "log_every": 1},
-        "data": str(corpus_dir), "device": "cpu", "threads": 1,
-    }  # fmt: skip
+        "data": str(corpus_dir),
+        "device": "cpu",
+        "threads": 1,
+    }
     return registry.build(example, settings)
 
 

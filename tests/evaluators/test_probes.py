@@ -18,8 +18,12 @@ from nas.cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-TINY = {"d_model": 16, "n_heads": 2, "max_len": 64,
-        "layers": {"repeat": 1, "attention": "mha", "ffn": "relu"}}  # fmt: skip
+TINY = {
+    "d_model": 16,
+    "n_heads": 2,
+    "max_len": 64,
+    "layers": {"repeat": 1, "attention": "mha", "ffn": "relu"},
+}
 
 
 def instances(name: str, train: bool, n: int = 50) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -173,8 +177,9 @@ def test_an_option_that_cannot_hold_at_the_probe_length_is_refused() -> None:
 def test_evaluator_returns_a_result_whose_val_loss_is_one_minus_the_score() -> None:
     seen = []
     ev = ProbeEvaluator("memorization,selective_copying", steps=4, batch_size=4, device="cpu")
-    result = ev.evaluate(nas.ArchConfig.from_dict(TINY), None, lambda p: seen.append(p) or False,
-                         eval_at=(0.5, 1.0))  # fmt: skip
+    result = ev.evaluate(
+        nas.ArchConfig.from_dict(TINY), None, lambda p: seen.append(p) or False, eval_at=(0.5, 1.0)
+    )
     assert isinstance(result, Result)
     score = result.extra["probe_score"]
     accs = [result.extra["probe_memorization"], result.extra["probe_selective_copying"]]
@@ -192,21 +197,32 @@ def test_probe_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["probe", "--arch", str(arch), "--tasks", "in_context_recall,memorization", "--steps", "2",
                  "--threads", "1", "--device", "cpu", "--json"]) == 0  # fmt: skip
     m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(m) >= {"probe_score", "probe_in_context_recall", "probe_memorization", "val_loss",
-                      "probe_in_context_recall_accuracy", "probe_in_context_recall_plateau"}
+    assert set(m) >= {
+        "probe_score",
+        "probe_in_context_recall",
+        "probe_memorization",
+        "val_loss",
+        "probe_in_context_recall_accuracy",
+        "probe_in_context_recall_plateau",
+    }
     assert m["val_loss"] == pytest.approx(1 - m["probe_score"]) and m["steps"] == 4
-    assert main(["probe", "--arch", str(arch), "--tasks", "compression", "--steps", "1",
-                 "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        main(["probe", "--arch", str(arch), "--tasks", "compression", "--steps", "1", "--device", "cpu"]) == 0
+    )
     out = capsys.readouterr().out
     assert "compression" in out and "score" in out
 
 
-@pytest.mark.parametrize("argv, expect", [
-    (["--tasks", "recall"], "--tasks: unknown probe task 'recall'; valid: in_context_recall"),
-    (["--arch", "nowhere.yaml"], "nowhere.yaml"),
-])  # fmt: skip
-def test_probe_user_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
-                                        expect: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["--tasks", "recall"], "--tasks: unknown probe task 'recall'; valid: in_context_recall"),
+        (["--arch", "nowhere.yaml"], "nowhere.yaml"),
+    ],
+)
+def test_probe_user_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], expect: str
+) -> None:
     arch = tmp_path / "tiny.yaml"
     arch.write_text(yaml.safe_dump({"arch": TINY}))
     full = ["probe", "--arch", str(arch), "--steps", "1", *argv]

@@ -96,8 +96,12 @@ def test_a_trial_that_fails_mid_training_reports_what_it_spent(corpus_dir, monke
     per_step = 2 * 32 * nas.compute(ARCH, 32).train_flops_per_token  # batch 2 x 32 tokens
     assert failed["spent"] == {"steps": 2, "tokens": 2 * 2 * 32, "train_flops": 2 * per_step}
 
-    diverged = run_trial(payload(corpus_dir, recipe={"batch_size": 2, "eval_batches": 1, "log_every": 2,
-                                                     "lr": 1e6, "warmup_frac": 0.0}))  # fmt: skip
+    diverged = run_trial(
+        payload(
+            corpus_dir,
+            recipe={"batch_size": 2, "eval_batches": 1, "log_every": 2, "lr": 1e6, "warmup_frac": 0.0},
+        )
+    )
     assert diverged["status"] == "failed" and diverged["reason"] == "diverged"
     # caught at the first report point (log_every 2): the two steps taken count
     assert diverged["spent"] == {"steps": 2, "tokens": 2 * 2 * 32, "train_flops": 2 * per_step}

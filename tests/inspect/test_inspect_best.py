@@ -82,12 +82,18 @@ def test_by_layer_counts_the_top_trials_against_every_sampled_one(cli, multi: op
     rows = {(r["gene"], r["layer"]): r for r in table["rows"]}
     assert rows[("attention", "0")]["top"] == {"mdha": 2, "mixture(mha+synth_random)": 1}
     assert rows[("attention", "0")]["sampled"] == {
-        "mha": 3, "mdha": 2, "synth_dense": 2, "mixture(mha+synth_random)": 2,
-    }  # fmt: skip
+        "mha": 3,
+        "mdha": 2,
+        "synth_dense": 2,
+        "mixture(mha+synth_random)": 2,
+    }
     assert rows[("activation", "1")]["top"] == {"squared_relu": 3}
     assert rows[("attention", "2")] == {
-        "gene": "attention", "layer": "2", "top": {"multi_branch": 1}, "sampled": {"multi_branch": 2},
-    }  # fmt: skip
+        "gene": "attention",
+        "layer": "2",
+        "top": {"multi_branch": 1},
+        "sampled": {"multi_branch": 2},
+    }
     rc, text, _ = cli("best", "--study", "multi", "--runs-dir", runs, "--by-layer", "--top", "3")
     assert text.splitlines()[0].split() == ["gene", "layer", "top", "3", "by", "loss", "all", "9", "sampled"]
     assert "mdha 2, mixture(mha+synth_random) 1" in text.splitlines()[1]

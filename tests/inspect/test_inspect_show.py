@@ -96,8 +96,17 @@ def test_a_failed_trial_shows_the_training_it_spent(cli, runs) -> None:
     from optuna.trial import TrialState
 
     study = make_study(runs, "spent")
-    add_trial(study, "vanilla", None, state=TrialState.FAIL, fail_reason="diverged", steps=2, tokens=128,
-              train_flops=3.5e6, seconds=0.5)  # fmt: skip
+    add_trial(
+        study,
+        "vanilla",
+        None,
+        state=TrialState.FAIL,
+        fail_reason="diverged",
+        steps=2,
+        tokens=128,
+        train_flops=3.5e6,
+        seconds=0.5,
+    )
     rc, out, _ = cli("show", "--study", "spent", "--runs-dir", runs, "--trial", "0")
     assert rc == 0 and "failed: diverged" in out and "val loss" not in out
     assert "trained          2 steps, 128 tokens, 3.5e+06 FLOPs  (until it failed)" in out

@@ -16,7 +16,8 @@ CHECK = """
 import sys
 from nas.cli import main
 rc = main(sys.argv[1:])
-heavy = sorted(m for m in ("torch", "ray", "evaluators.lm", "nas.models", "nas.search.driver.loop") if m in sys.modules)
+heavy = ("torch", "ray", "evaluators.lm", "nas.models", "nas.search.driver.loop")
+heavy = sorted(m for m in heavy if m in sys.modules)
 print("IMPORTED", heavy)
 sys.exit(rc)
 """
@@ -29,15 +30,24 @@ def _run(*argv: str) -> tuple[int, str]:
 
 def test_best_show_and_plot_import_neither_torch_nor_the_trainer(multi: optuna.Study, runs: Path, tmp_path):
     tiny = Path(__file__).parents[1] / "search" / "tiny_space.yaml"
-    multi.set_user_attr(SPEC, Spec.from_dict(yaml.safe_load(tiny.read_text())).to_dict())  # what `search` keeps
+    multi.set_user_attr(
+        SPEC, Spec.from_dict(yaml.safe_load(tiny.read_text())).to_dict()
+    )  # what `search` keeps
     where = ("--study", "multi", "--runs-dir", str(runs))
-    for argv in (("best", *where), ("best", *where, "--by-layer"), ("show", *where), ("show", *where, "--spec"),
-                 ("plot", *where, "--out", str(tmp_path / "figs"))):  # fmt: skip
+    for argv in (
+        ("best", *where),
+        ("best", *where, "--by-layer"),
+        ("show", *where),
+        ("show", *where, "--spec"),
+        ("plot", *where, "--out", str(tmp_path / "figs")),
+    ):
         rc, text = _run(*argv)
         assert rc == 0, text
         assert "IMPORTED []" in text, (argv, text)
         if "--spec" in argv:  # the spec comes back as the YAML it was made from
-            assert Spec.from_dict(yaml.safe_load(text.split("IMPORTED")[0])).to_dict() == multi.user_attrs[SPEC]
+            assert (
+                Spec.from_dict(yaml.safe_load(text.split("IMPORTED")[0])).to_dict() == multi.user_attrs[SPEC]
+            )
     assert (tmp_path / "figs" / "pareto.png").is_file()
 
 

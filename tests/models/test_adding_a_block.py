@@ -86,8 +86,19 @@ def test_new_file_is_registered_searchable_and_counted(package_copy: Path) -> No
 
 def test_new_file_gets_the_contract_suite(package_copy: Path) -> None:
     out = run(
-        ["-m", "pytest", str(ROOT / "tests" / "models"), "-o", "addopts=", "-v", "-p", "no:cacheprovider",
-         f"--ignore={Path(__file__).resolve()}", "-k", "alibi or (mixture and not fixed and not random)"],
+        [
+            "-m",
+            "pytest",
+            str(ROOT / "tests" / "models"),
+            "-o",
+            "addopts=",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            f"--ignore={Path(__file__).resolve()}",
+            "-k",
+            "alibi or (mixture and not fixed and not random)",
+        ],
         package_copy,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
@@ -96,9 +107,13 @@ def test_new_file_gets_the_contract_suite(package_copy: Path) -> None:
     ran = set(re.findall(r"::(test_\w+)\[[^\]]*alibi[^\]]*\] PASSED", out.stdout))
     # Every test parametrized over the blocks ran for alibi: the contract and its reference.
     expected = {
-        "test_block_is_causal", "test_block_flops_match_counter", "test_model_param_count_equals_compute",
-        "test_gradients_reach_every_block_parameter", "test_state_dict_round_trip",
-        "test_block_matches_reference", "test_scores_match_reference_logits",
+        "test_block_is_causal",
+        "test_block_flops_match_counter",
+        "test_model_param_count_equals_compute",
+        "test_gradients_reach_every_block_parameter",
+        "test_state_dict_round_trip",
+        "test_block_matches_reference",
+        "test_scores_match_reference_logits",
         "test_block_gradients_match_reference",
     }
     assert expected <= ran, sorted(expected - ran)

@@ -16,11 +16,18 @@ VOCAB, PAD = 40, 37  # the pad id: the vocabulary's third-from-last (nas.data.Pa
 
 def _model(name: str, pos_encoding: str) -> torch.nn.Module:
     attention = {"type": name, **ATTENTION.get(name).example_options(), **OPTIONS.get(name, {})}
-    arch = nas.ArchConfig.from_dict({
-        "task": "seq2seq", "d_model": 32, "n_heads": 4, "max_len": 16, "vocab_size": VOCAB,
-        "pos_encoding": pos_encoding, "encoder_layers": [{"attention": attention}, {"attention": attention}],
-        "layers": [{"attention": "mha"}],
-    })  # fmt: skip
+    arch = nas.ArchConfig.from_dict(
+        {
+            "task": "seq2seq",
+            "d_model": 32,
+            "n_heads": 4,
+            "max_len": 16,
+            "vocab_size": VOCAB,
+            "pos_encoding": pos_encoding,
+            "encoder_layers": [{"attention": attention}, {"attention": attention}],
+            "layers": [{"attention": "mha"}],
+        }
+    )
     torch.manual_seed(0)
     return nas.build_model(arch).double().eval()
 
@@ -39,8 +46,9 @@ def test_a_sources_encoding_does_not_depend_on_its_padding(name: str, pos_encodi
         torch.testing.assert_close(a[:, :7], b[:, :7], atol=1e-10, rtol=1e-9)
         assert keep_a[:, :7].all() and not keep_a[:, 7:].any()
         tgt = torch.randint(0, 30, (2, 5), generator=g)
-        torch.testing.assert_close(model.decode(a, keep_a, tgt), model.decode(b, model.encode(long)[1], tgt),
-                                   atol=1e-10, rtol=1e-9)  # fmt: skip
+        torch.testing.assert_close(
+            model.decode(a, keep_a, tgt), model.decode(b, model.encode(long)[1], tgt), atol=1e-10, rtol=1e-9
+        )
 
 
 def test_without_padding_the_encoder_runs_its_unmasked_paths() -> None:

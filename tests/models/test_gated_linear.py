@@ -152,8 +152,9 @@ def test_fixed_gate_is_retention(T: int) -> None:
     log_gamma = (
         torch.tensor(retention_gammas(4), dtype=torch.float64).log().view(1, 4, 1, 1).expand(1, 4, T, 1)
     )
-    torch.testing.assert_close(chunked_gated_linear(q, k, v, log_gamma), retention_parallel(q, k, v),
-                               atol=1e-11, rtol=1e-10)  # fmt: skip
+    torch.testing.assert_close(
+        chunked_gated_linear(q, k, v, log_gamma), retention_parallel(q, k, v), atol=1e-11, rtol=1e-10
+    )
 
 
 def test_fixed_gate_block_is_retention_then_norm_gate_and_projection() -> None:

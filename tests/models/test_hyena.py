@@ -21,7 +21,7 @@ from nas.models.attention.hyena import (
     HyenaOperator,
     fft_causal_conv,
     naive_causal_conv,
-)  # fmt: skip
+)
 
 BLOCK = nas.ATTENTION.get("hyena")
 FFN = FFNSpec()
@@ -167,10 +167,15 @@ def test_bf16_autocast_gives_finite_gradients() -> None:
 
 
 def test_it_trains_in_a_language_model() -> None:
-    arch = nas.ArchConfig.from_dict({
-        "d_model": 32, "n_heads": 4, "max_len": 32, "vocab_size": 16,
-        "layers": {"repeat": 2, "attention": {"type": "hyena", "filter_order": 16}},
-    })  # fmt: skip
+    arch = nas.ArchConfig.from_dict(
+        {
+            "d_model": 32,
+            "n_heads": 4,
+            "max_len": 32,
+            "vocab_size": 16,
+            "layers": {"repeat": 2, "attention": {"type": "hyena", "filter_order": 16}},
+        }
+    )
     torch.manual_seed(0)
     model = nas.build_model(arch)
     # the model's GPT-2 init (nn.Linear only) leaves the filter network at its own init
@@ -272,7 +277,7 @@ def test_state_elements() -> None:
         ({"emb_dim": 4}, "emb_dim"),
         ({"emb_dim": 1}, "emb_dim"),
         ({"filter_order": 0}, "filter_order"),
-    ],  # fmt: skip
+    ],
 )
 def test_options_that_cannot_work_are_refused(options: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -23,8 +23,10 @@ def test_only_an_encoder_layer_may_center_its_convolution() -> None:
     centered = {"type": "mdha", "kernel": 3, "centered": True}
     arch = nas.ArchConfig.from_dict(_seq2seq(centered, "mha"))
     assert arch.encoder_layers[0].attention.options.centered
-    for raw in (_seq2seq("mha", centered),
-                {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": centered}]}):  # fmt: skip
+    for raw in (
+        _seq2seq("mha", centered),
+        {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": centered}]},
+    ):
         with pytest.raises(nas.ConfigError, match="only in an encoder layer") as err:
             nas.ArchConfig.from_dict(raw)
         assert err.value.path == "layers.0.attention.centered"
@@ -50,7 +52,9 @@ def test_a_centered_encoder_layer_matches_its_written_out_formula(kernel: int) -
             out = torch.zeros(7, 16, dtype=torch.float64)
             for h in range(2):
                 for i in range(7):
-                    logits = torch.stack([head(q, h, 2)[i] @ head(k, h, 2)[j] / math.sqrt(8) for j in range(7)])
+                    logits = torch.stack(
+                        [head(q, h, 2)[i] @ head(k, h, 2)[j] / math.sqrt(8) for j in range(7)]
+                    )
                     w = softmax(logits)
                     out[i, h * 8 : (h + 1) * 8] = sum(w[j] * head(v, h, 2)[j] for j in range(7))
             torch.testing.assert_close(y[b], out @ block.out_proj.weight.T, atol=1e-10, rtol=1e-9)

@@ -18,8 +18,16 @@ def _rms(t: torch.Tensor) -> float:
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
 @pytest.mark.parametrize("d_model", [64, 128, 256])
 def test_the_position_table_starts_at_the_token_embeddings_scale(pos_encoding: str, d_model: int) -> None:
-    arch = nas.ArchConfig.from_dict({"d_model": d_model, "n_heads": 4, "max_len": 128, "vocab_size": 256,
-                                     "pos_encoding": pos_encoding, "layers": {"repeat": 1, "attention": "mha"}})
+    arch = nas.ArchConfig.from_dict(
+        {
+            "d_model": d_model,
+            "n_heads": 4,
+            "max_len": 128,
+            "vocab_size": 256,
+            "pos_encoding": pos_encoding,
+            "layers": {"repeat": 1, "attention": "mha"},
+        }
+    )
     torch.manual_seed(0)
     model = nas.build_model(arch)
     ratio = _rms(model.pos_emb) / _rms(model.tok_emb.weight)

@@ -147,7 +147,9 @@ def test_multi_branch_matches_reference_for_every_activation(activation: str) ->
 
 @pytest.mark.parametrize("T", [5, L])
 @pytest.mark.parametrize("positions", ["rope", "alibi"])
-def test_block_with_positions_in_attention_matches_reference(variant: Variant, T: int, positions: str) -> None:
+def test_block_with_positions_in_attention_matches_reference(
+    variant: Variant, T: int, positions: str
+) -> None:
     """Every block under ``pos_encoding: rope`` or ``alibi``: those with queries and keys turn them
     (or bias their logits), the rest ignore it; outputs and gradients."""
     ffn = FFNSpec("relu", 4.0)
@@ -162,8 +164,9 @@ def test_block_with_positions_in_attention_matches_reference(variant: Variant, T
         torch.testing.assert_close(block(x), reference(block, "reference_forward", x), atol=1e-10, rtol=1e-9)
         if has_scores(block):
             s = block.scores(x)
-            torch.testing.assert_close(s.expand(B, -1, -1, -1), reference(block, "reference_scores", x),
-                                       atol=1e-10, rtol=1e-9)  # fmt: skip
+            torch.testing.assert_close(
+                s.expand(B, -1, -1, -1), reference(block, "reference_scores", x), atol=1e-10, rtol=1e-9
+            )
     slow = gradients(block, lambda t: reference(block, "reference_forward", t), x)
     assert_same_gradients(gradients(block, block, x), slow)
 

@@ -21,9 +21,16 @@ PAD, BOS, EOS = 256, 257, 258
 
 
 def seq2seq(encoder: list[Any], decoder: list[Any], **kw: Any) -> ArchConfig:
-    raw = {"task": "seq2seq", "d_model": 32, "n_heads": 4, "max_len": 16, "vocab_size": V,
-           "encoder_layers": [{"attention": a} for a in encoder],
-           "layers": [{"attention": a} for a in decoder], **kw}  # fmt: skip
+    raw = {
+        "task": "seq2seq",
+        "d_model": 32,
+        "n_heads": 4,
+        "max_len": 16,
+        "vocab_size": V,
+        "encoder_layers": [{"attention": a} for a in encoder],
+        "layers": [{"attention": a} for a in decoder],
+        **kw,
+    }
     return ArchConfig.from_dict(raw)
 
 
@@ -33,10 +40,15 @@ def test_an_lm_dict_and_id_are_what_they_were_before_seq2seq() -> None:
     assert "task" not in lm.to_dict() and "encoder_layers" not in lm.to_dict()
     # the id every existing study stored for this architecture (computed before seq2seq existed)
     assert lm.arch_id == ArchConfig.from_dict(lm.to_dict()).arch_id
-    assert lm.to_dict() == {"vocab_size": 256, "d_model": 32, "n_heads": 4, "max_len": 16,
-                            "pos_encoding": "learned", "tie_embeddings": True,
-                            "layers": [{"attention": {"type": "mha"},
-                                        "ffn": {"activation": "relu", "mult": 4.0}}]}  # fmt: skip
+    assert lm.to_dict() == {
+        "vocab_size": 256,
+        "d_model": 32,
+        "n_heads": 4,
+        "max_len": 16,
+        "pos_encoding": "learned",
+        "tie_embeddings": True,
+        "layers": [{"attention": {"type": "mha"}, "ffn": {"activation": "relu", "mult": 4.0}}],
+    }
 
 
 def test_a_seq2seq_config_round_trips_and_names_both_stacks() -> None:
@@ -57,7 +69,7 @@ def test_a_seq2seq_config_round_trips_and_names_both_stacks() -> None:
         ({"task": "seq2seq", "encoder_layers": [{"attention": "x"}]}, "encoder_layers.0.attention", "valid"),
         ({"task": "seq2seq", "encoder_layers": {"repeat": 0}}, "encoder_layers.repeat", ""),
     ],
-)  # fmt: skip
+)
 def test_bad_seq2seq_configs_say_where(raw: dict[str, Any], path: str, words: str) -> None:
     base = {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": "mha"}]}
     with pytest.raises(ConfigError) as err:
@@ -131,10 +143,14 @@ def test_a_bidirectional_block_sees_the_future_and_agrees_with_its_causal_self_a
 MDHA = {"type": "mdha", "kernel": 3}
 CASES = [
     dict(encoder=["mha"], decoder=["mha"]),
-    dict(encoder=["synth_random", MDHA, "multi_branch"], decoder=["mha", "synth_dense"],
-         pos_encoding="sinusoidal"),
-    dict(encoder=["additive"], decoder=[{"type": "synth_factorized_random", "rank": 4}],
-         tie_embeddings=False),
+    dict(
+        encoder=["synth_random", MDHA, "multi_branch"],
+        decoder=["mha", "synth_dense"],
+        pos_encoding="sinusoidal",
+    ),
+    dict(
+        encoder=["additive"], decoder=[{"type": "synth_factorized_random", "rank": 4}], tie_embeddings=False
+    ),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Inference state (``nas.compute``'s ``state_elements``): what one sequence keeps per layer while generating."""
+"""Inference state (``nas.compute``'s ``state_elements``): what one sequence keeps per layer while
+generating."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from nas.models import ATTENTION
 
 def _state(attention: object, T: int, d_model: int = 64, n_heads: int = 4) -> int:
     arch = nas.ArchConfig.from_dict(
-        {"d_model": d_model, "n_heads": n_heads, "max_len": T, "layers": {"repeat": 1, "attention": attention}}
+        {
+            "d_model": d_model,
+            "n_heads": n_heads,
+            "max_len": T,
+            "layers": {"repeat": 1, "attention": attention},
+        }
     )
     return nas.compute(arch, T).state_elements
 

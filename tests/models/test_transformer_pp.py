@@ -39,12 +39,20 @@ def _llama(arch: ArchConfig, kv_heads: int):
 
     d = arch.d_model
     config = LlamaConfig(
-        vocab_size=arch.vocab_size, hidden_size=d, intermediate_size=ffn_width(d, 4, "swiglu"),
-        num_hidden_layers=arch.n_layers, num_attention_heads=arch.n_heads,
-        num_key_value_heads=kv_heads or arch.n_heads, max_position_embeddings=arch.max_len,
-        rms_norm_eps=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
-        rope_theta=arch.rope_base, hidden_act="silu",
-    )  # fmt: skip
+        vocab_size=arch.vocab_size,
+        hidden_size=d,
+        intermediate_size=ffn_width(d, 4, "swiglu"),
+        num_hidden_layers=arch.n_layers,
+        num_attention_heads=arch.n_heads,
+        num_key_value_heads=kv_heads or arch.n_heads,
+        max_position_embeddings=arch.max_len,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        mlp_bias=False,
+        rope_theta=arch.rope_base,
+        hidden_act="silu",
+    )
     config.rope_parameters = {"rope_type": "default", "rope_theta": arch.rope_base}
     config._attn_implementation = "eager"
     return LlamaForCausalLM(config)
@@ -101,7 +109,9 @@ def test_rotary_positions_make_scores_depend_on_the_offset_only() -> None:
         assert torch.allclose(diag, diag[0].expand_as(diag), atol=1e-12)
     # the loop reference turns the same pairs by the same angles
     x = torch.randn(16, 16, dtype=torch.float64)  # (T, 2 heads x dh 8)
-    fast = rotate(x.view(16, 2, 8).transpose(0, 1), cos.double(), sin.double()).transpose(0, 1).reshape(16, 16)
+    fast = (
+        rotate(x.view(16, 2, 8).transpose(0, 1), cos.double(), sin.double()).transpose(0, 1).reshape(16, 16)
+    )
     assert torch.allclose(fast, reference_rotate(x, 2, 10000.0), atol=1e-12)
     assert torch.allclose(qs[0], q)  # position 0 is not turned
 
@@ -123,15 +133,22 @@ def test_a_gated_ffn_has_the_parameters_of_the_ungated_one_of_the_same_mult() ->
     plain = sum(p.numel() for p in FeedForward(d, ffn_width(d, 4, "relu"), "relu").parameters())
     assert gated == 3 * 128 * 341 and plain == 2 * 128 * 512
     assert math.isclose(gated, plain, rel_tol=0.002)
-    models = (compute(_arch(0, "swiglu")).non_embedding_params, compute(_arch(0, "relu")).non_embedding_params)
+    models = (
+        compute(_arch(0, "swiglu")).non_embedding_params,
+        compute(_arch(0, "relu")).non_embedding_params,
+    )
     assert math.isclose(*models, rel_tol=0.01)
 
 
 def test_the_shipped_transformer_pp_is_the_vanilla_shape_with_todays_components() -> None:
     pp = nas.load_arch(ROOT / "examples/archs/transformer_pp.yaml")
     vanilla = nas.load_arch(ROOT / "examples/archs/vanilla.yaml")
-    assert (pp.d_model, pp.n_heads, pp.n_layers, pp.max_len) == (vanilla.d_model, vanilla.n_heads,
-                                                                  vanilla.n_layers, vanilla.max_len)  # fmt: skip
+    assert (pp.d_model, pp.n_heads, pp.n_layers, pp.max_len) == (
+        vanilla.d_model,
+        vanilla.n_heads,
+        vanilla.n_layers,
+        vanilla.max_len,
+    )
     assert (pp.pos_encoding, pp.norm, pp.layers[0].ffn.activation) == ("rope", "rmsnorm", "swiglu")
     raw = yaml.safe_load((ROOT / "examples/archs/transformer_pp.yaml").read_text())["arch"]
     assert ArchConfig.from_dict(pp.to_dict()) == pp and raw["rope_base"] == 10000.0
@@ -153,7 +170,7 @@ def test_alibi_slopes_are_the_papers() -> None:
 
     assert alibi_slopes(8) == [2.0 ** -(h + 1) for h in range(8)]  # 1/2 ... 1/256
     assert alibi_slopes(4) == [2.0 ** -(2 * (h + 1)) for h in range(4)]
-    assert alibi_slopes(6) == alibi_slopes(4) + [2.0 ** -1, 2.0 ** -3]  # slopes(8)[0::2][:2]
+    assert alibi_slopes(6) == alibi_slopes(4) + [2.0**-1, 2.0**-3]  # slopes(8)[0::2][:2]
     bias = alibi_bias(2, 3)
-    assert alibi_slopes(2) == [2.0 ** -4, 2.0 ** -8]
+    assert alibi_slopes(2) == [2.0**-4, 2.0**-8]
     assert bias[0].tolist() == [[0.0, -0.0625, -0.125], [-0.0625, 0.0, -0.0625], [-0.125, -0.0625, 0.0]]

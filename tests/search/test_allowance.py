@@ -76,9 +76,26 @@ def test_without_trials_the_default_population_is_twenty():
 
 
 def _search(tmp_path, corpus, *extra, space=TINY_SPACE):
-    args = ["search", "--space", str(space), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
-            "--runs-dir", str(tmp_path / "runs"), "--data", str(corpus), "--local", "--no-tensorboard",
-            "--sampler", "random", "--steps", "6", *extra]
+    args = [
+        "search",
+        "--space",
+        str(space),
+        "--study",
+        "s",
+        "--storage",
+        f"sqlite:///{tmp_path}/s.db",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--data",
+        str(corpus),
+        "--local",
+        "--no-tensorboard",
+        "--sampler",
+        "random",
+        "--steps",
+        "6",
+        *extra,
+    ]
     return main(args)
 
 
@@ -103,26 +120,47 @@ def _check_stopped_on_compute(study, limit):
 def test_max_flops_ends_the_search_and_a_continued_counts_what_was_spent(tmp_path, text_corpus, capsys):
     # what one trial of the tiny space costs (6 steps): the limit is set in trials' worth
     assert _search(tmp_path, text_corpus, "--trials", "1") == 0
-    one = trained_flops(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials[0].user_attrs)
+    one = trained_flops(
+        optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials[0].user_attrs
+    )
     (tmp_path / "s.db").unlink()
 
     limit = 3.5 * one
-    assert _search(tmp_path, text_corpus, "--max-flops", f"{limit}", "--hurdles", "0.5",
-                   "--hurdle-percentile", "30") == 0
+    assert (
+        _search(
+            tmp_path, text_corpus, "--max-flops", f"{limit}", "--hurdles", "0.5", "--hurdle-percentile", "30"
+        )
+        == 0
+    )
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     _check_stopped_on_compute(study, limit)
     first = len(study.trials)
     assert "of " in capsys.readouterr().out  # the progress line shows the compute spent
 
     # the same limit again: nothing to do, nothing added
-    assert _search(tmp_path, text_corpus, "--max-flops", f"{limit}", "--hurdles", "0.5",
-                   "--hurdle-percentile", "30") == 0
+    assert (
+        _search(
+            tmp_path, text_corpus, "--max-flops", f"{limit}", "--hurdles", "0.5", "--hurdle-percentile", "30"
+        )
+        == 0
+    )
     assert "nothing to do" in capsys.readouterr().out
     assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials) == first
 
     # a larger limit continues from what the first run spent
-    assert _search(tmp_path, text_corpus, "--max-flops", f"{2 * limit}", "--hurdles", "0.5",
-                   "--hurdle-percentile", "30") == 0
+    assert (
+        _search(
+            tmp_path,
+            text_corpus,
+            "--max-flops",
+            f"{2 * limit}",
+            "--hurdles",
+            "0.5",
+            "--hurdle-percentile",
+            "30",
+        )
+        == 0
+    )
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     assert len(study.trials) > first
     _check_stopped_on_compute(study, 2 * limit)
@@ -134,8 +172,9 @@ def test_trials_still_bound_a_search_with_max_flops(tmp_path, text_corpus):
     assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials) == 3
 
 
-def test_diverged_trials_count_what_they_trained_and_a_continued_search_reads_it_back(tmp_path, text_corpus,
-                                                                                      capsys):
+def test_diverged_trials_count_what_they_trained_and_a_continued_search_reads_it_back(
+    tmp_path, text_corpus, capsys
+):
     # every candidate diverges within its first steps: each FAIL trial spent those steps' FLOPs
     space = tmp_path / "diverging.yaml"
     space.write_text(TINY_SPACE.read_text().replace("  log_every: 2\n", "  log_every: 2\n  lr: 1.0e+6\n"))

@@ -69,8 +69,10 @@ def test_multi_objective_parent_is_not_dominated_in_its_tournament():
     for child in study.trials[6:]:
         population = [t for t in study.trials[: child.number]][-6:]
         parent = study.trials[child.user_attrs["parent"]]
-        assert not any(all(o <= p for o, p in zip(t.values, parent.values, strict=True)) and t.values != parent.values
-                       for t in population)
+        assert not any(
+            all(o <= p for o, p in zip(t.values, parent.values, strict=True)) and t.values != parent.values
+            for t in population
+        )
 
 
 def test_enqueued_trials_are_not_evolved():
@@ -107,8 +109,14 @@ def test_trials_stopped_by_hurdles_stay_in_the_population_below_the_complete_one
     dist = {"x": CategoricalDistribution(["a", "b", "c", "d"])}
 
     def stopped(x, reached):  # pruned at its last hurdle with these losses
-        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={"x": x},
-                                                  distributions=dist, user_attrs={"intermediate": reached}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=optuna.trial.TrialState.PRUNED,
+                params={"x": x},
+                distributions=dist,
+                user_attrs={"intermediate": reached},
+            )
+        )
 
     stopped("a", {"0.1": 3.0})
     stopped("b", {"0.1": 2.0, "0.3": 2.9})  # went further: better than "a" despite the higher last loss
@@ -116,8 +124,11 @@ def test_trials_stopped_by_hurdles_stay_in_the_population_below_the_complete_one
     population = sampler.population(study)
     assert len(population) == 3  # stopped trials count: no need to wait for COMPLETE ones
     assert sampler.select_parent(study, population).params["x"] == "b"
-    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=9.0,
-                                              params={"x": "d"}, distributions=dist))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE, value=9.0, params={"x": "d"}, distributions=dist
+        )
+    )
     population = sampler.population(study)
     assert len(population) == 4
     assert sampler.select_parent(study, population).params["x"] == "d"  # any COMPLETE beats the stopped

@@ -9,8 +9,11 @@ from nas.search.samplers.hurdles import Hurdles, missed
 
 
 def finished(loss_at_half, state=TrialState.COMPLETE):
-    return create_trial(state=state, value=1.0 if state == TrialState.COMPLETE else None,
-                        user_attrs={"intermediate": {"0.5": loss_at_half}})
+    return create_trial(
+        state=state,
+        value=1.0 if state == TrialState.COMPLETE else None,
+        user_attrs={"intermediate": {"0.5": loss_at_half}},
+    )
 
 
 def test_threshold_is_the_percentile_of_earlier_losses():
@@ -23,7 +26,11 @@ def test_threshold_is_the_percentile_of_earlier_losses():
 
 
 def test_hurdle_waits_for_enough_trials_and_ignores_failures():
-    trials = [finished(1.0), finished(2.0), create_trial(state=TrialState.FAIL, user_attrs={"intermediate": {"0.5": 0.1}})]
+    trials = [
+        finished(1.0),
+        finished(2.0),
+        create_trial(state=TrialState.FAIL, user_attrs={"intermediate": {"0.5": 0.1}}),
+    ]
     assert Hurdles((0.5,), min_trials=3).thresholds(trials) == {}
     assert not missed({}, 0.5, 100.0)
 
@@ -40,12 +47,18 @@ def test_each_architecture_counts_once_in_a_threshold():
     # Trial 3 re-proposed trial 1's architecture (a duplicate carries its twin's losses and arch_id):
     # counted twice, 4.0 would be the median and the architecture would pass its own hurdle.
     trials = [
-        create_trial(state=TrialState.COMPLETE, value=1.0,
-                     user_attrs={"arch_id": arch, "intermediate": {"0.5": loss}, **extra})
+        create_trial(
+            state=TrialState.COMPLETE,
+            value=1.0,
+            user_attrs={"arch_id": arch, "intermediate": {"0.5": loss}, **extra},
+        )
         for arch, loss, extra in [
-            ("a", 1.0, {}), ("b", 4.0, {}), ("c", 2.0, {}), ("b", 4.0, {"duplicate_of": 1}),
+            ("a", 1.0, {}),
+            ("b", 4.0, {}),
+            ("c", 2.0, {}),
+            ("b", 4.0, {"duplicate_of": 1}),
         ]
-    ]  # fmt: skip
+    ]
     assert Hurdles((0.5,), percentile=50, min_trials=1).thresholds(trials) == {"0.5": pytest.approx(2.0)}
     assert Hurdles((0.5,), min_trials=4).thresholds(trials) == {}  # three architectures, not four trials
 

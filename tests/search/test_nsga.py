@@ -42,8 +42,13 @@ def _search(sampler: optuna.samplers.BaseSampler, trials: int) -> tuple[optuna.S
 
 
 def _random_share_of_kernels(study: optuna.Study, drawn: set[tuple[int, str]]) -> float:
-    genes = [(t.number, k) for t in study.trials if t.system_attrs.get(GEN, 0) >= 1
-             for k in t.params if k.endswith(".mdha.kernel")]
+    genes = [
+        (t.number, k)
+        for t in study.trials
+        if t.system_attrs.get(GEN, 0) >= 1
+        for k in t.params
+        if k.endswith(".mdha.kernel")
+    ]
     assert len(genes) >= 40
     return sum(g in drawn for g in genes) / len(genes)
 
@@ -63,11 +68,15 @@ def _share7(ts: list[optuna.trial.FrozenTrial]) -> float:
 def test_the_default_multi_objective_sampler_learns_conditional_genes():
     # auto -> TPE grouped: the kernel (present only where a layer chose mdha) is in the joint model of its
     # group, so the second half of a search favours kernel 7; drawn at random it would be a third.
-    late = [t for seed in range(3)
-            for t in _search(make_sampler(resolve_sampler("auto", 2), None, seed, 72), 72)[0].trials[36:]]
+    late = [
+        t
+        for seed in range(3)
+        for t in _search(make_sampler(resolve_sampler("auto", 2), None, seed, 72), 72)[0].trials[36:]
+    ]
     assert _share7(late) > 0.45
-    random = [t for seed in range(3)
-              for t in _search(optuna.samplers.RandomSampler(seed=seed), 72)[0].trials[36:]]
+    random = [
+        t for seed in range(3) for t in _search(optuna.samplers.RandomSampler(seed=seed), 72)[0].trials[36:]
+    ]
     assert _share7(random) < 0.4
 
 
@@ -82,8 +91,9 @@ def test_nsga2_inherits_conditional_genes():
 
 
 def test_a_study_begun_with_optuna_nsga2_continues_its_generations():
-    study = optuna.create_study(directions=["minimize", "minimize"],
-                                sampler=optuna.samplers.NSGAIISampler(population_size=4, seed=0))
+    study = optuna.create_study(
+        directions=["minimize", "minimize"], sampler=optuna.samplers.NSGAIISampler(population_size=4, seed=0)
+    )
     study.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)), n_trials=8)
     study.sampler = UnionNSGAIISampler(population_size=4, seed=0)
     study.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)), n_trials=4)
@@ -94,8 +104,9 @@ def test_a_gene_only_one_parent_has_is_taken_from_it():
     sampler = UnionNSGAIISampler(population_size=2, seed=0, crossover_prob=1.0)
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     dist = optuna.distributions.CategoricalDistribution([3, 5, 7])
-    a = optuna.trial.create_trial(params={"j": 3, "k": 7}, distributions={"j": dist, "k": dist},
-                                  values=[0.0, 1.0])
+    a = optuna.trial.create_trial(
+        params={"j": 3, "k": 7}, distributions={"j": dist, "k": dist}, values=[0.0, 1.0]
+    )
     b = optuna.trial.create_trial(params={"j": 5}, distributions={"j": dist}, values=[1.0, 0.0])
     # Over many children, "k" is either taken from the one parent that has it or mutated away (left out).
     kept = [sampler._child(study, {"j": dist, "k": dist}, [a, b]).get("k") for _ in range(50)]

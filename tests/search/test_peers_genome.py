@@ -29,8 +29,9 @@ def test_genome_rebuilds_every_draw_whatever_its_inactive_genes(name):
         arch = space.suggest(drawn)
         searched = {k: v for k, v in drawn.params.items() if k in genes}
         # what Syne Tune holds: an index or value for every gene, the inactive ones arbitrary
-        config = {k: _index(d, searched[k]) if k in searched else _index(d, _any(d, rng))
-                  for k, d in genes.items()}
+        config = {
+            k: _index(d, searched[k]) if k in searched else _index(d, _any(d, rng)) for k, d in genes.items()
+        }
         params = {k: _value(genes[k], v) for k, v in config.items()}
         assert space.suggest(optuna.trial.FixedTrial(params)) == arch
 

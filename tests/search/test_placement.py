@@ -20,7 +20,13 @@ LINEAR = {"gated_linear", "hyena", "sliding_window"}
 RAW: dict[str, Any] = {
     "globals": {"d_model": 32, "n_heads": 2, "n_layers": [3, 4, 6], "max_len": 16},
     "layers": {
-        "attention": {"mha": {}, "mdha": {"kernel": [2, 3]}, "gated_linear": {}, "hyena": {}, "sliding_window": {}},
+        "attention": {
+            "mha": {},
+            "mdha": {"kernel": [2, 3]},
+            "gated_linear": {},
+            "hyena": {},
+            "sliding_window": {},
+        },
         "ffn": {"activation": "relu", "mult": 2},
         "at": [
             {"layers": -1, "attention": "mha"},
@@ -115,7 +121,9 @@ def test_the_shipped_hybrid_space_pins_its_last_layer() -> None:
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_search_with_a_pinned_layer_finishes_and_by_layer_shows_it_fixed(tmp_path, text_corpus, capsys) -> None:
+def test_a_search_with_a_pinned_layer_finishes_and_by_layer_shows_it_fixed(
+    tmp_path, text_corpus, capsys
+) -> None:
     raw = copy.deepcopy(RAW)
     raw["globals"]["n_layers"] = 3
     raw.update(recipe={"batch_size": 4, "eval_batches": 2, "log_every": 2}, budget={"steps": 4})
@@ -132,18 +140,25 @@ def test_a_search_with_a_pinned_layer_finishes_and_by_layer_shows_it_fixed(tmp_p
     capsys.readouterr()
     assert main(["best", *args, "--by-layer"]) == 0
     out = capsys.readouterr().out
-    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines() if line.startswith("attention")}
+    rows = {
+        tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines() if line.startswith("attention")
+    }
     assert rows[("attention", "2")] == ["mha", "4", "mha", "4"], out  # the pinned layer never varies
     assert rows[("attention", "0")][0] in LINEAR, out
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_the_state_objective_puts_the_inference_state_on_the_pareto_front(tmp_path, text_corpus, capsys) -> None:
-    """``--objective loss+flops+state``: a third value per trial, the bytes a sequence keeps while generating."""
+def test_the_state_objective_puts_the_inference_state_on_the_pareto_front(
+    tmp_path, text_corpus, capsys
+) -> None:
+    """``--objective loss+flops+state``: a third value per trial, the bytes a sequence keeps while
+    generating."""
     raw = copy.deepcopy(RAW)
     raw["globals"]["n_layers"] = 2
     raw["layers"].pop("at")
-    raw.update(recipe={"batch_size": 4, "eval_batches": 2, "log_every": 2}, budget={"steps": 4}, seed_archs=[])
+    raw.update(
+        recipe={"batch_size": 4, "eval_batches": 2, "log_every": 2}, budget={"steps": 4}, seed_archs=[]
+    )
     space = tmp_path / "state.yaml"
     space.write_text(yaml.safe_dump(raw))
     storage = f"sqlite:///{tmp_path}/st.db"

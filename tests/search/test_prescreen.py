@@ -23,13 +23,16 @@ from nas.spec.training import Budget
 
 RAW: dict[str, Any] = {
     "globals": {"d_model": 32, "n_heads": 2, "n_layers": 2, "max_len": 16},
-    "layers": {"attention": {"mha": {}, "synth_fixed_random": {}, "synth_random": {}},
-               "ffn": {"activation": ["relu", "squared_relu"], "mult": [2, 4]}},
+    "layers": {
+        "attention": {"mha": {}, "synth_fixed_random": {}, "synth_random": {}},
+        "ffn": {"activation": ["relu", "squared_relu"], "mult": [2, 4]},
+    },
     "recipe": {"batch_size": 4, "eval_batches": 2, "log_every": 2},
     "budget": {"steps": 4},
-}  # fmt: skip
+}
 ARCH = ArchConfig.from_dict({"vocab_size": 64, "d_model": 16, "n_heads": 2, "max_len": 16,
-                             "layers": {"repeat": 1, "attention": "mha", "ffn": {"activation": "relu", "mult": 2}}})  # fmt: skip
+                             "layers": {"repeat": 1, "attention": "mha",
+                                        "ffn": {"activation": "relu", "mult": 2}}})  # fmt: skip
 
 
 class Recorder:
@@ -61,8 +64,9 @@ def test_a_candidate_that_misses_the_screen_never_reaches_the_main_evaluator() -
 
 def test_a_candidate_that_passes_trains_with_the_other_hurdles_only() -> None:
     main_ev = Recorder()
-    result = Prescreened(ProxyEvaluator("params"), main_ev).evaluate(ARCH, Budget("steps", 4), lambda p: False,
-                                                                     eval_at=(0.0, 0.5))  # fmt: skip
+    result = Prescreened(ProxyEvaluator("params"), main_ev).evaluate(
+        ARCH, Budget("steps", 4), lambda p: False, eval_at=(0.0, 0.5)
+    )
     assert main_ev.calls == [(0.5,)]  # fraction 0 is the screen's: the main evaluator never sees it
     assert not result.stopped_early and result.extra["proxy"] == "flops" and "prescreen_value" in result.extra
 
@@ -127,13 +131,16 @@ def _search(tmp_path, corpus, name: str, *extra: str, trials: int = 6) -> optuna
 
 
 def test_a_prescreened_search_stops_weak_candidates_before_training(tmp_path, text_corpus, capsys) -> None:
-    study = _search(tmp_path, text_corpus, "pre", "--prescreen", "probes:memorization@3", "--hurdle-min-trials",
-                    "2", "--hurdle-percentile", "40", "--sampler", "random", trials=8)  # fmt: skip
+    study = _search(tmp_path, text_corpus, "pre", "--prescreen", "probes:memorization@3",
+                    "--hurdle-min-trials", "2", "--hurdle-percentile", "40", "--sampler", "random",
+                    trials=8)  # fmt: skip
     out = capsys.readouterr().out
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert pruned and done, out
-    assert "screened out before training" in out and "misses hurdle 0 " not in out  # a twin: "misses the prescreen"
+    assert (
+        "screened out before training" in out and "misses hurdle 0 " not in out
+    )  # a twin: "misses the prescreen"
     for t in pruned:  # nothing trained: the screen's cost is all it spent
         assert t.user_attrs["pruned_at"] == 0.0 and t.user_attrs.get("train_flops", 0.0) == 0.0
         assert t.user_attrs["prescreen_flops"] > 0 and list(t.user_attrs["intermediate"]) == ["0"]
@@ -158,7 +165,9 @@ def test_confirm_trains_every_run_of_a_prescreened_search(tmp_path, text_corpus,
     assert main(["confirm", "--study", "scr", "--storage", url, "--top", "1", "--seeds", "2", "--scales", "1",
                  "--baseline", "vanilla", "--local", "--no-tensorboard"]) == 0  # fmt: skip
     runs = optuna.load_study(study_name="scr-confirm", storage=url).trials
-    assert len(runs) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in runs), capsys.readouterr().out
+    assert len(runs) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in runs), (
+        capsys.readouterr().out
+    )
     assert not any("prescreen_flops" in t.user_attrs for t in runs)
 
 
@@ -177,7 +186,9 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
 def test_confirm_of_a_probes_search_trains_the_lm(tmp_path, text_corpus, capsys) -> None:
     """The probe score stands in for the loss: confirm measures the loss (a probe run would give every
     seed the same score), and reports the search's value as a value, with no gap to the loss."""
-    _search(tmp_path, text_corpus, "pv", "--evaluator", "probes:memorization@2", "--objective", "loss", trials=2)
+    _search(
+        tmp_path, text_corpus, "pv", "--evaluator", "probes:memorization@2", "--objective", "loss", trials=2
+    )
     url = f"sqlite:///{tmp_path}/pv.db"
     capsys.readouterr()
     assert main(["confirm", "--study", "pv", "--storage", url, "--top", "1", "--seeds", "2", "--scales", "1",
@@ -193,7 +204,9 @@ def test_confirm_of_a_probes_search_trains_the_lm(tmp_path, text_corpus, capsys)
 
 
 @pytest.mark.parametrize("value", [5, ["probes"], True, "", "  "])
-def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(tmp_path, text_corpus, capsys, value) -> None:
+def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(
+    tmp_path, text_corpus, capsys, value
+) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({**copy.deepcopy(RAW), "search": {"prescreen": value}}))
     code = main(["search", "--space", str(space), "--study", "bad", "--runs-dir", str(tmp_path / "runs"),
@@ -204,18 +217,25 @@ def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(tmp_path, text_
     assert not (tmp_path / "runs" / "bad").exists()
 
 
-@pytest.mark.parametrize(("flag", "message"), [
-    ("lm", "search.prescreen (--prescreen): lm would train each candidate twice"),
-    ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
-    ("sleep:1", "evaluator 'sleep:1' cannot be used here; valid: proxy:NAME"),
-    ("probes@0", "probes STEPS after @ must be a whole number >= 1"),
-    ("proxy:params --evaluator proxy:params", "search.prescreen (--prescreen): is the search's evaluator too"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("lm", "search.prescreen (--prescreen): lm would train each candidate twice"),
+        ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
+        ("sleep:1", "evaluator 'sleep:1' cannot be used here; valid: proxy:NAME"),
+        ("probes@0", "probes STEPS after @ must be a whole number >= 1"),
+        (
+            "proxy:params --evaluator proxy:params",
+            "search.prescreen (--prescreen): is the search's evaluator too",
+        ),
+    ],
+)
 def test_a_bad_prescreen_is_one_line(tmp_path, text_corpus, capsys, flag: str, message: str) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(copy.deepcopy(RAW)))
     code = main(["search", "--space", str(space), "--study", "bad", "--runs-dir", str(tmp_path / "runs"),
-                 "--data", str(text_corpus), "--trials", "2", "--local", "--prescreen", *flag.split()])  # fmt: skip
+                 "--data", str(text_corpus), "--trials", "2", "--local",
+                 "--prescreen", *flag.split()])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs" / "bad").exists()  # nothing half-written

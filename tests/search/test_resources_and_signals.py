@@ -32,8 +32,9 @@ def run_search(tmp_path: Path, corpus: Path, *extra: str, **popen: object) -> su
     argv = [sys.executable, str(ROOT / "run_search.py"), "search", "--space", str(TINY_SPACE), "--study", "s",
             "--runs-dir", str(tmp_path / "runs"), "--data", str(corpus), "--sampler", "random",
             "--no-tensorboard", *extra]  # fmt: skip
-    return subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            **popen)  # type: ignore[call-overload]
+    return subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+    )  # type: ignore[call-overload]
 
 
 def refused(tmp_path: Path, corpus: Path, *extra: str) -> str:
@@ -47,13 +48,16 @@ def refused(tmp_path: Path, corpus: Path, *extra: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("cpus, gpus, words", [
-    (1e-9, 0.0, "--cpus-per-trial 1e-09 is too small"),
-    (1.0, 1e-9, "--gpus-per-trial 1e-09 is too small"),
-    (0.001, 0.0, "--cpus-per-trial 0.001 is too small"),
-    (1.5, 0.0, "--cpus-per-trial 1.5: above 1 it must be a whole number"),
-    (1.0, 2.5, "--gpus-per-trial 2.5: above 1 it must be a whole number"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "cpus, gpus, words",
+    [
+        (1e-9, 0.0, "--cpus-per-trial 1e-09 is too small"),
+        (1.0, 1e-9, "--gpus-per-trial 1e-09 is too small"),
+        (0.001, 0.0, "--cpus-per-trial 0.001 is too small"),
+        (1.5, 0.0, "--cpus-per-trial 1.5: above 1 it must be a whole number"),
+        (1.0, 2.5, "--gpus-per-trial 2.5: above 1 it must be a whole number"),
+    ],
+)
 def test_resources_ray_cannot_honour_are_refused(cpus: float, gpus: float, words: str) -> None:
     with pytest.raises(UserError, match=words.replace("+", r"\+")):
         check_trial_resources(cpus, gpus)
@@ -92,6 +96,7 @@ def test_a_gpu_request_without_gpus_is_refused_at_once(tmp_path: Path, text_corp
 @pytest.fixture
 def web_server() -> Iterator[int]:
     """An HTTP server on a free loopback port: something that answers, but is not Ray."""
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
@@ -161,8 +166,17 @@ def _group_alive(pgid: int) -> bool:
 def test_sigterm_to_the_process_group_requeues_and_exits_143(tmp_path: Path, text_corpus: Path) -> None:
     # What `timeout` and batch schedulers do: SIGTERM to the driver and to the local Ray it started,
     # all at once.  Asked for 12 workers on this machine, the driver also says how many it runs.
-    proc = run_search(tmp_path, text_corpus, "--trials", "20", "--evaluator", "sleep:2", "--workers", "12",
-                      start_new_session=True)
+    proc = run_search(
+        tmp_path,
+        text_corpus,
+        "--trials",
+        "20",
+        "--evaluator",
+        "sleep:2",
+        "--workers",
+        "12",
+        start_new_session=True,
+    )
     url = f"sqlite:///{tmp_path / 'runs' / 's' / 'study.db'}"
     try:
         deadline = time.monotonic() + 240
@@ -173,7 +187,8 @@ def test_sigterm_to_the_process_group_requeues_and_exits_143(tmp_path: Path, tex
             except Exception:  # noqa: BLE001 - not created yet
                 continue
             if any(t.state == TrialState.COMPLETE for t in trials) and any(
-                    t.state == TrialState.RUNNING and "arch" in t.user_attrs for t in trials):
+                t.state == TrialState.RUNNING and "arch" in t.user_attrs for t in trials
+            ):
                 break
         assert proc.poll() is None, proc.communicate()
         os.killpg(proc.pid, signal.SIGTERM)
@@ -198,7 +213,8 @@ def test_sigterm_to_the_process_group_requeues_and_exits_143(tmp_path: Path, tex
     # a trial being launched when the signal came (between ask and submit) says so
     reasons = {"driver stopped (SystemExit)", "driver stopped while it was being launched"}
     assert stopped and all(t.user_attrs["fail_reason"] in reasons for t in stopped), [
-        t.user_attrs["fail_reason"] for t in stopped]
+        t.user_attrs["fail_reason"] for t in stopped
+    ]
 
 
 @pytest.mark.slow

@@ -15,8 +15,24 @@ TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 
 
 def search(tmp_path: Path, corpus: Path, *extra: str) -> int:
-    return main(["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
-                 "--data", str(corpus), "--local", "--evaluator", "proxy:params", "--no-tensorboard", *extra])
+    return main(
+        [
+            "search",
+            "--space",
+            str(TINY_SPACE),
+            "--study",
+            "s",
+            "--storage",
+            f"sqlite:///{tmp_path}/s.db",
+            "--data",
+            str(corpus),
+            "--local",
+            "--evaluator",
+            "proxy:params",
+            "--no-tensorboard",
+            *extra,
+        ]
+    )
 
 
 def recorded(tmp_path: Path) -> str:
@@ -91,7 +107,6 @@ def test_the_cli_refuses_an_unknown_sampler_in_one_line(tmp_path, corpus, capsys
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "auto" in err and "nsga2" in err and not (tmp_path / "s.db").exists()
-
 
 
 @pytest.mark.parametrize("sampler", ["random", "evolution"])

@@ -69,8 +69,11 @@ def test_fixed_trial_gives_stable_parameter_names():
 
 
 def test_shared_layers_use_one_set_of_parameters():
-    space = parse_space(small_space(layers={"share": True, "attention": ["mha", "synth_random"],
-                                            "ffn": {"activation": "relu"}}))
+    space = parse_space(
+        small_space(
+            layers={"share": True, "attention": ["mha", "synth_random"], "ffn": {"activation": "relu"}}
+        )
+    )
     study = optuna.create_study()
     trial = study.ask({"n_layers": optuna.distributions.CategoricalDistribution([1, 2])})
     arch = space.suggest(trial)
@@ -79,15 +82,27 @@ def test_shared_layers_use_one_set_of_parameters():
 
 
 def test_mixture_choices_and_searched_weights():
-    raw = small_space(layers={
-        "attention": {"mixture": {"components": [["mha", "synth_random"], ["mha", "synth_dense"]],
-                                  "weights": ["learned", "search"]}},
-    })
+    raw = small_space(
+        layers={
+            "attention": {
+                "mixture": {
+                    "components": [["mha", "synth_random"], ["mha", "synth_dense"]],
+                    "weights": ["learned", "search"],
+                }
+            },
+        }
+    )
     space = parse_space(raw)
-    params = {"d_model": 16, "n_layers": 1, "layers.0.attention.mixture.components": "mha+synth_dense",
-              "layers.0.attention.mixture.weights": "search",
-              "layers.0.attention.mixture.weight.0": 0.3, "layers.0.attention.mixture.weight.1": 0.9,
-              "layers.0.ffn.activation": "relu", "layers.0.ffn.mult": 2}
+    params = {
+        "d_model": 16,
+        "n_layers": 1,
+        "layers.0.attention.mixture.components": "mha+synth_dense",
+        "layers.0.attention.mixture.weights": "search",
+        "layers.0.attention.mixture.weight.0": 0.3,
+        "layers.0.attention.mixture.weight.1": 0.9,
+        "layers.0.ffn.activation": "relu",
+        "layers.0.ffn.mult": 2,
+    }
     arch = space.suggest(optuna.trial.FixedTrial(params))
     opts = arch.layers[0].attention.options
     assert [c[0] for c in opts.components] == ["mha", "synth_dense"]
@@ -98,17 +113,36 @@ def test_mixture_choices_and_searched_weights():
 @pytest.mark.parametrize(
     "mutate, path, words",
     [
-        (lambda r: r["layers"]["attention"].update({"flash": {}}), "layers.attention", ["mha", "synth_dense"]),
-        (lambda r: r["layers"]["attention"].update({"mdha": {"kernal": [3]}}), "layers.attention.mdha", ["kernel"]),
-        (lambda r: r["layers"]["attention"].update({"mdha": {"kernel": [0]}}), "layers.attention.mdha.kernel", [">= 1"]),
-        (lambda r: r["layers"]["ffn"].update({"activation": ["relu", "swish"]}), "layers.ffn.activation", ["squared_relu"]),
+        (
+            lambda r: r["layers"]["attention"].update({"flash": {}}),
+            "layers.attention",
+            ["mha", "synth_dense"],
+        ),
+        (
+            lambda r: r["layers"]["attention"].update({"mdha": {"kernal": [3]}}),
+            "layers.attention.mdha",
+            ["kernel"],
+        ),
+        (
+            lambda r: r["layers"]["attention"].update({"mdha": {"kernel": [0]}}),
+            "layers.attention.mdha.kernel",
+            [">= 1"],
+        ),
+        (
+            lambda r: r["layers"]["ffn"].update({"activation": ["relu", "swish"]}),
+            "layers.ffn.activation",
+            ["squared_relu"],
+        ),
         (lambda r: r["globals"].update({"n_heads": [2, 3]}), "globals.n_heads", ["n_heads=3", "divisible"]),
         (lambda r: r["globals"].pop("d_model"), "globals.d_model", ["required"]),
         (lambda r: r.update({"extra": 1}), "extra", ["valid keys"]),
         (lambda r: r["globals"].update({"n_layers": {"low": 3, "high": 1}}), "globals.n_layers", ["above"]),
         (lambda r: r["globals"].update({"d_model": []}), "globals.d_model", ["empty"]),
-        (lambda r: r["layers"]["attention"].update({"synth_factorized_dense": {"a": 2, "b": 2}}),
-         "layers.attention.synth_factorized_dense.b", ["a * b"]),
+        (
+            lambda r: r["layers"]["attention"].update({"synth_factorized_dense": {"a": 2, "b": 2}}),
+            "layers.attention.synth_factorized_dense.b",
+            ["a * b"],
+        ),
         (lambda r: r.update({"budget": {"steps": 0}}), "budget.steps", ["positive"]),
         (lambda r: r.update({"constraints": {"max_params": -1}}), "constraints.max_params", ["positive"]),
     ],
@@ -163,8 +197,14 @@ def test_seed_layers_come_from_the_example_files(tmp_path, monkeypatch):
 
 
 def test_mixture_weights_search_draws_one_weight_per_component_under_the_block_prefix():
-    raw = small_space(layers={"share": True, "attention": {"mixture": {
-        "components": ["mha", "synth_random", "synth_dense"], "weights": "search"}}})
+    raw = small_space(
+        layers={
+            "share": True,
+            "attention": {
+                "mixture": {"components": ["mha", "synth_random", "synth_dense"], "weights": "search"}
+            },
+        }
+    )
     space = parse_space(raw)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     trial = study.ask()
@@ -172,8 +212,9 @@ def test_mixture_weights_search_draws_one_weight_per_component_under_the_block_p
     drawn = {k: v for k, v in trial.params.items() if ".weight." in k}
     assert sorted(drawn) == [f"layers.attention.mixture.weight.{j}" for j in range(3)]
     total = sum(drawn.values())
-    assert opts.weights == pytest.approx(tuple(drawn[f"layers.attention.mixture.weight.{j}"] / total
-                                               for j in range(3)))
+    assert opts.weights == pytest.approx(
+        tuple(drawn[f"layers.attention.mixture.weight.{j}"] / total for j in range(3))
+    )
 
 
 def test_fingerprint_follows_content_not_order():

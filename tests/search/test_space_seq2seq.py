@@ -22,8 +22,12 @@ def space(**over: Any) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "task": "seq2seq",
         "globals": {
-            "d_model": 32, "n_heads": 4, "n_layers": [1, 2], "n_encoder_layers": [1, 3], "max_len": 16,
-        },  # fmt: skip
+            "d_model": 32,
+            "n_heads": 4,
+            "n_layers": [1, 2],
+            "n_encoder_layers": [1, 3],
+            "max_len": 16,
+        },
         "layers": {"attention": {"mha": {}, "synth_random": {}}, "ffn": {"activation": ["relu", "gelu"]}},
         "encoder": {"attention": {"mha": {}, "mdha": {"kernel": [3, 5]}}},
     }
@@ -67,13 +71,16 @@ def test_without_an_encoder_section_the_encoder_offers_the_layers_choices() -> N
     [
         ({"task": "lm", "encoder": {"attention": ["mha"]}}, "globals.n_encoder_layers", "only a task: seq"),
         ({"task": "mt"}, "task", "valid: lm, seq2seq"),
-        ({"globals": {"d_model": 32, "n_heads": 4, "n_layers": 1, "max_len": 16}}, "globals.n_encoder_layers",
-         "is required"),
+        (
+            {"globals": {"d_model": 32, "n_heads": 4, "n_layers": 1, "max_len": 16}},
+            "globals.n_encoder_layers",
+            "is required",
+        ),
         ({"encoder": {"attention": {"mha": {}}, "share": "yes"}}, "encoder.share", "true"),
         ({"encoder": {"attention": {"nope": {}}}}, "encoder.attention", "valid"),
         ({"encoder": {"attention": {"mdha": {"kernel": [3, 0]}}}}, "encoder.attention.mdha.kernel", ""),
     ],
-)  # fmt: skip
+)
 def test_bad_seq2seq_spaces_name_the_field(over: dict[str, Any], path: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_space(space(**over))
@@ -103,10 +110,18 @@ def test_a_causal_only_block_offered_to_the_encoder_is_refused(monkeypatch: pyte
 
 
 def test_seed_architectures_fix_both_stacks() -> None:
-    s = parse_space(space(encoder={"attention": {"mha": {}, "mdha": {"kernel": [3, 5]}},
-                                   "ffn": {"activation": ["relu", "squared_relu"]}},
-                          layers={"attention": {"mha": {}, "mdha": {"kernel": [3, 5]}},
-                                  "ffn": {"activation": ["relu", "squared_relu"]}}))  # fmt: skip
+    s = parse_space(
+        space(
+            encoder={
+                "attention": {"mha": {}, "mdha": {"kernel": [3, 5]}},
+                "ffn": {"activation": ["relu", "squared_relu"]},
+            },
+            layers={
+                "attention": {"mha": {}, "mdha": {"kernel": [3, 5]}},
+                "ffn": {"activation": ["relu", "squared_relu"]},
+            },
+        )
+    )
     params = s.seed_params("primer_ez")
     assert params is not None
     assert params["encoder.2.attention"] == "mdha" and params["encoder.2.attention.mdha.kernel"] == 3

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 import json
 import subprocess
@@ -30,14 +29,25 @@ TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 def _other_value(section: str, name: str, default: Any, kind: type) -> Any:
     """A valid value of the field other than its default, for the all-fields tests."""
     special = {
-        ("search", "objective"): "loss", ("search", "sampler"): "random", ("search", "evaluator"): "proxy:params",
+        ("search", "objective"): "loss",
+        ("search", "sampler"): "random",
+        ("search", "evaluator"): "proxy:params",
         ("search", "prescreen"): "proxy:params",
-        ("search", "hurdles"): [0.25, 0.5], ("search", "hurdle_percentile"): 40.0,
-        ("search", "population"): 6, ("resources", "device"): "cpu", ("resources", "address"): "auto",
-        ("data", "corpus"): "some/corpus.txt", ("data", "tokenizer"): "tok.json", ("recipe", "decay"): "weights_only",
-        ("recipe", "seq_len"): 8, ("recipe", "beta1"): 0.8, ("recipe", "beta2"): 0.9, ("recipe", "min_lr_ratio"): 0.5,
-        ("recipe", "warmup_frac"): 0.2, ("resources", "gpus_per_trial"): 0.5,
-    }  # fmt: skip
+        ("search", "hurdles"): [0.25, 0.5],
+        ("search", "hurdle_percentile"): 40.0,
+        ("search", "population"): 6,
+        ("resources", "device"): "cpu",
+        ("resources", "address"): "auto",
+        ("data", "corpus"): "some/corpus.txt",
+        ("data", "tokenizer"): "tok.json",
+        ("recipe", "decay"): "weights_only",
+        ("recipe", "seq_len"): 8,
+        ("recipe", "beta1"): 0.8,
+        ("recipe", "beta2"): 0.9,
+        ("recipe", "min_lr_ratio"): 0.5,
+        ("recipe", "warmup_frac"): 0.2,
+        ("resources", "gpus_per_trial"): 0.5,
+    }
     if (section, name) in special:
         return special[(section, name)]
     if kind is bool:
@@ -56,8 +66,13 @@ def every_field() -> list[tuple[str, str, Any, str]]:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             value = _other_value(section, f.name, f.default, _base_type(hints[f.name]))
-            text = ",".join(map(str, value)) if isinstance(value, list) else str(value).lower() if isinstance(
-                value, bool) else str(value)  # fmt: skip
+            text = (
+                ",".join(map(str, value))
+                if isinstance(value, list)
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value)
+            )
             out.append((section, f.name, value, text))
     for kind in BUDGET_KINDS:
         out.append(("budget", kind, 7, "7"))
@@ -94,9 +109,14 @@ def test_every_field_keeps_the_files_value_unless_its_flag_is_given(tmp_path, se
     spec, *_ = resolve_spec(args)
     assert _value(spec, section, name) == value  # no flag: the file's value, not the flag's default
     # the flag wins; every field has one (--section.field)
-    flag_value = _other_value(section, name, value, type(value)) if not isinstance(value, (str, list)) else value
-    flag_text = str(flag_value).lower() if isinstance(flag_value, bool) else (
-        text if flag_value is value else str(flag_value))  # fmt: skip
+    flag_value = (
+        _other_value(section, name, value, type(value)) if not isinstance(value, (str, list)) else value
+    )
+    flag_text = (
+        str(flag_value).lower()
+        if isinstance(flag_value, bool)
+        else (text if flag_value is value else str(flag_value))
+    )
     args = build_parser().parse_args(["search", "--space", str(path), f"--{section}.{name}", flag_text])
     spec, *_ = resolve_spec(args)
     assert _value(spec, section, name) == flag_value
@@ -119,19 +139,27 @@ def test_every_field_has_one_flag_and_short_aliases_name_one_field_each() -> Non
 
 
 def test_spec_round_trips_through_its_dict() -> None:
-    spec = apply(Spec.from_dict(yaml.safe_load(TINY_SPACE.read_text())),
-                 {"search": {"hurdles": (0.5,), "trials": 3}, "budget": {"tokens": 1e5}})  # fmt: skip
+    spec = apply(
+        Spec.from_dict(yaml.safe_load(TINY_SPACE.read_text())),
+        {"search": {"hurdles": (0.5,), "trials": 3}, "budget": {"tokens": 1e5}},
+    )
     again = Spec.from_dict(yaml.safe_load(yaml.safe_dump(spec.to_dict())))
     assert again == spec and differences(spec.to_dict(), again.to_dict()) == []
 
 
 def test_differences_name_each_field_and_what_may_change() -> None:
     spec = Spec.from_dict(yaml.safe_load(TINY_SPACE.read_text()))
-    other = apply(spec, {"search": {"trials": 9, "hurdles": (0.5,)}, "recipe": {"lr": 0.01},
-                         "resources": {"workers": 3}})  # fmt: skip
+    other = apply(
+        spec,
+        {"search": {"trials": 9, "hurdles": (0.5,)}, "recipe": {"lr": 0.01}, "resources": {"workers": 3}},
+    )
     diffs = {key: (a, b) for key, a, b in differences(spec.to_dict(), other.to_dict())}
-    assert diffs == {"search.trials": (None, 9), "search.hurdles": ([], [0.5]), "recipe.lr": (0.003, 0.01),
-                     "resources.workers": (None, 3)}  # fmt: skip
+    assert diffs == {
+        "search.trials": (None, 9),
+        "search.hurdles": ([], [0.5]),
+        "recipe.lr": (0.003, 0.01),
+        "resources.workers": (None, 3),
+    }
     assert sorted(k for k in diffs if not is_mutable(k)) == ["recipe.lr", "search.hurdles"]
     assert is_mutable("space.description") and not is_mutable("space.globals.d_model")
 
@@ -157,7 +185,9 @@ def test_a_seed_in_the_file_is_the_run_seed_without_a_flag(tmp_path, corpus, cap
 
 
 def test_show_spec_reproduces_the_study(tmp_path, corpus, capsys):
-    assert _search(tmp_path, corpus, TINY_SPACE, "a", "--trials", "2", "--steps", "3", "--hurdles", "0.5") == 0
+    assert (
+        _search(tmp_path, corpus, TINY_SPACE, "a", "--trials", "2", "--steps", "3", "--hurdles", "0.5") == 0
+    )
     capsys.readouterr()
     assert main(["show", "--study", "a", "--storage", f"sqlite:///{tmp_path}/s.db", "--spec"]) == 0
     copy = tmp_path / "a.yaml"
@@ -230,8 +260,8 @@ def test_sections_are_the_commands_own() -> None:
 
 
 def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
-    """`data: {corpus: books/, tokenizr: tok.json}` once trained on bytes: the typo was taken for a field of an
-    exported record and dropped. Only a record's own keys are read as one."""
+    """`data: {corpus: books/, tokenizr: tok.json}` once trained on bytes: the typo was taken for a
+    field of an exported record and dropped. Only a record's own keys are read as one."""
     from nas.data.corpus import corpus_record
     from nas.errors import ConfigError
     from nas.spec.sections import DATA_RECORD_KEYS, DataSpec

@@ -21,8 +21,11 @@ db.close()
 
 
 def _read_elsewhere(db: Path) -> int:
-    return int(subprocess.run([sys.executable, "-c", READ_AND_CLOSE, str(db)], check=True, capture_output=True,
-                              text=True).stdout)  # fmt: skip
+    return int(
+        subprocess.run(
+            [sys.executable, "-c", READ_AND_CLOSE, str(db)], check=True, capture_output=True, text=True
+        ).stdout
+    )
 
 
 def test_rechecking_a_storage_in_the_writers_process_keeps_its_wal(tmp_path: Path) -> None:

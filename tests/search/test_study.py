@@ -21,9 +21,26 @@ TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 
 
 def search(tmp_path: Path, corpus: Path, *extra: str) -> int:
-    return main(["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
-                 "--data", str(corpus), "--local", "--evaluator", "proxy:params", "--no-tensorboard",
-                 "--sampler", "random", *extra])
+    return main(
+        [
+            "search",
+            "--space",
+            str(TINY_SPACE),
+            "--study",
+            "s",
+            "--storage",
+            f"sqlite:///{tmp_path}/s.db",
+            "--data",
+            str(corpus),
+            "--local",
+            "--evaluator",
+            "proxy:params",
+            "--no-tensorboard",
+            "--sampler",
+            "random",
+            *extra,
+        ]
+    )
 
 
 def load(tmp_path: Path) -> optuna.Study:
@@ -72,7 +89,9 @@ def test_a_creation_cut_by_a_killed_driver_is_replaced_by_the_next_start(tmp_pat
 
 @pytest.mark.parametrize("queued", [0, 2])
 def test_a_study_made_with_optuna_is_refused_and_left_as_it_was(tmp_path, corpus, capsys, queued):
-    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db", directions=["minimize"] * 2)
+    study = optuna.create_study(
+        study_name="s", storage=f"sqlite:///{tmp_path}/s.db", directions=["minimize"] * 2
+    )
     for n in range(queued):
         study.enqueue_trial({"x": n})
     before = hashlib.sha256((tmp_path / "s.db").read_bytes()).hexdigest()
@@ -84,7 +103,9 @@ def test_a_study_made_with_optuna_is_refused_and_left_as_it_was(tmp_path, corpus
 
 
 def test_a_study_with_trials_but_no_settings_is_refused(tmp_path, corpus, capsys):
-    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db", directions=["minimize"] * 2)
+    study = optuna.create_study(
+        study_name="s", storage=f"sqlite:///{tmp_path}/s.db", directions=["minimize"] * 2
+    )
     study.add_trial(optuna.trial.create_trial(values=[1.0, 2.0]))
     before = hashlib.sha256((tmp_path / "s.db").read_bytes()).hexdigest()
     assert search(tmp_path, corpus, "--trials", "3") == 2

@@ -3,9 +3,10 @@
 A block maps x [B, T, C] to [B, T, C], is causal (position t never sees a
 later position) unless an encoder built it bidirectional (``make_bidirectional``,
 for blocks that say ``bidirectional = True``; an encoder then passes ``keep``, the
-(B, T) mask of real source tokens, and no position may attend to padding), batches its heads, and publishes its parameter count and
-FLOPs per token as formulas next to its code, so that adding a block is one
-file (see docs/adding_a_block.md).  Blocks whose attention weights come from
+(B, T) mask of real source tokens, and no position may attend to padding),
+batches its heads, and publishes its parameter count and FLOPs per token as
+formulas next to its code, so that adding a block is one file (see
+docs/adding_a_block.md).  Blocks whose attention weights come from
 logits also expose ``scores(x)`` and say ``mixable = True`` so that
 ``mixture`` can combine them.  What the rest of the engine needs to know
 about a block (its options in a search space, its name in reports, an
@@ -41,8 +42,17 @@ from nas.models.rotary import alibi_bias, alibi_slopes, reference_rotate, rotary
 from nas.registry import Registry
 
 __all__ = [
-    "ATTENTION", "AttentionBlock", "BlockOptions", "BlockRegistry", "Draw", "FFNSpec", "ValueAttention",
-    "default_scale", "positive_int", "sdpa", "sdpa_causal",
+    "ATTENTION",
+    "AttentionBlock",
+    "BlockOptions",
+    "BlockRegistry",
+    "Draw",
+    "FFNSpec",
+    "ValueAttention",
+    "default_scale",
+    "positive_int",
+    "sdpa",
+    "sdpa_causal",
 ]
 
 #: ``draw(name, low, high)``: a further number a block asks the search for (see ``chosen_options``).
@@ -121,9 +131,15 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
         return alibi_bias(self.n_heads, T, device) if self.dims.alibi else None
 
     def attend_qkv(
-        self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None = None, *, positions: bool = True,
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        keep: Tensor | None = None,
+        *,
+        positions: bool = True,
         scale: float | None = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """SDPA over heads, causal unless bidirectional, with ALiBi's bias when the model uses it (and
         ``positions``), padding keys masked when ``keep`` (B, T) is given; k and v may have fewer heads
         than q (grouped: each serves a contiguous group of query heads)."""
@@ -131,7 +147,9 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
         bias = self.position_bias(T, q.device) if positions else None
         if bias is None and keep is None:
             if grouped:
-                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=True, scale=scale)
+                return F.scaled_dot_product_attention(
+                    q, k, v, is_causal=self.causal, enable_gqa=True, scale=scale
+                )
             return sdpa(q, k, v, causal=self.causal, scale=scale)
         mask = torch.zeros(T, T, device=q.device, dtype=q.dtype) if bias is None else bias.to(q.dtype)
         if self.causal:
@@ -207,7 +225,8 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
 
     @abstractmethod
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
-        """x (B, T, C) -> (B, T, C); ``keep`` (B, T), an encoder's real tokens: padding is never attended to."""
+        """x (B, T, C) -> (B, T, C); ``keep`` (B, T), an encoder's real tokens: padding is never
+        attended to."""
 
     @classmethod
     @abstractmethod
@@ -388,8 +407,9 @@ def check_block(name: str, cls: type[AttentionBlock]) -> None:
     where = f"attention block {name!r} ({cls.__qualname__} in {source})"
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
-        raise TypeError(f"{where} does not implement {missing}, which every block must "
-                        "(docs/adding_a_block.md)")
+        raise TypeError(
+            f"{where} does not implement {missing}, which every block must (docs/adding_a_block.md)"
+        )
     unstated = [attr for attr in DECLARED if attr not in cls.__dict__]
     if unstated:
         raise TypeError(

@@ -127,9 +127,14 @@ class HyenaOperator(AttentionBlock):
     # The short filter (starts at the identity, as mdha's), the skip D and the filter network:
     # filters, not weight matrices of the model.
     no_decay = (
-        "conv_weight", "skip", "filter_freq", "filter_in", "filter_in_bias", "filter_out",
+        "conv_weight",
+        "skip",
+        "filter_freq",
+        "filter_in",
+        "filter_in_bias",
+        "filter_out",
         *(f"filter_inner{i}{part}" for i in range(INNER_LAYERS) for part in ("", "_bias")),
-    )  # fmt: skip
+    )
 
     def __init__(self, dims: Dims, opts: HyenaOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:
         super().__init__(dims, opts, ffn=ffn, with_values=with_values)
@@ -155,8 +160,10 @@ class HyenaOperator(AttentionBlock):
     # -- the filters ------------------------------------------------------------------------
     def filter_layers(self) -> list[tuple[Tensor, Tensor | None]]:
         """(weight, bias) of each layer of the filter network; the last has no bias and no sin."""
-        inner = [(getattr(self, f"filter_inner{i}"), getattr(self, f"filter_inner{i}_bias"))
-                 for i in range(INNER_LAYERS)]  # fmt: skip
+        inner = [
+            (getattr(self, f"filter_inner{i}"), getattr(self, f"filter_inner{i}_bias"))
+            for i in range(INNER_LAYERS)
+        ]
         return [(self.filter_in, self.filter_in_bias), *inner, (self.filter_out, None)]
 
     def filters(self, T: int) -> Tensor:

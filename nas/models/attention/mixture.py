@@ -64,9 +64,7 @@ class MixtureOptions(BlockOptions):
             elif isinstance(item, Mapping) and "type" in item:
                 name, sub = item["type"], {k: v for k, v in item.items() if k != "type"}
             else:
-                raise ConfigError(
-                    f"must be a block name or a mapping with 'type', got {item!r}", path
-                )
+                raise ConfigError(f"must be a block name or a mapping with 'type', got {item!r}", path)
             block = ATTENTION.get(name, f"{path}.type")
             if not block.mixable:
                 raise ConfigError(
@@ -81,8 +79,7 @@ class MixtureOptions(BlockOptions):
         if weights != "learned":
             if not isinstance(weights, (list, tuple)) or len(weights) != len(components):
                 raise ConfigError(
-                    f"must be 'learned' or a list of {len(components)} non-negative numbers, "
-                    f"got {weights!r}",
+                    f"must be 'learned' or a list of {len(components)} non-negative numbers, got {weights!r}",
                     "weights",
                 )
             if any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights):
@@ -185,9 +182,12 @@ class Mixture(ValueAttention):
         return self.unfused(x, bias, dynamic)
 
     def fused(
-        self, x: Tensor, bias: Tensor, terms: list[tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]],
+        self,
+        x: Tensor,
+        bias: Tensor,
+        terms: list[tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]],
         keep: Tensor | None = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """SDPA over [alpha_i q_i] . [k_i] with ``bias`` plus the parts' own biases as its float mask
         (on a CPU only when the mask needs no gradient: benchmarks/fused_mixture.py)."""
         B = x.shape[0]

@@ -35,9 +35,7 @@ class FactorizedDenseOptions(BlockOptions):
         positive_int(self.a, "a")
         positive_int(self.b, "b")
         if self.a * self.b < dims.max_len:
-            raise ConfigError(
-                f"a * b = {self.a * self.b} must be at least max_len = {dims.max_len}", "b"
-            )
+            raise ConfigError(f"a * b = {self.a * self.b} must be at least max_len = {dims.max_len}", "b")
 
 
 @ATTENTION.register("synth_factorized_dense")

@@ -81,5 +81,6 @@ class FactorizedRandomSynthesizer(ValueAttention):
 
     @classmethod
     def step_flops(cls, dims: Dims, opts: FactorizedRandomOptions, seq_len: int) -> Flops:
-        """R1 R2^T, once per forward whatever the batch: not in ``count_flops`` (per token it is this / (batch x T))."""
+        """R1 R2^T, once per forward whatever the batch: not in ``count_flops`` (per token it is
+        this / (batch x T))."""
         return Flops.dense(2.0 * dims.n_heads * seq_len * seq_len * opts.rank)

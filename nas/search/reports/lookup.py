@@ -40,8 +40,10 @@ def open_existing_study(
         if not path.is_file():
             if storage is None:
                 found = list_studies(runs_dir)
-                where = f"studies in {runs_dir}/: {', '.join(found)}" if found else (
-                    f"{runs_dir}/ holds no studies (start one with: {prog_name()} search --study NAME)"
+                where = (
+                    f"studies in {runs_dir}/: {', '.join(found)}"
+                    if found
+                    else (f"{runs_dir}/ holds no studies (start one with: {prog_name()} search --study NAME)")
                 )
                 raise UserError(f"--study {name!r} not found: no {path}; {where}")
             raise UserError(f"--storage {url!r}: no such database file {path}")

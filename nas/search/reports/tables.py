@@ -81,8 +81,10 @@ def format_table(rows: list[dict[str, Any]], with_origin: bool = False, with_sta
     width = max([len("origin")] + [len(r.get("origin") or "-") for r in rows]) if with_origin else 0
     mid = f"  {'origin':<{width}}" if with_origin else ""
     state = f"  {'state B':>8}" if with_state else ""
-    head = (f"{'trial':>5}  {'loss':>7}  {'ppl':>7}  {'bpb':>6}  {'FLOPs/tok':>9}{state}  {'params':>8}{mid}  "
-            "architecture")
+    head = (
+        f"{'trial':>5}  {'loss':>7}  {'ppl':>7}  {'bpb':>6}  {'FLOPs/tok':>9}{state}  {'params':>8}{mid}  "
+        "architecture"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         mid = f"  {r.get('origin') or '-':<{width}}" if with_origin else ""

@@ -83,16 +83,18 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     c = compute(arch, seq_len)
     out["seq_len"] = seq_len
     for stack, i, layer, params, f in layer_rows(arch, seq_len):
-        out["layers"].append({
-            "layer": i,
-            "stack": stack,  # layers (an LM), encoder or decoder (seq2seq: with its cross-attention)
-            "attention": layer.attention.to_dict(),
-            "ffn": {"activation": layer.ffn.activation, "mult": layer.ffn.mult},
-            "ffn_in_attention": bool(ATTENTION.get(layer.attention.type).replaces_ffn),
-            "params": params,
-            "fwd_flops_per_token": f.fwd,
-            "train_flops_per_token": f.train,
-        })
+        out["layers"].append(
+            {
+                "layer": i,
+                "stack": stack,  # layers (an LM), encoder or decoder (seq2seq: with its cross-attention)
+                "attention": layer.attention.to_dict(),
+                "ffn": {"activation": layer.ffn.activation, "mult": layer.ffn.mult},
+                "ffn_in_attention": bool(ATTENTION.get(layer.attention.type).replaces_ffn),
+                "params": params,
+                "fwd_flops_per_token": f.fwd,
+                "train_flops_per_token": f.train,
+            }
+        )
     d, V = arch.d_model, arch.vocab_size
     out["embedding_params"] = c.embedding_params
     out["head_fwd_flops_per_token"] = 2.0 * d * V
@@ -120,8 +122,10 @@ def format_trial(detail: dict[str, Any]) -> str:
 
 
 def _header_lines(d: dict[str, Any]) -> list[str]:
-    lines = [f"study {d['study']!r}, trial {d['trial']}: {d['state']}"
-             + (f"   arch {d['arch_id']}" if d.get("arch_id") else "")]
+    lines = [
+        f"study {d['study']!r}, trial {d['trial']}: {d['state']}"
+        + (f"   arch {d['arch_id']}" if d.get("arch_id") else "")
+    ]
     if d.get("summary"):
         lines.append(f"  {d['summary']}")
     if d.get("seed_arch"):
@@ -142,8 +146,11 @@ def _header_lines(d: dict[str, Any]) -> list[str]:
         if at == 0:
             lines.append("  pruned: screened out by the prescreen before training")
         else:
-            lines.append(f"  pruned: stopped at hurdle {at:g} of the budget" if isinstance(at, (int, float))
-                         else "  pruned by a hurdle")
+            lines.append(
+                f"  pruned: stopped at hurdle {at:g} of the budget"
+                if isinstance(at, (int, float))
+                else "  pruned by a hurdle"
+            )
     return lines
 
 
@@ -160,14 +167,18 @@ def _layer_table(d: dict[str, Any]) -> list[str]:
     from nas.models import AttentionSpec  # torch: imported when needed
 
     cross = {"decoder": " + cross", "encoder": " (bidirectional)"}
-    atts = [AttentionSpec.from_raw(row["attention"]).text() + cross.get(row.get("stack", ""), "")
-            for row in d["layers"]]  # fmt: skip
+    atts = [
+        AttentionSpec.from_raw(row["attention"]).text() + cross.get(row.get("stack", ""), "")
+        for row in d["layers"]
+    ]
     names = [_row_name(row) for row in d["layers"]]
     ffns = [_ffn_text(row) for row in d["layers"]]
     wa = max(len("attention"), *(len(x) for x in atts))
     wf = max(len("ffn"), *(len(x) for x in ffns))
-    head = (f"{'layer':>5}  {'attention':<{wa}}  {'ffn':<{wf}}  {'params':>10}  "
-            f"{'fwd FLOPs/tok':>13}  {'train FLOPs/tok':>15}")
+    head = (
+        f"{'layer':>5}  {'attention':<{wa}}  {'ffn':<{wf}}  {'params':>10}  "
+        f"{'fwd FLOPs/tok':>13}  {'train FLOPs/tok':>15}"
+    )
     lines = [head, "-" * len(head)]
     for row, name, att, ffn in zip(d["layers"], names, atts, ffns, strict=True):
         lines.append(
@@ -179,17 +190,18 @@ def _layer_table(d: dict[str, Any]) -> list[str]:
     seq2seq = any(row.get("stack") == "decoder" for row in d["layers"])
     label = "embeddings, final norms, LM head" if seq2seq else "embeddings, final norm, LM head"
     lines.append(
-        f"{'':>5}  {label:<{wa + wf + 2}}  {_num(rest):>10}  "
-        f"{_num(head_fwd):>13}  {_num(3 * head_fwd):>15}"
+        f"{'':>5}  {label:<{wa + wf + 2}}  {_num(rest):>10}  {_num(head_fwd):>13}  {_num(3 * head_fwd):>15}"
     )
     tot = d["total"]
     lines.append(
         f"{'total':>5}  {'':<{wa + wf + 2}}  {_num(tot['params']):>10}  "
         f"{_num(tot['fwd_flops_per_token']):>13}  {_num(tot['train_flops_per_token']):>15}"
     )
-    lines.append(f"  (FLOPs per token at sequence length {d['seq_len']}; "
-                 f"{_num(tot['non_embedding_params'])} non-embedding params; "
-                 f"{_num(tot['state_bytes'])} bytes of state per sequence while generating)")
+    lines.append(
+        f"  (FLOPs per token at sequence length {d['seq_len']}; "
+        f"{_num(tot['non_embedding_params'])} non-embedding params; "
+        f"{_num(tot['state_bytes'])} bytes of state per sequence while generating)"
+    )
     return lines
 
 
@@ -207,21 +219,27 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
     loss = m.get("val_loss")
     label = "val loss at stop" if d["state"] == "PRUNED" else "val loss"
     if isinstance(loss, (int, float)) and math.isfinite(loss):
-        lines.append(f"  {label:<16} {loss:.4f} nats/token  (perplexity {math.exp(min(loss, 700)):.3f}, "
-                     f"{loss / math.log(2):.4f} bits/byte)")
+        lines.append(
+            f"  {label:<16} {loss:.4f} nats/token  (perplexity {math.exp(min(loss, 700)):.3f}, "
+            f"{loss / math.log(2):.4f} bits/byte)"
+        )
     elif "val_loss" in m:
         lines.append(f"  {label:<16} {loss} (not a finite number: training diverged)")
     if "tokens" in m or "steps" in m:
         until = "  (until it failed)" if d["state"] == "FAIL" else ""
-        lines.append(f"  {'trained':<16} {_num(m.get('steps'))} steps, {_num(m.get('tokens'))} tokens, "
-                     f"{m.get('train_flops', float('nan')):.3g} FLOPs{until}")
+        lines.append(
+            f"  {'trained':<16} {_num(m.get('steps'))} steps, {_num(m.get('tokens'))} tokens, "
+            f"{m.get('train_flops', float('nan')):.3g} FLOPs{until}"
+        )
     if "seconds" in m:
         speed = f" ({m['tokens_per_s']:,.0f} tokens/s)" if m.get("tokens_per_s") else ""
         lines.append(f"  {'time':<16} {m['seconds']:.1f} s{speed}")
     own = {k: v for k, v in m.items() if k.startswith(EVALUATOR_PREFIXES)}
     width = max((16, *(len(k) for k in own)))
     for key, value in own.items():
-        lines.append(f"  {key:<{width}} {value:.4g}" if isinstance(value, float) else f"  {key:<{width}} {value}")
+        lines.append(
+            f"  {key:<{width}} {value:.4g}" if isinstance(value, float) else f"  {key:<{width}} {value}"
+        )
     return lines
 
 

@@ -48,9 +48,7 @@ class AgingEvolutionSampler(BaseSampler):
     trial names its parent's trial number and ``user_attrs["mutated"]`` the gene.
     """
 
-    def __init__(
-        self, population_size: int = 20, tournament_size: int = 5, seed: int | None = None
-    ) -> None:
+    def __init__(self, population_size: int = 20, tournament_size: int = 5, seed: int | None = None) -> None:
         if population_size < 2:
             raise ValueError("population_size must be at least 2")
         if not 1 <= tournament_size <= population_size:
@@ -80,7 +78,9 @@ class AgingEvolutionSampler(BaseSampler):
         return done[-self.population_size :]
 
     def select_parent(self, study: Study, population: Sequence[FrozenTrial]) -> FrozenTrial:
-        idx = self._rng.choice(len(population), size=min(self.tournament_size, len(population)), replace=False)
+        idx = self._rng.choice(
+            len(population), size=min(self.tournament_size, len(population)), replace=False
+        )
         contenders = [population[i] for i in sorted(idx)]
         # Deb's rule, as Optuna's constrained samplers use it: a candidate within the space's caps
         # beats one over them (told with an infinite loss), and of two over them the lesser excess wins.
@@ -123,9 +123,9 @@ class AgingEvolutionSampler(BaseSampler):
         if parent_number is None:
             return self._random.sample_independent(study, trial, param_name, param_distribution)
         # private: no public lookup of one trial by number; study.get_trials re-reads the database each call
-        parent = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
-            study._study_id, parent_number
-        ))
+        parent = study._storage.get_trial(
+            study._storage.get_trial_id_from_study_id_trial_number(study._study_id, parent_number)
+        )
         mutate = trial.system_attrs.get(_MUTATE)
         inherited = param_name in parent.params and param_name != mutate
         # private: distributions have no public membership test (Optuna's own samplers call _contains)

@@ -30,7 +30,6 @@ from nas.search.storage.records import INTERMEDIATE
 __all__ = ["Hurdles", "fraction_key", "hurdle_summary", "missed"]
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Hurdles:
     """Where the hurdles stand and how high.

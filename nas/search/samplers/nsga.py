@@ -102,8 +102,9 @@ UnionNSGAIISampler._GENERATION_KEY = optuna.samplers.NSGAIISampler._GENERATION_K
 UnionNSGAIISampler._PARENT_CACHE_KEY_PREFIX = optuna.samplers.NSGAIISampler._PARENT_CACHE_KEY_PREFIX
 
 
-def _tournament(study: Study, population: Sequence[FrozenTrial], rng: np.random.RandomState,
-                dominates: Dominates) -> FrozenTrial:
+def _tournament(
+    study: Study, population: Sequence[FrozenTrial], rng: np.random.RandomState, dominates: Dominates
+) -> FrozenTrial:
     """Binary tournament, as Optuna's NSGA-II picks each parent."""
     x = population[rng.choice(len(population))]
     y = population[rng.choice(len(population))]

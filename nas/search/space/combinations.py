@@ -112,9 +112,9 @@ def _combination_error(
     act, mult = raw_layer["ffn"]["activation"], raw_layer["ffn"]["mult"]
     inner = err.path
     if inner.startswith("layers.0.attention."):
-        path = f"{stem}.attention.{block}.{inner[len('layers.0.attention.'):]}"
+        path = f"{stem}.attention.{block}.{inner[len('layers.0.attention.') :]}"
     elif inner.startswith("layers.0.ffn"):
-        path = f"{stem}.ffn" + inner[len("layers.0.ffn"):]
+        path = f"{stem}.ffn" + inner[len("layers.0.ffn") :]
     elif inner.startswith("layers.0"):
         path = f"{stem}.attention.{block}"
     else:

@@ -24,16 +24,28 @@ from nas.search.space.combinations import check_combinations as _check_combinati
 from nas.search.space.combinations import chosen_options, product
 from nas.search.space.params import Param, label
 from nas.search.space.sampling import (
-    DEFAULT_SEED_ARCHS, SEED_ARCHS, BlockChoice, LayerChoices, Placement, Position, SearchSpace,
-)  # fmt: skip
+    DEFAULT_SEED_ARCHS,
+    SEED_ARCHS,
+    BlockChoice,
+    LayerChoices,
+    Placement,
+    Position,
+    SearchSpace,
+)
 from nas.spec import SPEC_KEYS, Spec
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr, yaml_number
 from nas.yamlsafe import read_yaml
 
 __all__ = [
-    "SEED_ARCHS", "BlockChoice", "LayerChoices", "Param", "SearchSpace", "label", "load_space",
+    "SEED_ARCHS",
+    "BlockChoice",
+    "LayerChoices",
+    "Param",
+    "SearchSpace",
+    "label",
+    "load_space",
     "parse_space",
-]  # fmt: skip
+]
 
 GLOBAL_KEYS = ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "pos_encoding",
                "rope_base", "norm", "tie_embeddings", "vocab_size")  # fmt: skip
@@ -62,7 +74,6 @@ def spec_of(raw: Any, source: str) -> tuple[Spec, SearchSpace]:
     except ConfigError as err:
         raise err.in_file(source) from None
     return Spec.from_dict(raw, source), space
-
 
 
 def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
@@ -151,8 +162,11 @@ def _parse_at(raw: Any, path: str, share: bool) -> tuple[Placement, ...]:
     if raw is None:
         return ()
     if share:
-        raise ConfigError("gives positions menus of their own; share: true gives every layer one choice "
-                          "(use one or the other)", path)  # fmt: skip
+        raise ConfigError(
+            "gives positions menus of their own; share: true gives every layer one choice "
+            "(use one or the other)",
+            path,
+        )
     if not isinstance(raw, list) or not raw:
         raise ConfigError("must be a list of {layers: WHERE, attention: ..., ffn: ...} entries", path)
     out = []
@@ -162,8 +176,11 @@ def _parse_at(raw: Any, path: str, share: bool) -> tuple[Placement, ...]:
             raise ConfigError("must be a mapping with layers and attention and/or ffn", where)
         _refuse_unknown(entry, AT_KEYS, where)
         if "layers" not in entry:
-            raise ConfigError("is required: an index (-1: the last), a list of indices, or {from: .., to: ..} "
-                              "(indices, or shares of the depth such as '50%')", f"{where}.layers")  # fmt: skip
+            raise ConfigError(
+                "is required: an index (-1: the last), a list of indices, or {from: .., to: ..} "
+                "(indices, or shares of the depth such as '50%')",
+                f"{where}.layers",
+            )
         if "attention" not in entry and "ffn" not in entry:
             raise ConfigError("gives nothing: name attention and/or ffn choices for these layers", where)
         positions, first, last = _parse_where(entry["layers"], f"{where}.layers")
@@ -180,8 +197,11 @@ def _check_placements(choices: LayerChoices, depths: list[int], stem: str) -> No
     """Refuse an ``at`` entry that covers no layer at any depth the space samples (a typo'd index)."""
     for p in choices.at:
         if not any(p.covers(i, n) for n in depths for i in range(n)):
-            raise ConfigError(f"names no layer of a stack of {_depths_text(depths)} layers "
-                              "(indices count from 0; -1 is the last)", f"{stem}.at.{p.index}.layers")  # fmt: skip
+            raise ConfigError(
+                f"names no layer of a stack of {_depths_text(depths)} layers "
+                "(indices count from 0; -1 is the last)",
+                f"{stem}.at.{p.index}.layers",
+            )
 
 
 def _depths_text(depths: list[int]) -> str:
@@ -225,8 +245,10 @@ def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
     for name in choices.blocks:
         if not ATTENTION.get(name).bidirectional:
             valid = ", ".join(n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional)
-            hint = "" if path == "encoder" else (
-                " (the encoder offers the layers' blocks unless `encoder:` lists its own)"
+            hint = (
+                ""
+                if path == "encoder"
+                else (" (the encoder offers the layers' blocks unless `encoder:` lists its own)")
             )
             raise ConfigError(
                 f"{name} only runs causally and cannot be an encoder layer{hint}; "
@@ -244,8 +266,10 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
         required.append("n_encoder_layers")
     for key in required:
         if key not in g_raw:
-            raise ConfigError("is required" + (" (the encoder's depth)" if key == "n_encoder_layers" else ""),
-                              f"globals.{key}")  # fmt: skip
+            raise ConfigError(
+                "is required" + (" (the encoder's depth)" if key == "n_encoder_layers" else ""),
+                f"globals.{key}",
+            )
     if task != "seq2seq" and "n_encoder_layers" in g_raw:
         raise ConfigError("only a task: seq2seq space has an encoder", "globals.n_encoder_layers")
     params = {key: Param.parse(g_raw[key], f"globals.{key}") for key in GLOBAL_KEYS if key in g_raw}
@@ -254,8 +278,9 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
         if key in params:
             p = params[key]
             for v in p.values():  # a range's both ends: every value between is as valid
-                check_number(v, f"globals.{key}", integer=True, low=1,
-                             high=MAX_LAYERS if key in depths else MAX_DIM)
+                check_number(
+                    v, f"globals.{key}", integer=True, low=1, high=MAX_LAYERS if key in depths else MAX_DIM
+                )
             if p.kind == "float":
                 raise ConfigError("must be an integer range (integer low and high)", f"globals.{key}")
     return params
@@ -333,7 +358,8 @@ def _check_recipe_and_budget(recipe: Any, budget: Any) -> None:
 
 
 def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    """The mapping under ``key``, None when absent; ``recipe:`` left empty is refused, as in an architecture file."""
+    """The mapping under ``key``, None when absent; ``recipe:`` left empty is refused, as in an
+    architecture file."""
     if key not in raw:
         return None
     if not isinstance(raw[key], Mapping):

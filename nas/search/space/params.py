@@ -70,9 +70,7 @@ class Param:
             _refuse_non_finite(raw, path)
             return cls("categorical", choices=tuple(freeze(c) for c in raw))
         if isinstance(raw, Mapping):
-            raise ConfigError(
-                "must be a value, a list of choices, or a range {low: .., high: ..}", path
-            )
+            raise ConfigError("must be a value, a list of choices, or a range {low: .., high: ..}", path)
         _refuse_non_finite(raw, path)
         return cls("fixed", value=raw)
 
@@ -140,7 +138,6 @@ def thaw(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     return value
-
 
 
 def _refuse_non_finite(raw: Any, path: str) -> None:

@@ -133,11 +133,16 @@ class LayerChoices:
         """The stack's menu and each ``at`` entry's, as whole layer choices (for the load-time checks)."""
         out = [self]
         for p in self.at:
-            out.append(dataclasses.replace(
-                self, at=(),
-                attention=p.attention or self.attention, blocks=p.blocks or self.blocks,
-                activation=p.activation or self.activation, mult=p.mult or self.mult,
-            ))  # fmt: skip
+            out.append(
+                dataclasses.replace(
+                    self,
+                    at=(),
+                    attention=p.attention or self.attention,
+                    blocks=p.blocks or self.blocks,
+                    activation=p.activation or self.activation,
+                    mult=p.mult or self.mult,
+                )
+            )
         return out
 
 

@@ -39,7 +39,8 @@ def default_storage(runs_dir: str | os.PathLike[str], study: str) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL as SQLAlchemy reads it (None for other databases and in-memory SQLite)."""
+    """The file of a ``sqlite:///`` URL as SQLAlchemy reads it (None for other databases and
+    in-memory SQLite)."""
     if not url.startswith("sqlite:///"):
         return None
     try:
@@ -52,11 +53,22 @@ def sqlite_path(url: str) -> Path | None:
 #: the first bytes of every SQLite database file
 _MAGIC = b"SQLite format 3\x00"
 #: tables every Optuna RDB schema (3.0 and later) has: a file without all of them is someone else's
-_OPTUNA_TABLES = frozenset({
-    "studies", "study_directions", "study_user_attributes", "study_system_attributes", "trials",
-    "trial_params", "trial_values", "trial_user_attributes", "trial_system_attributes",
-    "trial_intermediate_values", "version_info", "alembic_version",
-})
+_OPTUNA_TABLES = frozenset(
+    {
+        "studies",
+        "study_directions",
+        "study_user_attributes",
+        "study_system_attributes",
+        "trials",
+        "trial_params",
+        "trial_values",
+        "trial_user_attributes",
+        "trial_system_attributes",
+        "trial_intermediate_values",
+        "version_info",
+        "alembic_version",
+    }
+)
 
 
 #: (device, inode) of the files this process found to be Optuna databases.  Each is probed once: a
@@ -158,7 +170,9 @@ def check_storage_url(url: str, read_only: bool = False) -> None:
     path = sqlite_path(url)
     if path is None:
         return
-    if "?" in url or str(path).startswith("file:"):  # SQLite opens another file, or in another mode, than checked
+    if "?" in url or str(path).startswith(
+        "file:"
+    ):  # SQLite opens another file, or in another mode, than checked
         raise UserError(
             f"--storage {url!r}: SQLite URL options (?...) and file: URIs are not supported; "
             "valid: sqlite:///path/study.db"
