@@ -1,4 +1,4 @@
-"""A real search in this process with its phases timed (benchmarks/orchestration.py, benchmarks/scaling.py)."""
+"""A real search in this process with its phases timed (benchmarks/orchestration.py and scaling.py)."""
 
 from __future__ import annotations
 

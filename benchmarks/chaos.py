@@ -141,8 +141,9 @@ def main() -> int:
             holder["node_ip"] = getattr(pool, "node_ip", "?")
             return pool
 
-        killer = WorkerKiller(lambda: holder.get("pool"), every=(1.0, 4.0), max_kills=opts.kills,
-                              seed=opts.seed)
+        killer = WorkerKiller(
+            lambda: holder.get("pool"), every=(1.0, 4.0), max_kills=opts.kills, seed=opts.seed
+        )
         killer.start()
         t0 = time.monotonic()
         try:
@@ -236,10 +237,17 @@ def render(r: dict[str, Any], sockets: list[str], node_ip: str, opts: Any) -> st
         f"| FAIL reasons | {reasons} |",
         "",
         f"Local Ray node address: `{node_ip}`; listening sockets of Ray processes: "
-        + (f"{len(sockets)}, all on loopback ({', '.join(sorted({_name(x) for x in sockets}))})."
-           if sockets and not non_loopback
-           else ("none found." if not sockets else f"{len(non_loopback)} not on loopback: "
-                 + ", ".join(f"`{s}`" for s in non_loopback) + ".")),
+        + (
+            f"{len(sockets)}, all on loopback ({', '.join(sorted({_name(x) for x in sockets}))})."
+            if sockets and not non_loopback
+            else (
+                "none found."
+                if not sockets
+                else f"{len(non_loopback)} not on loopback: "
+                + ", ".join(f"`{s}`" for s in non_loopback)
+                + "."
+            )
+        ),
         "",
         f"Verdict: {'PASS' if r['ok'] else 'FAIL'}.",
     ]

@@ -65,17 +65,61 @@ SEARCHES: dict[str, tuple[str, tuple[str, ...]]] = {
     # NSGA-II named: it was the default sampler when these were measured (--sampler auto now runs TPE)
     "reference": (f"no hurdles, {TRIALS} trials", ("--trials", str(TRIALS), "--sampler", "nsga2")),
     # the same without hurdles under aging evolution: is it the sampler or the hurdles?
-    "reference-evo": (f"no hurdles, {TRIALS} trials, aging evolution (--population 8)",
-                      ("--trials", str(TRIALS), "--sampler", "evolution", "--population", "8")),
-    "h2": ("h2: hurdles 0.1,0.3 (15th percentile, from the first trial), --max-flops 2.2e12, --population 4",
-           ("--max-flops", "2.2e12", "--sampler", "nsga2", "--population", "4", "--hurdles", "0.1,0.3",
-            "--hurdle-percentile", "15", "--hurdle-min-trials", "1")),
-    "h4": ("h4: as h2, --population 8 (the reference's)",
-           ("--max-flops", "2.2e12", "--sampler", "nsga2", "--population", "8", "--hurdles", "0.1,0.3",
-            "--hurdle-percentile", "15", "--hurdle-min-trials", "1")),
-    "h5": ("h5: as h4, aging evolution (a stopped trial stays in its population)",
-           ("--max-flops", "2.2e12", "--sampler", "evolution", "--population", "8", "--hurdles", "0.1,0.3",
-            "--hurdle-percentile", "15", "--hurdle-min-trials", "1")),
+    "reference-evo": (
+        f"no hurdles, {TRIALS} trials, aging evolution (--population 8)",
+        ("--trials", str(TRIALS), "--sampler", "evolution", "--population", "8"),
+    ),
+    "h2": (
+        "h2: hurdles 0.1,0.3 (15th percentile, from the first trial), --max-flops 2.2e12, --population 4",
+        (
+            "--max-flops",
+            "2.2e12",
+            "--sampler",
+            "nsga2",
+            "--population",
+            "4",
+            "--hurdles",
+            "0.1,0.3",
+            "--hurdle-percentile",
+            "15",
+            "--hurdle-min-trials",
+            "1",
+        ),
+    ),
+    "h4": (
+        "h4: as h2, --population 8 (the reference's)",
+        (
+            "--max-flops",
+            "2.2e12",
+            "--sampler",
+            "nsga2",
+            "--population",
+            "8",
+            "--hurdles",
+            "0.1,0.3",
+            "--hurdle-percentile",
+            "15",
+            "--hurdle-min-trials",
+            "1",
+        ),
+    ),
+    "h5": (
+        "h5: as h4, aging evolution (a stopped trial stays in its population)",
+        (
+            "--max-flops",
+            "2.2e12",
+            "--sampler",
+            "evolution",
+            "--population",
+            "8",
+            "--hurdles",
+            "0.1,0.3",
+            "--hurdle-percentile",
+            "15",
+            "--hurdle-min-trials",
+            "1",
+        ),
+    ),
 }
 
 #: hurdled search -> the search without hurdles with the same sampler, for a second verdict
@@ -125,7 +169,6 @@ not been rerun.
 """
 
 
-
 def run_search(name: str, seed: int, runs: Path) -> dict[str, Any]:
     """One search in this process (as the CLI builds it); returns its trials as plain data."""
     from nas.cli import build_parser
@@ -133,11 +176,30 @@ def run_search(name: str, seed: int, runs: Path) -> dict[str, Any]:
     from nas.search.driver.loop import Driver
 
     flags = SEARCHES[name][1]
-    args = build_parser().parse_args([
-        "search", "--space", str(SPACE), "--local", "--workers", "1", "--cpus-per-trial", "1",
-        "--seed", str(seed), "--budget-flops", f"{BUDGET:g}", "--no-tensorboard", "--device", "cpu",
-        "--runs-dir", str(runs), "--study", f"{name}-seed{seed}", *flags,
-    ])
+    args = build_parser().parse_args(
+        [
+            "search",
+            "--space",
+            str(SPACE),
+            "--local",
+            "--workers",
+            "1",
+            "--cpus-per-trial",
+            "1",
+            "--seed",
+            str(seed),
+            "--budget-flops",
+            f"{BUDGET:g}",
+            "--no-tensorboard",
+            "--device",
+            "cpu",
+            "--runs-dir",
+            str(runs),
+            "--study",
+            f"{name}-seed{seed}",
+            *flags,
+        ]
+    )
     settings = build_run(args)
     if name.startswith("reference"):  # hurdles that record, never stop: no threshold ever becomes active
         search = {"hurdles": RECORD, "hurdle_min_trials": sys.maxsize}
@@ -153,15 +215,17 @@ def record(study: Any, flags: tuple[str, ...], seed: int, wall: float) -> dict[s
     for t in sorted(study.trials, key=lambda t: t.number):
         u = t.user_attrs
         trained = "worker_pid" in u and "duplicate_of" not in u
-        rows.append({
-            "number": t.number,
-            "state": "INFEASIBLE" if u.get("infeasible") else t.state.name,
-            "summary": u.get("summary"),
-            "flops": float(u.get("train_flops", 0.0)) if trained else 0.0,
-            "loss": float(u["val_loss"]) if t.state.name == "COMPLETE" and "val_loss" in u else None,
-            "intermediate": u.get("intermediate") if trained else None,
-            "duplicate_of": u.get("duplicate_of"),
-        })
+        rows.append(
+            {
+                "number": t.number,
+                "state": "INFEASIBLE" if u.get("infeasible") else t.state.name,
+                "summary": u.get("summary"),
+                "flops": float(u.get("train_flops", 0.0)) if trained else 0.0,
+                "loss": float(u["val_loss"]) if t.state.name == "COMPLETE" and "val_loss" in u else None,
+                "intermediate": u.get("intermediate") if trained else None,
+                "duplicate_of": u.get("duplicate_of"),
+            }
+        )
     return {"flags": list(flags), "seed": seed, "wall": wall, "trials": rows}
 
 
@@ -176,8 +240,15 @@ def summarize(run: dict[str, Any], target: float | None) -> dict[str, Any]:
         if target is not None and to_target is None and loss <= target:
             to_target = spent
         states[t["state"]] = states.get(t["state"], 0) + 1
-    return {"compute": spent, "best": best, "to_target": to_target, "to_best": to_best,
-            "states": states, "wall": run["wall"], "trials": len(run["trials"])}
+    return {
+        "compute": spent,
+        "best": best,
+        "to_target": to_target,
+        "to_best": to_best,
+        "states": states,
+        "wall": run["wall"],
+        "trials": len(run["trials"]),
+    }
 
 
 def load() -> dict[str, Any]:
@@ -195,17 +266,37 @@ def table(data: dict[str, Any], seeds: list[int]) -> tuple[str, str]:
             frac = None if s["to_target"] is None else s["to_target"] / ref["compute"]
             if name in met:
                 met[name][seed] = frac is not None and frac <= 1 / 3
-            rows.append([
-                seed, SEARCHES[name][0], s["trials"], f"{s['best']:.4f}", f"{s['best'] - ref['best']:+.4f}",
-                f"{s['compute']:.3g}", f"{s['compute'] / ref['compute']:.2f}",
-                "never" if frac is None else f"{frac:.2f}", f"{s['to_best'] / ref['compute']:.2f}",
-                ", ".join(f"{v} {k.lower()}" for k, v in sorted(s["states"].items())), f"{s['wall']:.0f}",
-            ])
+            rows.append(
+                [
+                    seed,
+                    SEARCHES[name][0],
+                    s["trials"],
+                    f"{s['best']:.4f}",
+                    f"{s['best'] - ref['best']:+.4f}",
+                    f"{s['compute']:.3g}",
+                    f"{s['compute'] / ref['compute']:.2f}",
+                    "never" if frac is None else f"{frac:.2f}",
+                    f"{s['to_best'] / ref['compute']:.2f}",
+                    ", ".join(f"{v} {k.lower()}" for k, v in sorted(s["states"].items())),
+                    f"{s['wall']:.0f}",
+                ]
+            )
     md = _doc.markdown_table(
-        ["seed", "search", "trials", "best loss", "vs reference", "compute (FLOPs)", "compute vs reference",
-         "compute to reach the reference's best (fraction of its compute)",
-         "compute until its own best (same)", "trials by state", "wall (s)"],
-        rows, "rlrrrrrrrlr",
+        [
+            "seed",
+            "search",
+            "trials",
+            "best loss",
+            "vs reference",
+            "compute (FLOPs)",
+            "compute vs reference",
+            "compute to reach the reference's best (fraction of its compute)",
+            "compute until its own best (same)",
+            "trials by state",
+            "wall (s)",
+        ],
+        rows,
+        "rlrrrrrrrlr",
     )
     lines = []
     for name, by_seed in met.items():
@@ -216,8 +307,11 @@ def table(data: dict[str, Any], seeds: list[int]) -> tuple[str, str]:
                 f"({', '.join(f'seed {k}: ' + ('yes' if v else 'no') for k, v in by_seed.items())})."
             )
     for name, control in CONTROLS.items():  # a hurdled search against the same sampler without hurdles
-        pairs = [(seed, data[f"{name}/{seed}"], data[f"{control}/{seed}"]) for seed in seeds
-                 if f"{name}/{seed}" in data and f"{control}/{seed}" in data]
+        pairs = [
+            (seed, data[f"{name}/{seed}"], data[f"{control}/{seed}"])
+            for seed in seeds
+            if f"{name}/{seed}" in data and f"{control}/{seed}" in data
+        ]
         if pairs:
             ok = {}
             for seed, run, ref_run in pairs:
@@ -234,10 +328,15 @@ def table(data: dict[str, Any], seeds: list[int]) -> tuple[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default="", help="searches to (re)run, comma-separated: "
-                        f"{', '.join(SEARCHES)} or all (default: none, the table from the stored searches)")
-    parser.add_argument("--seeds", default="0,1,2,3,4,5",
-                        help="comma-separated search seeds (default 0,1,2,3,4,5)")
+    parser.add_argument(
+        "--run",
+        default="",
+        help="searches to (re)run, comma-separated: "
+        f"{', '.join(SEARCHES)} or all (default: none, the table from the stored searches)",
+    )
+    parser.add_argument(
+        "--seeds", default="0,1,2,3,4,5", help="comma-separated search seeds (default 0,1,2,3,4,5)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -255,8 +354,9 @@ def main() -> int:
             print(f"{name} seed {seed}: {result['wall']:.0f} s", file=sys.stderr)
     data = load()
     if not all(f"reference/{s}" in data for s in seeds):
-        print(f"no reference search stored for every seed of {args.seeds}: run --run reference",
-              file=sys.stderr)
+        print(
+            f"no reference search stored for every seed of {args.seeds}: run --run reference", file=sys.stderr
+        )
         return 1
     md, verdict = table(data, seeds)
     print(md)

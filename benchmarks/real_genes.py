@@ -103,8 +103,9 @@ def main() -> int:
             "",
             _doc.provenance(threads=1),
             "",
-            "The searches of the `real_samplers` section again, with the sampler instrumented: over the trials after "
-            f"the first {default_population(args.trials)} (the start-up or first generation), the share of parameter values drawn "
+            "The searches of the `real_samplers` section again, with the sampler instrumented: over the "
+            f"trials after the first {default_population(args.trials)} (the start-up or first generation), "
+            "the share of parameter values drawn "
             "at random (`sample_independent`) rather than from what the sampler learned, by kind of gene "
             "(*conditional*: a block's own option, `layers.N.attention.BLOCK.OPTION`), pooled over seeds "
             + ",".join(map(str, seeds))

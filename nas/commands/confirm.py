@@ -82,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_spec_flags(p, ("resources",))
     p.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help='print {"runs", "summary", "rank_correlation", "search_evaluator", ...} as JSON',
     )
     p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report with plots")
@@ -108,7 +109,7 @@ def _data_spec(record: Any) -> str | None:
 def _baselines(
     files: list[str] | None, study: Any, seed_archs: Any, data: str | None, task: str
 ) -> list[tuple[Any, ...]]:
-    """(name, ArchConfig, the search trial that measured it or None, name as the reports' label) per baseline."""
+    """Per baseline: (name, ArchConfig, the search trial that measured it or None, the reports' label)."""
     from nas.confirm.plan import ALWAYS_BASELINES, baseline_file, default_baselines, search_twin
     from nas.data import vocab_size_of
     from nas.models import ArchConfig
@@ -149,7 +150,9 @@ def plan_report(args: argparse.Namespace) -> list[Planned]:
     report = plan_output(args.report, "--report", force=args.force, example="confirm.md")
     stem = report.path.with_suffix("")
     figures = [stem.with_name(f"{stem.name}_{kind}.png") for kind in ("compute", "deltas")]
-    return [report] + [plan_output(f, "--report (its figure)", force=args.force, example=None) for f in figures]
+    return [report] + [
+        plan_output(f, "--report (its figure)", force=args.force, example=None) for f in figures
+    ]
 
 
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
@@ -254,8 +257,11 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
             f"{record['space_file']} changed since --study {name!r} searched it "
             f"(fingerprint {record['space_fingerprint']}, now {space.fingerprint})"
         )
-    spec = spec.replace(recipe=TrainRecipe.from_dict(record["recipe"]), budget=Budget.from_dict(record["budget"]),
-                        search={"objective": record["objective"], "evaluator": record.get("evaluator", "lm")})  # fmt: skip
+    spec = spec.replace(
+        recipe=TrainRecipe.from_dict(record["recipe"]),
+        budget=Budget.from_dict(record["budget"]),
+        search={"objective": record["objective"], "evaluator": record.get("evaluator", "lm")},
+    )
     return record, spec, space
 
 
@@ -286,7 +292,11 @@ def run(args: argparse.Namespace) -> int:
     settings, every, plan, url = build(args)
     with sigterm_stops_the_driver():
         study = run_confirmation(
-            settings, args.study, every, plan, out=sys.stderr if args.json else sys.stdout,
+            settings,
+            args.study,
+            every,
+            plan,
+            out=sys.stderr if args.json else sys.stdout,
             flags=plan_flags(args),
         )
     report = build_report(study, url)
@@ -295,7 +305,15 @@ def run(args: argparse.Namespace) -> int:
         text = render(report, report["baselines"], [p.name for p in images])
         write_output(outputs[0], lambda tmp: tmp.write_text(text, encoding="utf-8"))
     if args.json:
-        keys = ("baselines", "search_evaluator", "runs", "summary", "rank_correlation", "power_law", "verdicts")
+        keys = (
+            "baselines",
+            "search_evaluator",
+            "runs",
+            "summary",
+            "rank_correlation",
+            "power_law",
+            "verdicts",
+        )
         print(json.dumps(jsonable({k: report[k] for k in keys}), indent=2))
         return 0
     print()

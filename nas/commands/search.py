@@ -35,14 +35,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "2); a field no flag names keeps the file's value. Running it again with the same --study continues "
         "it (without --space: with the spec the study keeps).",
     )
-    p.add_argument("--space", type=non_empty, default=None, metavar="SPEC",
-                   help="the spec file: a search space, optionally with recipe, budget, data, search and "
-                   f"resources sections; a path or a shipped space's name ({', '.join(shipped_spaces())}). "
-                   f"Default: the study's own spec when the study exists, else {DEFAULT_SPACE} if there is one "
-                   "here, else the shipped default (the demo)")  # fmt: skip
+    p.add_argument(
+        "--space",
+        type=non_empty,
+        default=None,
+        metavar="SPEC",
+        help="the spec file: a search space, optionally with recipe, budget, data, search and "
+        f"resources sections; a path or a shipped space's name ({', '.join(shipped_spaces())}). "
+        f"Default: the study's own spec when the study exists, else {DEFAULT_SPACE} if there is one "
+        "here, else the shipped default (the demo)",
+    )
     p.add_argument("--study", default=None, help="study name (default: the space's name)")
-    p.add_argument("--storage", type=non_empty, default=None, help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)")
-    p.add_argument("--runs-dir", type=non_empty, default="runs", help="where studies and TensorBoard logs go (default runs/)")
+    p.add_argument(
+        "--storage",
+        type=non_empty,
+        default=None,
+        help="Optuna RDB URL (default sqlite:///RUNS/STUDY/study.db)",
+    )
+    p.add_argument(
+        "--runs-dir",
+        type=non_empty,
+        default="runs",
+        help="where studies and TensorBoard logs go (default runs/)",
+    )
     p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     add_spec_flags(p)
     p.set_defaults(func=run)
@@ -73,8 +88,11 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
         from nas.data import task_of
 
         if task_of(spec.data.corpus) == "seq2seq":  # the default space is an lm space: take the seq2seq one
-            print(f"note: --data {spec.data.corpus} is a parallel corpus: searching the shipped seq2seq space "
-                  "(--space names another)", flush=True)  # fmt: skip
+            print(
+                f"note: --data {spec.data.corpus} is a parallel corpus: searching the shipped seq2seq space "
+                "(--space names another)",
+                flush=True,
+            )
             spec, space = load_spec(resolve_space_path("seq2seq"))
             spec = apply(spec, given)
     if args.study is None:  # the space's name names the study: an error points at the file
@@ -143,20 +161,30 @@ def run(args: argparse.Namespace) -> int:
     title = ("Leaderboard (validation loss)" if n_obj == 1
              else "Pareto front (loss vs FLOPs/token" + (" and state)" if n_obj > 2 else ")"))  # fmt: skip
     print()
-    print(f"{title} of study {settings.study!r}: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items())))
+    print(
+        f"{title} of study {settings.study!r}: "
+        + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
+    )
     print(format_table(rows, with_state=n_obj > 2) if rows else "(no completed trials)")
     print()
     print(f"study:       --study {settings.study} --storage {settings.storage}")
     if settings.tb_dir:
         print(f"tensorboard: tensorboard --logdir {settings.tb_dir}")
     # The same flags that found this study find it again (--runs-dir or --storage when not the default).
-    where = (f" --storage {shlex.quote(settings.storage)}" if args.storage is not None
-             else "" if args.runs_dir == "runs" else f" --runs-dir {shlex.quote(args.runs_dir)}")
+    where = (
+        f" --storage {shlex.quote(settings.storage)}"
+        if args.storage is not None
+        else ""
+        if args.runs_dir == "runs"
+        else f" --runs-dir {shlex.quote(args.runs_dir)}"
+    )
     prog = prog_name()
     print(f"next:        {prog} best --study {settings.study}{where}")
     if args.demo:  # a single-seed search rewards luck: say how to check the winner before trusting it
-        print(f"confirm:     {prog} confirm --study {settings.study}{where} --top 3 --seeds 3 --scales 1,4 "
-              "--report confirm.md   (re-trains the winners and the baselines over seeds and budgets; "
-              "docs/confirming.md)")
+        print(
+            f"confirm:     {prog} confirm --study {settings.study}{where} --top 3 --seeds 3 --scales 1,4 "
+            "--report confirm.md   (re-trains the winners and the baselines over seeds and budgets; "
+            "docs/confirming.md)"
+        )
     sys.stdout.flush()
     return 0

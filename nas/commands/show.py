@@ -58,7 +58,10 @@ def _show_study(args: argparse.Namespace, study: Any) -> int:
                         "`search`); its recorded settings: `show --study S --json`")  # fmt: skip
     if args.spec:
         text = spec.to_dict()  # type: ignore[union-attr]
-        print(json.dumps(jsonable(text), indent=2) if args.json else dump_yaml(text), end="" if not args.json else "\n")
+        print(
+            json.dumps(jsonable(text), indent=2) if args.json else dump_yaml(text),
+            end="" if not args.json else "\n",
+        )
         return 0
     record = settings_of(study)
     summary = {

@@ -21,8 +21,8 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.cost import compute
 from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run
+from nas.cost import compute
 from nas.errors import UserError
 from nas.execution.pool import Pool
 from nas.execution.worker import DIVERGED
@@ -334,7 +334,9 @@ def run_confirmation(
         if lrs:
             enqueue_missing(study, sweep_runs(plan, wanted), by_index, rerun_before)
             _drive(settings, study, every, pools, out)
-        enqueue_missing(study, planned_runs(study, plan, wanted, settings.spec.recipe.lr), by_index, rerun_before)
+        enqueue_missing(
+            study, planned_runs(study, plan, wanted, settings.spec.recipe.lr), by_index, rerun_before
+        )
         _drive(settings, study, every, pools, out)
     finally:
         pools.close()

@@ -130,25 +130,39 @@ class SearchSection(Section):
 
     NAME = "search"
 
-    objective: str = field("loss+flops", "loss+flops: Pareto front of validation loss and FLOPs/token; "
-                           "loss+flops+state: and the bytes a sequence keeps while generating (KV caches, "
-                           "recurrent states); loss: validation loss at the fixed budget", alias="--objective",
-                           check=one_of(tuple(OBJECTIVES)))  # fmt: skip
+    objective: str = field(
+        "loss+flops",
+        "loss+flops: Pareto front of validation loss and FLOPs/token; "
+        "loss+flops+state: and the bytes a sequence keeps while generating (KV caches, "
+        "recurrent states); loss: validation loss at the fixed budget",
+        alias="--objective",
+        check=one_of(tuple(OBJECTIVES)),
+    )
     sampler: str = field(
         "auto", "auto: the sampler measured to reach a good loss in the fewest trials (docs/BENCHMARKS.md); "
         "a continued study keeps the one it ran with", alias="--sampler", check=one_of(SAMPLERS))  # fmt: skip
     population: int | None = field(
-        None, "population of nsga2/evolution (default: a third of the trials, 4 to 50; 20 under max_flops "
-        "alone); tpe starts with min(5, population) random trials", alias="--population", check=integer(2))  # fmt: skip
+        None,
+        "population of nsga2/evolution (default: a third of the trials, 4 to 50; 20 under max_flops "
+        "alone); tpe starts with min(5, population) random trials",
+        alias="--population",
+        check=integer(2),
+    )
     seed: int | None = field(None, "seed of the sampler (default: recipe.seed)", check=integer(0, MAX_SEED))
     trials: int | None = field(
         None, f"finished trials wanted in the study (default {DEFAULT_TRIALS}; with max_flops: no limit)",
         alias="--trials", check=integer(1))  # fmt: skip
     max_flops: float | None = field(
-        None, "training FLOPs the whole search may spend (e.g. 2.4e12); with hurdles, every candidate stopped "
-        "early buys more candidates", alias="--max-flops", check=number(), metavar="FLOPS")  # fmt: skip
+        None,
+        "training FLOPs the whole search may spend (e.g. 2.4e12); with hurdles, every candidate stopped "
+        "early buys more candidates",
+        alias="--max-flops",
+        check=number(),
+        metavar="FLOPS",
+    )
     hurdles: tuple[float, ...] = field(
-        (), "budget fractions where weak candidates stop, e.g. 0.25,0.5", alias="--hurdles", check=fractions)  # fmt: skip
+        (), "budget fractions where weak candidates stop, e.g. 0.25,0.5", alias="--hurdles", check=fractions
+    )
     hurdle_percentile: float = field(
         50.0, "a candidate continues if its loss is at or below this percentile of earlier architectures' "
         "losses at the hurdle", alias="--hurdle-percentile", check=number(high=100.0))  # fmt: skip
@@ -171,21 +185,29 @@ class SearchSection(Section):
         stops = self.hurdles != () or self.prescreen is not None
         if not stops and (self.hurdle_percentile != 50.0 or self.hurdle_min_trials != 3):
             which = "hurdle_percentile" if self.hurdle_percentile != 50.0 else "hurdle_min_trials"
-            raise ConfigError("applies to hurdles and the prescreen, and search has neither; set search.hurdles "
-                              "(--hurdles 0.25,0.5) or search.prescreen, or leave it out",
-                              named("search", which))  # fmt: skip
+            raise ConfigError(
+                "applies to hurdles and the prescreen, and search has neither; set search.hurdles "
+                "(--hurdles 0.25,0.5) or search.prescreen, or leave it out",
+                named("search", which),
+            )
         if self.population is not None and self.sampler == "random":
             raise ConfigError(f"has no effect with {named('search', 'sampler')} random (it sizes nsga2 and "
                               "evolution, and tpe's random start); drop it or choose another sampler",
                               named("search", "population"))  # fmt: skip
         if self.prescreen is not None:
             if self.prescreen.partition(":")[0] == "lm":
-                raise ConfigError("lm would train each candidate twice; a prescreen is a cheaper evaluator: "
-                                  "probes[:TASK,TASK][@STEPS] or proxy:NAME", named("search", "prescreen"))
+                raise ConfigError(
+                    "lm would train each candidate twice; a prescreen is a cheaper evaluator: "
+                    "probes[:TASK,TASK][@STEPS] or proxy:NAME",
+                    named("search", "prescreen"),
+                )
             if self.prescreen == self.evaluator:
-                raise ConfigError(f"is the search's evaluator too ({self.evaluator}): each candidate would "
-                                  "be scored twice the same way; screen with a cheaper evaluator or leave it "
-                                  "out", named("search", "prescreen"))
+                raise ConfigError(
+                    f"is the search's evaluator too ({self.evaluator}): each candidate would "
+                    "be scored twice the same way; screen with a cheaper evaluator or leave it "
+                    "out",
+                    named("search", "prescreen"),
+                )
 
     def wanted_trials(self) -> int | None:
         """Finished trials wanted: as given, else the default unless the compute ends the search."""
@@ -213,9 +235,16 @@ class Resources(Section):
         300.0, "seconds a Ray worker may take to start or restart before the search goes on with fewer",
         alias="--worker-timeout", check=number(high=MAX_SECONDS), metavar="SECONDS")  # fmt: skip
     trial_timeout: float | None = field(
-        None, "seconds a trial may run before its worker is killed and it ends FAIL 'timed out' "
-        "(default: no limit)", alias="--trial-timeout", check=number(high=MAX_SECONDS), metavar="SECONDS")  # fmt: skip
-    device: str = field("auto", "where to train (auto: CUDA if present)", alias="--device", check=one_of(DEVICES))
+        None,
+        "seconds a trial may run before its worker is killed and it ends FAIL 'timed out' "
+        "(default: no limit)",
+        alias="--trial-timeout",
+        check=number(high=MAX_SECONDS),
+        metavar="SECONDS",
+    )
+    device: str = field(
+        "auto", "where to train (auto: CUDA if present)", alias="--device", check=one_of(DEVICES)
+    )
     compile: bool = field(False, "train each candidate through torch.compile (compile time reported apart; "
                           "a candidate that fails to compile trains eager)", alias="--compile")  # fmt: skip
     local: bool = field(False, "no Ray: run the trials one at a time in this process (for debugging)",
@@ -229,13 +258,26 @@ class Resources(Section):
                               named("resources", "gpus_per_trial"))  # fmt: skip
         if self.local:  # one rule: a field given that has no effect in the chosen mode is refused
             defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for name in ("address", "dashboard", "trial_timeout", "retries", "worker_timeout", "gpus_per_trial"):
+            for name in (
+                "address",
+                "dashboard",
+                "trial_timeout",
+                "retries",
+                "worker_timeout",
+                "gpus_per_trial",
+            ):
                 if getattr(self, name) != defaults[name]:
-                    raise ConfigError(f"{named('resources', 'local')} runs trials one at a time in this process, "
-                                      f"without Ray; drop {named('resources', name)}", named("resources", name))  # fmt: skip
+                    raise ConfigError(
+                        f"{named('resources', 'local')} runs trials one at a time in this process, "
+                        f"without Ray; drop {named('resources', name)}",
+                        named("resources", name),
+                    )
             if (self.workers or 1) > 1:
-                raise ConfigError(f"{named('resources', 'local')} runs trials one at a time in this process, "
-                                  f"without Ray; drop {named('resources', 'workers')}", named("resources", "workers"))  # fmt: skip
+                raise ConfigError(
+                    f"{named('resources', 'local')} runs trials one at a time in this process, "
+                    f"without Ray; drop {named('resources', 'workers')}",
+                    named("resources", "workers"),
+                )
 
     def worker_count(self, cpus: int | None) -> int:
         """``workers``, or the default for this machine (``cpus`` CPUs)."""

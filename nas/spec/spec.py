@@ -55,8 +55,10 @@ class Spec:
         """Rules between sections (each section checks its own fields and the rules among them)."""
         s, b = self.search, self.budget
         if s.max_flops is not None and b.kind == "flops" and s.max_flops < b.value:
-            raise UserError(f"search.max_flops (--max-flops) {s.max_flops:g} is less than one candidate's "
-                            f"budget ({b}): no trial could start")
+            raise UserError(
+                f"search.max_flops (--max-flops) {s.max_flops:g} is less than one candidate's "
+                f"budget ({b}): no trial could start"
+            )
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "") -> Spec:
@@ -65,7 +67,11 @@ class Spec:
             raise ConfigError("a spec must be a mapping with 'globals' and 'layers'", source=source)
         try:
             for key in SPEC_KEYS:
-                if key in raw and not isinstance(raw[key], Mapping) and not (key == "data" and isinstance(raw[key], str)):
+                if (
+                    key in raw
+                    and not isinstance(raw[key], Mapping)
+                    and not (key == "data" and isinstance(raw[key], str))
+                ):
                     raise ConfigError(f"must be a mapping, got {short_repr(raw[key])}", key)
             budget = Budget.from_dict(raw["budget"]) if "budget" in raw else DEFAULT_BUDGET
             return cls(
@@ -134,7 +140,10 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any], *, defaults: Map
     a, b = flat(old), flat(new)
     missing = object()
     d = flat(defaults) if defaults else {}
-    pairs = [(key, a.get(key, d.get(key, missing)), b.get(key, d.get(key, missing))) for key in sorted(set(a) | set(b))]
+    pairs = [
+        (key, a.get(key, d.get(key, missing)), b.get(key, d.get(key, missing)))
+        for key in sorted(set(a) | set(b))
+    ]
     return [(key, x, y) for key, x, y in pairs if x != y]
 
 
@@ -147,6 +156,10 @@ def describe(diffs: list[tuple[str, Any, Any]]) -> str:
     """``search.hurdles: [0.5] -> []; recipe.lr: 0.003 -> 0.01``."""
 
     def show(value: Any) -> str:
-        return "(absent)" if not isinstance(value, (str, int, float, list, dict, type(None))) else short_repr(value)
+        return (
+            "(absent)"
+            if not isinstance(value, (str, int, float, list, dict, type(None)))
+            else short_repr(value)
+        )
 
     return "; ".join(f"{key}: {show(a)} -> {show(b)}" for key, a, b in diffs)

@@ -25,9 +25,20 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 def search_args(tmp_path, corpus, *extra, study="s"):
     return [
-        "search", "--space", str(TINY_SPACE), "--study", study,
-        "--storage", f"sqlite:///{tmp_path}/s.db", "--runs-dir", str(tmp_path / "runs"),
-        "--data", str(corpus), "--workers", "2", *extra,
+        "search",
+        "--space",
+        str(TINY_SPACE),
+        "--study",
+        study,
+        "--storage",
+        f"sqlite:///{tmp_path}/s.db",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--data",
+        str(corpus),
+        "--workers",
+        "2",
+        *extra,
     ]
 
 
@@ -74,16 +85,34 @@ def test_search_finishes_the_requested_trials_and_continues(tmp_path, text_corpu
 
 
 def test_trials_spread_over_both_nodes(tmp_path, text_corpus, ray_cluster):
-    assert main(search_args(tmp_path, text_corpus, "--trials", "4", "--sampler", "random",
-                            "--no-tensorboard")) == 0
+    assert (
+        main(search_args(tmp_path, text_corpus, "--trials", "4", "--sampler", "random", "--no-tensorboard"))
+        == 0
+    )
     nodes = {t.user_attrs.get("worker_node") for t in load(tmp_path).trials if "worker_node" in t.user_attrs}
     assert len(nodes) == 2
 
 
 def test_hurdles_prune_weak_candidates(tmp_path, text_corpus):
-    args = search_args(tmp_path, text_corpus, "--objective", "loss", "--sampler", "random", "--trials", "8",
-                       "--hurdles", "0.5", "--hurdle-percentile", "5", "--workers", "1", "--no-tensorboard",
-                       "--steps", "12")
+    args = search_args(
+        tmp_path,
+        text_corpus,
+        "--objective",
+        "loss",
+        "--sampler",
+        "random",
+        "--trials",
+        "8",
+        "--hurdles",
+        "0.5",
+        "--hurdle-percentile",
+        "5",
+        "--workers",
+        "1",
+        "--no-tensorboard",
+        "--steps",
+        "12",
+    )
     assert main(args) == 0
     study = load(tmp_path)
     pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
@@ -91,8 +120,11 @@ def test_hurdles_prune_weak_candidates(tmp_path, text_corpus):
     assert pruned and complete
     for t in pruned:
         loss_at_half = t.user_attrs["intermediate"]["0.5"]
-        earlier = [u.user_attrs["intermediate"]["0.5"] for u in study.trials[: t.number]
-                   if u.state in (TrialState.COMPLETE, TrialState.PRUNED) and "intermediate" in u.user_attrs]
+        earlier = [
+            u.user_attrs["intermediate"]["0.5"]
+            for u in study.trials[: t.number]
+            if u.state in (TrialState.COMPLETE, TrialState.PRUNED) and "intermediate" in u.user_attrs
+        ]
         assert len(earlier) >= 3 and loss_at_half > min(earlier)
         assert t.intermediate_values  # single-objective trials also carry Optuna intermediate values
     for t in complete:
@@ -108,8 +140,9 @@ def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus, sampler):
         "constraints: {max_params: 7000}\n"
         "recipe: {batch_size: 4, eval_batches: 1}\nbudget: {steps: 4}\nseed_archs: []\n"
     )
-    args = search_args(tmp_path, text_corpus, "--trials", "6", "--sampler", sampler, "--no-tensorboard",
-                       "--workers", "1")
+    args = search_args(
+        tmp_path, text_corpus, "--trials", "6", "--sampler", sampler, "--no-tensorboard", "--workers", "1"
+    )
     args[args.index("--space") + 1] = str(space)
     assert main(args) == 0
     trials = load(tmp_path).trials
@@ -130,10 +163,23 @@ def test_caps_and_duplicates_cost_no_training(tmp_path, text_corpus, sampler):
 
 
 def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
-    args = search_args(tmp_path, text_corpus, "--trials", "6", "--seconds", "4", "--no-tensorboard",
-                       "--address", ray_cluster.address)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = search_args(
+        tmp_path,
+        text_corpus,
+        "--trials",
+        "6",
+        "--seconds",
+        "4",
+        "--no-tensorboard",
+        "--address",
+        ray_cluster.address,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_search.py"), *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         seen_running = False
@@ -182,11 +228,29 @@ def test_resume_after_the_driver_is_killed(tmp_path, text_corpus, ray_cluster):
 
 def test_the_printed_next_command_finds_the_study_again(tmp_path, text_corpus, capsys):
     runs = tmp_path / "elsewhere"
-    assert main(["search", "--space", str(TINY_SPACE), "--study", "hint", "--runs-dir", str(runs),
-                 "--data", str(text_corpus), "--trials", "2", "--evaluator", "proxy:params",
-                 "--no-tensorboard"]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "--space",
+                str(TINY_SPACE),
+                "--study",
+                "hint",
+                "--runs-dir",
+                str(runs),
+                "--data",
+                str(text_corpus),
+                "--trials",
+                "2",
+                "--evaluator",
+                "proxy:params",
+                "--no-tensorboard",
+            ]
+        )
+        == 0
+    )
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("next:"))
     words = line.split()[1:]
     assert words[words.index("best") - 1].endswith(("run_search.py", "pytest", "nas", "__main__.py"))
-    assert main(words[words.index("best"):]) == 0  # exactly what the user is told to type
+    assert main(words[words.index("best") :]) == 0  # exactly what the user is told to type
     assert "hint" in capsys.readouterr().out

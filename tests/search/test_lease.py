@@ -49,8 +49,14 @@ def search_argv(url: str, corpus: Path, *extra: str) -> list[str]:
 
 
 def start_driver(argv: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *argv], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run_search.py"), *argv],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+    )
 
 
 def wait_running(proc: subprocess.Popen[str], url: str, finished: int = 1) -> None:
@@ -93,8 +99,13 @@ def test_a_second_driver_is_refused_and_the_first_finishes_intact(tmp_path: Path
     first = start_driver(argv, tmp_path)
     try:
         wait_running(first, url)
-        second = subprocess.run([sys.executable, str(ROOT / "run_search.py"), *argv], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            [sys.executable, str(ROOT / "run_search.py"), *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert main(["best", "--study", "s", "--storage", url]) == 0  # reading needs no lease
         out, err = first.communicate(timeout=240)
     finally:
@@ -131,8 +142,10 @@ def test_a_killed_drivers_lease_is_taken_over(tmp_path: Path, text_corpus: Path)
     out = io.StringIO()
     args = build_parser().parse_args(argv)
     Driver(build_run(args), out=out).run()  # at once: the holder's process is gone
-    assert f"took over the study from a driver that is gone (host {socket.gethostname()}, PID {first.pid}" \
+    assert (
+        f"took over the study from a driver that is gone (host {socket.gethostname()}, PID {first.pid}"
         in out.getvalue()
+    )
     trials = optuna.load_study(study_name="s", storage=url).trials
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     for number in running:
@@ -154,8 +167,10 @@ def test_a_stalled_drivers_lease_expires_and_it_stops_on_waking(tmp_path: Path, 
         time.sleep(1.5)  # five heartbeats missed
         out = io.StringIO()
         Driver(build_run(build_parser().parse_args(argv)), out=out).run()
-        assert f"took over the study from a driver that is gone (host {socket.gethostname()}, PID " \
+        assert (
+            f"took over the study from a driver that is gone (host {socket.gethostname()}, PID "
             f"{first.pid}" in out.getvalue()
+        )
         before = optuna.load_study(study_name="s", storage=url).trials
         os.kill(first.pid, signal.SIGCONT)
         _, err = first.communicate(timeout=120)
@@ -164,8 +179,9 @@ def test_a_stalled_drivers_lease_expires_and_it_stops_on_waking(tmp_path: Path, 
     assert first.returncode == 2, err
     assert "another driver took the study over" in err and "Traceback" not in err, err
     after = optuna.load_study(study_name="s", storage=url).trials
-    assert [(t.number, t.state, t.values, t.user_attrs) for t in after] == \
-        [(t.number, t.state, t.values, t.user_attrs) for t in before]
+    assert [(t.number, t.state, t.values, t.user_attrs) for t in after] == [
+        (t.number, t.state, t.values, t.user_attrs) for t in before
+    ]
     assert not [t for t in after if t.state == TrialState.RUNNING]
 
 
@@ -181,8 +197,11 @@ def _plant(storage: optuna.storages.RDBStorage, host: str, age: float, heartbeat
     LEASE_TABLE.create(storage.engine, checkfirst=True)
     with storage.engine.begin() as conn:
         conn.execute(sa.delete(LEASE_TABLE).where(LEASE_TABLE.c.study_name == "s"))
-        conn.execute(sa.insert(LEASE_TABLE).values(
-            study_name="s", study_id=storage.get_study_id_from_name("s"), holder=holder.to_json()))
+        conn.execute(
+            sa.insert(LEASE_TABLE).values(
+                study_name="s", study_id=storage.get_study_id_from_name("s"), holder=holder.to_json()
+            )
+        )
     return holder
 
 

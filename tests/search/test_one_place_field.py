@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"
 
 #: the whole declaration of the new field: its default, help, short flag and check
-FIELD = '''    example_knob: int = field(3, "an example knob, declared by test_one_place_field.py",
+FIELD = """    example_knob: int = field(3, "an example knob, declared by test_one_place_field.py",
                               alias="--example-knob", check=integer(1))
-'''
+"""
 
 CHECK = textwrap.dedent(
     """

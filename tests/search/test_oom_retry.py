@@ -26,7 +26,7 @@ TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 
 
 class ScriptedPool(PoolBase):
-    """Runs trials inline; trials in ``oom`` run out of memory when shared, those in ``oom_alone`` when alone."""
+    """Runs trials inline; those in ``oom`` run out of memory when shared, ``oom_alone`` ones when alone."""
 
     def __init__(self, oom: set[int], oom_alone: set[int] = frozenset()) -> None:
         self.oom, self.oom_alone = oom, oom_alone

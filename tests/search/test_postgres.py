@@ -67,8 +67,13 @@ def argv_for(url: str, corpus: Path, *extra: str) -> list[str]:
 
 
 def start(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *argv], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run_search.py"), *argv],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_running(proc: subprocess.Popen[str], url: str) -> list[optuna.trial.FrozenTrial]:
@@ -94,8 +99,13 @@ def test_search_lease_and_resume_after_sigkill(tmp_path: Path, text_corpus: Path
     first = start(argv, tmp_path)
     try:
         wait_running(first, pg_url)
-        second = subprocess.run([sys.executable, str(ROOT / "run_search.py"), *argv], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            [sys.executable, str(ROOT / "run_search.py"), *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         os.kill(first.pid, signal.SIGKILL)
         first.communicate(timeout=30)
     finally:
@@ -110,8 +120,10 @@ def test_search_lease_and_resume_after_sigkill(tmp_path: Path, text_corpus: Path
 
     out = io.StringIO()
     Driver(build_run(build_parser().parse_args(argv)), out=out).run()
-    assert f"took over the study from a driver that is gone (host {socket.gethostname()}, PID {first.pid}" \
+    assert (
+        f"took over the study from a driver that is gone (host {socket.gethostname()}, PID {first.pid}"
         in out.getvalue()
+    )
     trials = optuna.load_study(study_name="s", storage=pg_url).trials
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     for number, values in finished.items():
@@ -164,12 +176,19 @@ def _free_port() -> int:
 @pytest.mark.timeout(120)
 def test_the_dashboard_reads_the_study(searched: str, tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("optuna-dashboard")
-    command = [str(script)] if script.is_file() else [
-        sys.executable, "-c", "import sys; from optuna_dashboard._cli import main; sys.exit(main())"]
+    command = (
+        [str(script)]
+        if script.is_file()
+        else [sys.executable, "-c", "import sys; from optuna_dashboard._cli import main; sys.exit(main())"]
+    )
     port = _free_port()
     log = (tmp_path / "dashboard.log").open("w+")
-    proc = subprocess.Popen([*command, searched, "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [*command, searched, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         studies = None
         deadline = time.monotonic() + 60
@@ -182,8 +201,9 @@ def test_the_dashboard_reads_the_study(searched: str, tmp_path: Path) -> None:
         log.seek(0)
         assert studies is not None, f"dashboard did not answer (exit {proc.poll()}):\n{log.read()[-2000:]}"
         summary = {s["study_name"]: s for s in studies["study_summaries"]}["s"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{summary['study_id']}?after=0",
-                                    timeout=10) as r:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/studies/{summary['study_id']}?after=0", timeout=10
+        ) as r:
             detail = json.load(r)
         assert len(detail["trials"]) == 4
         assert {"arch_id", "val_loss"} <= {a["key"] for a in detail["trials"][0]["user_attrs"]}

@@ -71,8 +71,9 @@ def check_finished(trials: list[optuna.trial.FrozenTrial], n: int) -> None:
 
 @pytest.mark.timeout(300)
 def test_killed_workers_cost_retries_not_the_search(tmp_path, text_corpus):
-    settings = settings_for(tmp_path, text_corpus, "--trials", "8", "--workers", "2",
-                            "--evaluator", "sleep:1.5", "--retries", "1")
+    settings = settings_for(
+        tmp_path, text_corpus, "--trials", "8", "--workers", "2", "--evaluator", "sleep:1.5", "--retries", "1"
+    )
     pool = Recorder()
     killer = WorkerKiller(lambda: pool.pool, every=(0.5, 1.5), max_kills=3, seed=1)
     killer.start()
@@ -89,8 +90,10 @@ def test_killed_workers_cost_retries_not_the_search(tmp_path, text_corpus):
     for t in hit:
         assert all(e.startswith("worker died") for e in t.user_attrs["worker_errors"])
         if t.state == TrialState.FAIL:  # its one retry was killed too
-            assert t.user_attrs["fail_reason"].startswith("worker died") and "(2 attempts)" in t.user_attrs[
-                "fail_reason"]
+            assert (
+                t.user_attrs["fail_reason"].startswith("worker died")
+                and "(2 attempts)" in t.user_attrs["fail_reason"]
+            )
         else:
             assert t.user_attrs["attempts"] >= 2
     assert any(t.state == TrialState.COMPLETE and t.user_attrs.get("attempts", 1) > 1 for t in trials)
@@ -103,8 +106,18 @@ def test_losing_a_node_mid_trial(tmp_path, text_corpus, ray_cluster):
     ray_cluster.wait_for_nodes()
     lost = node.node_id
     # 3 workers, one per node; after the loss 2 CPUs are left, so the third worker cannot come back.
-    settings = settings_for(tmp_path, text_corpus, "--trials", "6", "--workers", "3",
-                            "--evaluator", "sleep:3", "--worker-timeout", "20")
+    settings = settings_for(
+        tmp_path,
+        text_corpus,
+        "--trials",
+        "6",
+        "--workers",
+        "3",
+        "--evaluator",
+        "sleep:3",
+        "--worker-timeout",
+        "20",
+    )
     pool = Recorder()
     removed = threading.Event()
     stop = threading.Event()
@@ -142,8 +155,18 @@ def test_a_worker_that_cannot_be_placed_is_given_up(tmp_path, text_corpus):
     # The cluster has two 1-CPU nodes: the third worker never starts, so its first trial comes
     # back after --worker-timeout and runs on another worker; the search goes on with the others.
     # (On a loaded machine a worker that is merely slow to start may be given up too.)
-    settings = settings_for(tmp_path, text_corpus, "--trials", "5", "--workers", "3",
-                            "--evaluator", "sleep:0.5", "--worker-timeout", "8")
+    settings = settings_for(
+        tmp_path,
+        text_corpus,
+        "--trials",
+        "5",
+        "--workers",
+        "3",
+        "--evaluator",
+        "sleep:0.5",
+        "--worker-timeout",
+        "8",
+    )
     pool = Recorder()
     Driver(settings, pool_factory=pool, out=io.StringIO()).run()
     trials = trials_of(tmp_path)
@@ -178,8 +201,18 @@ def test_no_worker_at_all_stops_with_one_line_and_nothing_running(tmp_path, text
 def test_a_trial_past_trial_timeout_fails_and_its_worker_is_restarted(tmp_path, text_corpus):
     # Each trial would sleep 60 s (a hang); --trial-timeout 2 stops it.  One worker: the second
     # trial can only time out if the killed worker was restarted and started it.
-    settings = settings_for(tmp_path, text_corpus, "--trials", "2", "--workers", "1",
-                            "--evaluator", "sleep:60", "--trial-timeout", "2")
+    settings = settings_for(
+        tmp_path,
+        text_corpus,
+        "--trials",
+        "2",
+        "--workers",
+        "1",
+        "--evaluator",
+        "sleep:60",
+        "--trial-timeout",
+        "2",
+    )
     pool = Recorder()
     busy: set[int] = set()  # PIDs of the worker processes seen running a trial
     stop = threading.Event()
@@ -209,9 +242,26 @@ def test_a_trial_past_trial_timeout_fails_and_its_worker_is_restarted(tmp_path, 
 
 
 def test_trial_timeout_needs_ray_workers(tmp_path, text_corpus, capsys):
-    argv = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
-            "--data", str(text_corpus), "--local", "--trial-timeout", "5"]
+    argv = [
+        "search",
+        "--space",
+        str(TINY_SPACE),
+        "--study",
+        "s",
+        "--storage",
+        f"sqlite:///{tmp_path}/s.db",
+        "--data",
+        str(text_corpus),
+        "--local",
+        "--trial-timeout",
+        "5",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "resources.local (--local) runs trials one at a time in this process, without Ray; drop resources.trial_timeout (--trial-timeout)" in err[0]
+    assert (
+        len(err) == 1
+        and "resources.local (--local) runs trials one at a time in this process, without Ray; "
+        "drop resources.trial_timeout (--trial-timeout)"
+        in err[0]
+    )
     assert not (tmp_path / "s.db").exists()

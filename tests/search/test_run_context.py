@@ -109,12 +109,34 @@ def test_check_environment_names_what_is_missing(tmp_path: Path) -> None:
 
 
 def test_payload_keys_are_what_the_worker_reads() -> None:
-    payload = TrialPayload(arch={"d_model": 16}, recipe={"lr": 1e-3}, budget={"steps": 4}, data=None, device="cpu",
-                           hurdles=[0.5], thresholds={"0.5": 3.0}, logdir=None, hparams={"trial": 0},
-                           evaluator="lm")
+    payload = TrialPayload(
+        arch={"d_model": 16},
+        recipe={"lr": 1e-3},
+        budget={"steps": 4},
+        data=None,
+        device="cpu",
+        hurdles=[0.5],
+        thresholds={"0.5": 3.0},
+        logdir=None,
+        hparams={"trial": 0},
+        evaluator="lm",
+    )
     d = payload.to_dict()
-    assert list(d) == ["arch", "recipe", "budget", "data", "device", "hurdles", "thresholds", "logdir",
-                       "hparams", "evaluator", "compile", "prescreen", "spec"]
+    assert list(d) == [
+        "arch",
+        "recipe",
+        "budget",
+        "data",
+        "device",
+        "hurdles",
+        "thresholds",
+        "logdir",
+        "hparams",
+        "evaluator",
+        "compile",
+        "prescreen",
+        "spec",
+    ]
     assert d["thresholds"] == {"0.5": 3.0} and d["arch"] == {"d_model": 16}
     assert TrialPayload.from_dict(d) == payload
 

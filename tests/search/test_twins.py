@@ -59,7 +59,10 @@ class TwoWorkers(ScriptedPool):
 
 
 def search(
-    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, layers: list[int],
+    tmp_path: Path,
+    corpus: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    layers: list[int],
     pool: ScriptedPool | None = None,
 ) -> tuple[list[optuna.trial.FrozenTrial], list[int]]:
     """One trial per entry of ``layers`` (its n_layers), in order; (trials, the trials sent to a worker)."""

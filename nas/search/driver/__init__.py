@@ -1,1 +1,1 @@
-"""The search driver: the ask-and-tell loop, what it keeps of trials in flight, when it stops, what it prints and records."""
+"""The search driver: the ask-and-tell loop, trials in flight, when it stops, what it prints and records."""

@@ -146,7 +146,8 @@ class Allowance:
         return " or ".join(parts)
 
     def limits(self) -> str:
-        """The limits as spec fields, with the FLOPs spent: ``search.trials 24, search.max_flops 2.4e+12 (2.5e+12 spent)``."""
+        """The limits as spec fields, with the FLOPs spent:
+        ``search.trials 24, search.max_flops 2.4e+12 (2.5e+12 spent)``."""
         parts = [] if self.trials is None else [f"search.trials {self.trials}"]
         if self.max_flops is not None:
             parts.append(f"search.max_flops {self.max_flops:.3g} ({self.spent:.3g} spent)")

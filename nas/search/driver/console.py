@@ -51,8 +51,18 @@ class Reporter:
         # the trials left run side by side on at most as many workers as there are trials
         return seconds / max(1, min(workers, len(queued) + len(running)))
 
-    def finished(self, done: int, running: int, number: int, state: str, text: str, seconds: float,
-                 workers: int, loss: float | None = None, work: float = 1.0) -> None:
+    def finished(
+        self,
+        done: int,
+        running: int,
+        number: int,
+        state: str,
+        text: str,
+        seconds: float,
+        workers: int,
+        loss: float | None = None,
+        work: float = 1.0,
+    ) -> None:
         """Trial ``number`` ended in ``state``: count it and print the progress line with an ETA."""
         self.counts[state] = self.counts.get(state, 0) + 1
         self.durations.append(seconds)

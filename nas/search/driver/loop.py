@@ -397,9 +397,7 @@ class Driver:
     def _fail(self, study: optuna.Study, r: Running, reason: str) -> tuple[str, str, None]:
         return fail(study, r.trial, reason)
 
-    def _tell(
-        self, study: optuna.Study, r: Running, result: dict[str, Any]
-    ) -> tuple[str, str, float | None]:
+    def _tell(self, study: optuna.Study, r: Running, result: dict[str, Any]) -> tuple[str, str, float | None]:
         objective = self.s.spec.search.objective
         state, text, loss, frozen = tell_result(study, r.trial, result, objective, METRIC_KEYS)
         if frozen is not None:

@@ -17,9 +17,9 @@ from nas.execution.worker import DIVERGED
 from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE
 from nas.spec.sections import OBJECTIVE_METRICS
 
-
 #: a model's losses: what a trial screened out before training does not have
 LOSS_KEYS = ("val_loss", "val_ppl", "val_bpb")
+
 
 def finish_now(study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> tuple[str, str]:
     """End ``trial`` without a worker (refused before training), with ``reason``."""
@@ -81,7 +81,10 @@ def tell_result(
     for key in metric_keys:
         if metrics.get(key) is not None and not (screened and key in LOSS_KEYS):
             trial.set_user_attr(key, metrics[key])
-    for key, value in metrics.items():  # the evaluator's own numbers, by the rule twins and `show` read them by
+    for (
+        key,
+        value,
+    ) in metrics.items():  # the evaluator's own numbers, by the rule twins and `show` read them by
         if key.startswith(EVALUATOR_PREFIXES) and isinstance(value, (int, float, str)):
             trial.set_user_attr(key, value)
     loss = metrics.get("val_loss")

@@ -86,7 +86,7 @@ class Twins:
             self.stopped[arch_id] = new
 
     def _keys(self, attrs: Mapping[str, Any]) -> tuple[str, ...]:
-        """What a reused trial copies from a twin with ``attrs``: the metrics and the evaluator's own numbers."""
+        """What a reused trial copies from a twin with ``attrs``: metrics and the evaluator's own numbers."""
         return (*self.keys, *(k for k in attrs if k.startswith(EVALUATOR_PREFIXES)))
 
     def reuse(
@@ -119,7 +119,9 @@ class Twins:
                 if key in twin.attrs:
                     trial.set_user_attr(key, twin.attrs[key])
         trial.set_user_attr(INTERMEDIATE, inter)
-        if len(study.directions) == 1:  # as a trained trial reports them (nas.search.driver.outcome.tell_result)
+        if (
+            len(study.directions) == 1
+        ):  # as a trained trial reports them (nas.search.driver.outcome.tell_result)
             for key, loss in inter.items():
                 trial.report(loss, step=int(round(float(key) * 1000)))
         trial.set_user_attr("pruned_at", at)
@@ -127,4 +129,7 @@ class Twins:
         study.tell(trial, state=TrialState.PRUNED)
         missed = (f"the prescreen (value {inter[stop]:.4f})" if at == 0.0 and "prescreen_value" in twin.attrs
                   else f"hurdle {at:g} (loss {inter[stop]:.4f})")  # fmt: skip
-        return "PRUNED", f"same architecture as trial {twin.number}: it still misses {missed}; not trained again"
+        return (
+            "PRUNED",
+            f"same architecture as trial {twin.number}: it still misses {missed}; not trained again",
+        )

@@ -19,7 +19,9 @@ from nas.spec import Spec
 REQUEUED = "requeued_as"  # user attr on a trial a dead driver left RUNNING
 SETTINGS = "settings"  # study user attr: RunContext.fingerprint() of the run that created it
 SPEC = "spec"  # study user attr: the experiment spec (nas.spec) of the study's latest run, whole
-CONFIRM_OF = "confirm_of"  # study user attr of a confirmation (made by `confirm`): the search study it confirms
+CONFIRM_OF = (
+    "confirm_of"  # study user attr of a confirmation (made by `confirm`): the search study it confirms
+)
 SAMPLER = "sampler"  # study user attr: the sampler (``auto`` resolved) the latest run of the study used
 #: what ``--sampler auto`` continues a study with that has no SAMPLER record: the default before the record
 UNRECORDED_SAMPLER = "nsga2"
@@ -38,7 +40,9 @@ def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
 def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
     if not study_exists(storage, name):
         names = [s.study_name for s in storage.get_all_studies()]
-        raise UserError(f"--study {name!r} not found in this storage; studies there: {', '.join(names) or '(none)'}")
+        raise UserError(
+            f"--study {name!r} not found in this storage; studies there: {', '.join(names) or '(none)'}"
+        )
     return optuna.load_study(study_name=name, storage=storage)
 
 

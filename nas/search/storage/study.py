@@ -79,9 +79,9 @@ def check_spec(study: optuna.Study, spec: Spec | None) -> None:
     fixed = [d for d in diffs if not is_mutable(d[0])]
     if fixed:
         raise UserError(
-            f"--study {study.study_name!r} was run with other values of {len(fixed)} field(s) that decide what a "
-            f"trial measures: {describe(fixed)}; continue with the study's own spec (leave out --space; "
-            "`show --study S --spec` prints it) or choose a new --study name"
+            f"--study {study.study_name!r} was run with other values of {len(fixed)} field(s) that decide "
+            f"what a trial measures: {describe(fixed)}; continue with the study's own spec (leave out "
+            "--space; `show --study S --spec` prints it) or choose a new --study name"
         )
 
 
@@ -116,8 +116,11 @@ def check_settings(study: optuna.Study, settings: dict[str, Any], spec_checked: 
     only the data is compared here, by content.
     """
     old = study.user_attrs[SETTINGS]
-    keys = ("data",) if spec_checked else ("space_fingerprint", "objective", "budget", "recipe", "data", "seed",
-                                            "evaluator")  # fmt: skip
+    keys = (
+        ("data",)
+        if spec_checked
+        else ("space_fingerprint", "objective", "budget", "recipe", "data", "seed", "evaluator")
+    )
     for key in keys:
         if key == "space_fingerprint" and key in old and old[key] != settings.get(key):
             raise UserError(
@@ -150,11 +153,13 @@ def load_existing_study(settings: StudyRun, confirmation: bool = False) -> optun
         return None
     refuse_if_held(storage, settings.study)  # before any other check: another driver runs it now
     # RandomSampler: a placeholder until the study's own record says which sampler continues it (below)
-    study = optuna.load_study(study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler())
+    study = optuna.load_study(
+        study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler()
+    )
     if CONFIRM_OF in study.user_attrs and not confirmation:  # fixed runs: sampling into it would corrupt it
         raise UserError(
-            f"--study {settings.study!r} is the confirmation of study {study.user_attrs[CONFIRM_OF]!r} (made by "
-            f"`confirm`), not a search; continue it with `{prog_name()} confirm --study "
+            f"--study {settings.study!r} is the confirmation of study {study.user_attrs[CONFIRM_OF]!r} "
+            f"(made by `confirm`), not a search; continue it with `{prog_name()} confirm --study "
             f"{study.user_attrs[CONFIRM_OF]}`, or give a new --study name to search"
         )
     if SETTINGS not in study.user_attrs:
