@@ -16,7 +16,11 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
+
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"

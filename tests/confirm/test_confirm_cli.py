@@ -23,6 +23,9 @@ from nas.confirm.runner import existing_runs
 from nas.models import ArchConfig
 from nas.shipped import arch_path
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"
 

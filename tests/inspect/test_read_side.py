@@ -7,10 +7,14 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 
 from nas.search.storage.records import SPEC
 from nas.spec import Spec
+
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
 
 CHECK = """
 import sys

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "adding_a_block.md"
 

@@ -17,6 +17,9 @@ import pytest
 from nas.errors import UserError
 from nas.execution.pool import Finished
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 ARCH = {"d_model": 16, "n_heads": 2, "max_len": 16, "layers": {"repeat": 1, "attention": "mha"}}
 
 

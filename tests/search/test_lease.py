@@ -39,6 +39,9 @@ from nas.search.storage.lease import (
 )
 from nas.search.storage.urls import open_storage
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

@@ -16,6 +16,9 @@ from nas.errors import ConfigError
 from nas.search.space.load import load_space, parse_space
 from nas.shipped import shipped_space
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 LINEAR = {"gated_linear", "hyena", "sliding_window"}
 RAW: dict[str, Any] = {
     "globals": {"d_model": 32, "n_heads": 2, "n_layers": [3, 4, 6], "max_len": 16},

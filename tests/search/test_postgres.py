@@ -33,6 +33,9 @@ from nas.search.driver.loop import Driver
 from nas.search.storage.urls import open_storage
 from tests.search.test_lease import check_concurrent_acquisition, check_recreated_study_is_not_blocked
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

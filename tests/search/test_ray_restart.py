@@ -18,6 +18,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 

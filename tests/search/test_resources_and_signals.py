@@ -24,6 +24,9 @@ from optuna.trial import TrialState
 from nas.errors import UserError
 from nas.execution.capacity import check_trial_resources, fit_local_workers
 
+# end to end: a real search, Ray, or a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
 
