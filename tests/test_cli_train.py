@@ -192,3 +192,19 @@ def test_a_diverging_run_ends_1_saying_what_it_spent(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     flops = 2 * 4 * 32 * nas.compute(nas.ArchConfig.from_dict(TINY_ARCH), 32).train_flops_per_token
     assert "training diverged" in err and err.endswith(f"(after 2 steps: {flops:.4g} FLOPs)")
+
+
+def test_size_trains_the_resized_member_of_the_family(arch_file: Path, capsys) -> None:
+    from nas.models.sizes import resize
+
+    metrics = run_json(capsys, "--arch", str(arch_file), "--size", "8")
+    want = resize(nas.ArchConfig.from_dict(TINY_ARCH), 8)
+    assert (want.d_model, want.n_heads, len(want.layers)) == (64, 4, 4)  # 2x heads of width 16, 2x layers
+    assert metrics["arch_id"] == want.arch_id and metrics["params"] == nas.compute(want).params
+
+
+@pytest.mark.parametrize("size", ["0", "-2", "nan", "100"])
+def test_a_bad_size_is_one_line_exit_2(size: str, arch_file: Path, capsys) -> None:
+    assert main(["train", "--arch", str(arch_file), "--size", size]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --size {float(size):g}:") and "(0, 64]" in err[0], err

@@ -35,6 +35,7 @@ from nas.data import (
 )
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
+from nas.models.sizes import resize
 from nas.outputs import Planned, plan_output
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
@@ -59,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=non_empty,
         metavar="FILE",
         help=f"architecture file (YAML), or a shipped one's name: {', '.join(shipped_archs())}",
+    )
+    p.add_argument(
+        "--size",
+        type=float,
+        default=None,
+        metavar="M",
+        help="train the architecture's member of about M times its non-embedding parameters, its per-layer "
+        "pattern kept (docs/training.md, sizes of one architecture); below 1 shrinks it",
     )
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
@@ -168,6 +177,8 @@ def check_outputs(args: argparse.Namespace) -> Planned | None:
 
 def run(args: argparse.Namespace) -> int:
     arch, spec, data = resolve(args)
+    if args.size is not None:
+        arch = sized(arch, args.size)
     recipe, budget, device = spec.recipe, spec.budget, spec.resources.device
     threads = recorded_threads(args, device)
     save = check_outputs(args)
@@ -210,6 +221,19 @@ def run(args: argparse.Namespace) -> int:
         for line in sample_lines(metrics.get("samples")):  # seq2seq: what the model does with a few sources
             print(line)
     return 0
+
+
+def sized(arch: Any, size: float) -> Any:
+    """``arch`` resized to ``--size`` (nas.models.sizes), saying what it became."""
+    try:
+        out = resize(arch, size)
+    except ConfigError as err:
+        raise UserError(f"--size {size:g}: {err.message}") from None
+    stderr_log(
+        f"size {size:g}: d_model {out.d_model}, {out.n_heads} heads, {len(out.layers)} layers "
+        f"(from d_model {arch.d_model}, {arch.n_heads} heads, {len(arch.layers)} layers)"
+    )
+    return out
 
 
 def format_metrics(m: dict[str, Any]) -> str:

@@ -1,0 +1,102 @@
+"""Sizes of one architecture: the same per-layer pattern, grown or shrunk by a multiplier.
+
+``resize(arch, size)`` makes the member of an architecture's family with about
+``size`` times its non-embedding parameters (``size`` below 1 shrinks it).  The rule
+(docs/training.md, "Sizes of one architecture"):
+
+* width and depth each grow by ``size ** (1/3)``, so parameters (about layers x
+  d_model^2) grow by ``size`` and the shape keeps its aspect ratio, as model ladders
+  grow width and depth together;
+* the head width ``d_model / n_heads`` is kept: the width grows in whole heads,
+  ``n_heads' = round(n_heads * size ** (1/3))`` (at least one), in multiples of every
+  grouped-key/value group (a layer with ``kv_heads`` G keeps ``n_heads / G`` query
+  heads per key/value head);
+* depth ``L' = round(L * size ** (1/3))`` (at least one), encoder and decoder alike;
+  new layer ``i`` takes the layer of the original at the same relative depth,
+  ``floor((i + 1/2) * L / L')``: its attention block with its options, its FFN
+  activation and width multiplier;
+* everything global stays: context, vocabulary, positions, normalisation, tied
+  embeddings, the task.
+
+``size == 1`` gives the architecture itself (the same arch_id).  Parameters and
+FLOPs of a resized architecture come from the same formulas as any other
+(``nas.compute``); the multiplier is a target for the non-embedding parameters,
+met up to the rounding of heads and layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from nas.errors import ConfigError
+from nas.models.config import ArchConfig, LayerConfig
+from nas.validate import check_number
+
+#: the largest multiplier: 64x the parameters is 4x the width and depth
+MAX_SIZE = 64.0
+
+
+def _kv_groups(raw: Any, n_heads: int) -> list[int]:
+    """Query heads per key/value head of every grouped block in an attention dict (mixtures included)."""
+    groups = []
+    if isinstance(raw, dict):
+        if raw.get("kv_heads"):
+            groups.append(n_heads // int(raw["kv_heads"]))
+        for value in raw.values():
+            groups += _kv_groups(value, n_heads)
+    elif isinstance(raw, (list, tuple)):
+        for value in raw:
+            groups += _kv_groups(value, n_heads)
+    return groups
+
+
+def _regroup(raw: Any, old_heads: int, new_heads: int) -> Any:
+    """The attention dict with every ``kv_heads`` set for ``new_heads`` query heads, groups kept."""
+    if isinstance(raw, dict):
+        out = {k: _regroup(v, old_heads, new_heads) for k, v in raw.items()}
+        if raw.get("kv_heads"):
+            out["kv_heads"] = new_heads // (old_heads // int(raw["kv_heads"]))
+        return out
+    if isinstance(raw, (list, tuple)):
+        return [_regroup(v, old_heads, new_heads) for v in raw]
+    return raw
+
+
+def _relayer(
+    layers: tuple[LayerConfig, ...], depth: int, old_heads: int, new_heads: int
+) -> list[LayerConfig]:
+    """``depth`` layers, each the original's at the same relative depth, regrouped for ``new_heads``."""
+    out = []
+    for i in range(depth):
+        source = layers[min(len(layers) - 1, math.floor((i + 0.5) * len(layers) / depth))]
+        raw = source.to_dict()
+        if new_heads != old_heads:
+            raw["attention"] = _regroup(raw["attention"], old_heads, new_heads)
+        out.append(LayerConfig.from_dict(raw))
+    return out
+
+
+def resize(arch: ArchConfig, size: float) -> ArchConfig:
+    """``arch`` with about ``size`` times its non-embedding parameters, its per-layer pattern kept."""
+    check_number(size, "size", low=0, low_open=True, high=MAX_SIZE)
+    k = float(size) ** (1.0 / 3.0)
+    d_head = arch.d_model // arch.n_heads
+    step = math.lcm(1, *_kv_groups([layer.to_dict() for layer in (*arch.layers, *arch.encoder_layers)],
+                                   arch.n_heads))  # fmt: skip
+    heads = max(step, round(arch.n_heads * k / step) * step)
+    changes: dict[str, Any] = {"d_model": heads * d_head, "n_heads": heads}
+    depth = max(1, round(len(arch.layers) * k))
+    changes["layers"] = tuple(_relayer(arch.layers, depth, arch.n_heads, heads))
+    if arch.encoder_layers:
+        enc_depth = max(1, round(len(arch.encoder_layers) * k))
+        changes["encoder_layers"] = tuple(_relayer(arch.encoder_layers, enc_depth, arch.n_heads, heads))
+    try:
+        return dataclasses.replace(arch, **changes)
+    except ConfigError as err:
+        raise ConfigError(
+            f"{size:g} gives d_model {heads * d_head}, {heads} heads, {depth} layers, which the architecture "
+            f"refuses: {err}",
+            "size",
+        ) from None

@@ -1,0 +1,79 @@
+"""nas.models.sizes.resize: one architecture's family of sizes, its per-layer pattern kept."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import nas
+from nas.errors import ConfigError
+from nas.models.sizes import resize
+
+ROOT = Path(__file__).resolve().parents[2]
+ARCHS = sorted((ROOT / "examples" / "archs").glob("*.yaml"))
+
+
+def _pattern(layers: tuple) -> list[tuple]:
+    return [(layer.attention.to_dict()["type"], layer.ffn.activation, layer.ffn.mult) for layer in layers]
+
+
+@pytest.mark.parametrize("path", ARCHS, ids=lambda p: p.stem)
+def test_a_size_of_one_is_the_architecture_itself(path: Path) -> None:
+    arch = nas.load_arch(path)
+    assert resize(arch, 1).arch_id == arch.arch_id
+
+
+@pytest.mark.parametrize("path", ARCHS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("size", [0.5, 2.0, 8.0])
+def test_every_shipped_architecture_resizes_with_its_pattern_and_globals_kept(
+    path: Path, size: float
+) -> None:
+    arch = nas.load_arch(path)
+    big = resize(arch, size)
+    k = size ** (1 / 3)
+    assert big.d_model // big.n_heads == arch.d_model // arch.n_heads  # head width kept
+    assert len(big.layers) == max(1, round(len(arch.layers) * k))
+    for key in ("max_len", "vocab_size", "pos_encoding", "norm", "tie_embeddings", "task", "rope_base"):
+        assert getattr(big, key) == getattr(arch, key), key
+    # the pattern at each relative depth: new layer i is the original's at floor((i + 1/2) L / L')
+    old, new = _pattern(arch.layers), _pattern(big.layers)
+    assert new == [
+        old[min(len(old) - 1, math.floor((i + 0.5) * len(old) / len(new)))] for i in range(len(new))
+    ]
+    if size >= 1:
+        assert set(new) == set(old)  # growing never loses a kind of layer
+    # parameters and FLOPs follow the formulas: the built model has the counted parameters
+    model = nas.build_model(big)
+    assert sum(p.numel() for p in model.parameters()) == nas.compute(big).params
+
+
+def test_the_size_is_a_target_for_the_non_embedding_parameters() -> None:
+    arch = nas.ArchConfig.from_dict(
+        {"d_model": 256, "n_heads": 4, "max_len": 64, "layers": {"repeat": 8, "attention": "mha"}}
+    )
+    base = nas.compute(arch).non_embedding_params
+    for size in (0.125, 0.5, 2.0, 8.0):
+        ratio = nas.compute(resize(arch, size)).non_embedding_params / base
+        assert size / 1.6 < ratio < size * 1.6, (size, ratio)  # whole heads and whole layers round it
+    # 2x heads and 2x layers: 8x the matrices (the norms' vectors grow by 4x only)
+    assert nas.compute(resize(arch, 8.0)).non_embedding_params == pytest.approx(8 * base, rel=1e-2)
+
+
+def test_grouped_heads_keep_their_group_size() -> None:
+    layers = [{"attention": {"type": "mha", "kv_heads": 2}, "ffn": "swiglu"}, {"attention": "mha"}] * 2
+    arch = nas.ArchConfig.from_dict({"d_model": 256, "n_heads": 8, "max_len": 64, "layers": layers})
+    for size in (0.5, 3.0, 8.0):
+        big = resize(arch, size)
+        grouped = [
+            layer.attention.options.kv_heads for layer in big.layers if layer.attention.options.kv_heads
+        ]
+        assert grouped and all(big.n_heads // g == 4 for g in grouped)  # 4 query heads per key/value head
+
+
+def test_a_bad_size_is_refused_naming_what_is_valid() -> None:
+    arch = nas.load_arch(ROOT / "examples" / "archs" / "vanilla.yaml")
+    for bad in (0, -1, float("nan"), 1000):
+        with pytest.raises(ConfigError, match="size"):
+            resize(arch, bad)
