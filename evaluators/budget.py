@@ -20,7 +20,7 @@ from evaluators.base import check_eval_at
 from nas.cost import Compute, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
-from nas.spec.training import Budget, TrainRecipe
+from nas.spec.training import Budget, TrainRecipe, rungs_need_wsd
 
 
 def plan_steps(budget: Budget, cost: Compute, batch_size: int, seq_len: int) -> int | None:
@@ -44,14 +44,125 @@ def plan_steps(budget: Budget, cost: Compute, batch_size: int, seq_len: int) -> 
 
 
 def lr_at(recipe: TrainRecipe, fraction: float) -> float:
-    """Learning rate after ``fraction`` of the budget: linear warmup, then cosine to lr * min_lr_ratio."""
+    """Learning rate after ``fraction`` of the budget: linear warmup, then the schedule.
+
+    ``cosine``: cosine from lr to lr * min_lr_ratio.  ``wsd``: constant at lr, then over
+    the last ``cooldown_frac`` of the run down to lr * min_lr_ratio (:func:`cooldown_lr`).
+    A steps budget uses :func:`lr_for_step`, which places the wsd cooldown on whole steps.
+    """
     peak, wf = recipe.lr, recipe.warmup_frac
     fraction = min(max(fraction, 0.0), 1.0)
     if wf > 0 and fraction < wf:
         return peak * fraction / wf
+    if recipe.schedule == "wsd":
+        cd = recipe.cooldown_frac
+        if cd > 0 and fraction > 1.0 - cd:
+            return cooldown_lr(recipe, min(1.0, (fraction - (1.0 - cd)) / cd))
+        return peak
     progress = (fraction - wf) / (1.0 - wf) if wf < 1 else 1.0
     low = peak * recipe.min_lr_ratio
     return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def cooldown_lr(recipe: TrainRecipe, t: float) -> float:
+    """The wsd learning rate at ``t`` in (0, 1] of the cooldown: lr * min_lr_ratio + (lr - that) * shape(t),
+    shape ``linear`` 1 - t or ``1-sqrt`` 1 - sqrt(t) (Hägele et al. 2024)."""
+    peak = recipe.lr
+    low = peak * recipe.min_lr_ratio
+    shape = 1.0 - t if recipe.cooldown_shape == "linear" else 1.0 - math.sqrt(t)
+    return low + (peak - low) * shape
+
+
+def cooldown_steps(recipe: TrainRecipe, steps: int) -> int:
+    """Steps of the wsd cooldown of a run of ``steps`` steps: round(cooldown_frac * steps) (Python's
+    round: halves to even, as the eval_at steps are placed)."""
+    return round(recipe.cooldown_frac * steps)
+
+
+def warmup_steps(recipe: TrainRecipe, steps: int) -> int:
+    """Steps of a ``steps``-step run that warm the learning rate up (their fraction < warmup_frac)."""
+    k = 0
+    while k < steps and (k + 1) / steps < recipe.warmup_frac:
+        k += 1
+    return k
+
+
+def lr_for_step(recipe: TrainRecipe, step: int, total: int) -> float:
+    """The learning rate of step ``step`` (0-based) of a ``total``-step run.
+
+    It is :func:`lr_at` at the fraction where the step ends, ``(step + 1) / total``,
+    except that the wsd cooldown takes exactly the last :func:`cooldown_steps` steps
+    (step k of C at ``t = k / C``), so that a rung's cooldown is whole steps.
+    """
+    fraction = (step + 1) / total
+    if recipe.schedule != "wsd" or (recipe.warmup_frac > 0 and fraction < recipe.warmup_frac):
+        return lr_at(recipe, fraction)
+    c = cooldown_steps(recipe, total)
+    k = step + 1 - (total - c)
+    return cooldown_lr(recipe, k / c) if k > 0 else recipe.lr
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+    """A wsd rung: a cooldown of ``cooldown`` steps branched off the run at step ``steps - cooldown``;
+    it ends where an independent ``steps``-step wsd run ends (docs/training.md)."""
+
+    fraction: float
+    steps: int
+    cooldown: int
+
+    @property
+    def start(self) -> int:
+        """The main run's step count when the branch leaves it (its constant phase)."""
+        return self.steps - self.cooldown
+
+
+def plan_rungs(budget: Budget, recipe: TrainRecipe, total_steps: int | None) -> tuple[Rung, ...]:
+    """The rungs of ``budget`` for a run of ``total_steps``; refuses one that cannot be a wsd run of its own.
+
+    A rung at fraction f has S = round(f * total_steps) steps (Python's round, as the
+    eval_at steps) and a cooldown of C = :func:`cooldown_steps` (S) steps; it is
+    refused when S is under 1 or the whole run, when two rungs share S, and when its
+    cooldown would start inside the warmup or after the run's own cooldown began.
+    """
+    if not budget.rungs:
+        return ()
+    if recipe.schedule != "wsd":
+        raise ConfigError(rungs_need_wsd(recipe.schedule), "budget.rungs")
+    if total_steps is None:
+        raise ConfigError("a seconds budget has no fixed step count to place rungs at", "budget.rungs")
+    n = total_steps
+    warm, main_start = warmup_steps(recipe, n), n - cooldown_steps(recipe, n)
+    if main_start < warm:
+        raise ConfigError(
+            f"the wsd cooldown of {n} steps ({n - main_start}) would start inside the warmup ({warm} steps)",
+            "recipe.cooldown_frac",
+        )
+    rungs: list[Rung] = []
+    for f in budget.rungs:
+        s = round(f * n)
+        where = f"rung {f:g} of {n} steps"
+        if s < 1:
+            raise ConfigError(f"{where} buys {s} steps; a rung needs at least 1", "budget.rungs")
+        if s >= n:
+            raise ConfigError(f"{where} is {s} steps, the whole run; a rung ends before it", "budget.rungs")
+        if rungs and rungs[-1].steps == s:
+            raise ConfigError(f"{where} is {s} steps, as rung {rungs[-1].fraction:g} is", "budget.rungs")
+        rung = Rung(f, s, cooldown_steps(recipe, s))
+        if rung.start < warm:
+            raise ConfigError(
+                f"{where}: its cooldown ({rung.cooldown} of {s} steps) would start at step {rung.start}, "
+                f"inside the warmup ({warm} steps); use a later rung or a shorter recipe.warmup_frac",
+                "budget.rungs",
+            )
+        if rung.start > main_start:  # rounding only: the branch must leave the run's constant phase
+            raise ConfigError(
+                f"{where}: its cooldown would start at step {rung.start}, after the run's own cooldown "
+                f"began (step {main_start})",
+                "budget.rungs",
+            )
+        rungs.append(rung)
+    return tuple(rungs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +175,7 @@ class TrainingPlan:
     cost: Compute  # at seq_len
     total_steps: int | None  # None: a seconds budget
     fractions: tuple[float, ...]  # where to evaluate (sorted, in (0, 1])
+    rungs: tuple[Rung, ...] = ()  # wsd cooldowns branched off the run (plan_rungs)
 
     @property
     def tokens_per_step(self) -> int:
@@ -111,7 +223,8 @@ def plan_training(
     cost = compute(arch, seq_len)
     total_steps = plan_steps(budget, cost, recipe.batch_size, seq_len)
     check_windows(corpus, seq_len)
-    return TrainingPlan(budget, recipe.batch_size, seq_len, cost, total_steps, check_eval_at(eval_at))
+    rungs = plan_rungs(budget, recipe, total_steps)
+    return TrainingPlan(budget, recipe.batch_size, seq_len, cost, total_steps, check_eval_at(eval_at), rungs)
 
 
 def check_windows(corpus: Any, seq_len: int) -> None:

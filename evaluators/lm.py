@@ -2,7 +2,8 @@
 
 ``train_lm`` builds ``nas.build_model(arch)``, trains it on the corpus with
 AdamW (weight decay on matrices only), linear warmup and cosine decay to
-``lr * min_lr_ratio``, gradient clipping and fixed seeds, and returns a
+``lr * min_lr_ratio`` (or ``recipe.schedule: wsd``: constant, then a cooldown, with
+``budget.rungs`` evaluated on branched cooldowns), gradient clipping and fixed seeds, and returns a
 :class:`~evaluators.result.Result`.  Two CPU runs with the same seed, budget,
 recipe and thread count give bit-identical losses.  It composes small parts:
 
@@ -130,12 +131,15 @@ def _result(
     **fields: Any,
 ) -> Result:
     tokens, cost = run.steps * plan.tokens_per_step, plan.cost
+    rung_flops = run.rung_steps * plan.tokens_per_step * cost.train_flops_per_token
     return Result.measured(
         arch,
         cost,
         run.val_loss,
         bytes_per_token=getattr(corpus, "bytes_per_token", 1.0),
-        train_flops=tokens * cost.train_flops_per_token,
+        train_flops=tokens * cost.train_flops_per_token + rung_flops,
+        rungs=run.rungs,
+        rung_flops=rung_flops,
         tokens=tokens,
         steps=run.steps,
         tokens_per_s=run.tokens_per_s,

@@ -42,7 +42,7 @@ class Result:
     non_embedding_params: int = _f(_METRIC)
     flops_per_token: float = _f(_METRIC)  # forward, analytic (nas.compute) at the training sequence length
     train_flops_per_token: float = _f(_METRIC)
-    train_flops: float = _f(_METRIC, 0.0)  # spent
+    train_flops: float = _f(_METRIC, 0.0)  # spent: the run's steps and its rungs' cooldowns (rung_flops)
     #: what one sequence keeps while generating at the training length, float32 (nas.compute: KV caches,
     #: windows, recurrent states)
     state_bytes: int = _f(_METRIC, 0)
@@ -67,6 +67,10 @@ class Result:
     budget: Mapping[str, float] | None = None
     corpus: str | None = None
     intermediate: Mapping[float, float] = dataclasses.field(default_factory=dict)  # {fraction: val_loss}
+    #: wsd rungs: [{fraction, steps, tokens, flops, val_loss, cooldown_steps, cooldown_flops, seconds}];
+    #: tokens/flops are an independent run's to that rung, cooldown_flops what its branch spent
+    rungs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rung_flops: float = 0.0  # spent on the rungs' cooldowns; part of train_flops
     stopped_early: bool = False
     stopped_at: float | None = None  # fraction of the budget where the callback stopped it
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # evaluator-specific keys
@@ -101,6 +105,7 @@ class Result:
         """Plain data (shallow: ``intermediate`` keeps its float keys), ``extra`` merged in last."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["intermediate"] = dict(self.intermediate)
+        out["rungs"] = [dict(r) for r in self.rungs]
         out.update(self.extra)
         return out
 

@@ -94,6 +94,16 @@ def add_spec_flags(
                     metavar=kind.upper(),
                     help=BUDGET_HELP[kind],
                 )
+            group.add_argument(
+                "--budget.rungs",
+                dest="budget.rungs",
+                action=_OneName,
+                type=_parser(tuple),
+                default=argparse.SUPPRESS,
+                metavar="FRACTIONS",
+                help="with --recipe.schedule wsd: fractions of the budget where a cooldown is branched off "
+                "and evaluated, e.g. 0.25,0.5 (docs/training.md)",
+            )
             continue
         cls = _classes()[section]
         hints = typing.get_type_hints(cls)
@@ -150,8 +160,9 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
     for section, fields_ in given.items():
         try:
             if section == "budget":
-                ((kind, value),) = fields_.items()
-                changes["budget"] = Budget(kind, value)
+                kinds = {k: v for k, v in fields_.items() if k != "rungs"}
+                kind, value = next(iter(kinds.items())) if kinds else (spec.budget.kind, spec.budget.value)
+                changes["budget"] = Budget(kind, value, fields_.get("rungs", spec.budget.rungs))
             else:
                 changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
         except ConfigError as err:  # a flag's value: name the flag (a file's value keeps the file's name)

@@ -24,7 +24,7 @@ from typing import Any
 
 from nas.errors import ConfigError, UserError
 from nas.spec.sections import DataSpec, Resources, SearchSection
-from nas.spec.training import Budget, TrainRecipe
+from nas.spec.training import Budget, TrainRecipe, rungs_need_wsd
 from nas.validate import short_repr
 
 #: the budget of a run whose file and flags name none (search, train and the trainer share it)
@@ -59,6 +59,8 @@ class Spec:
                 f"search.max_flops (--max-flops) {s.max_flops:g} is less than one candidate's "
                 f"budget ({b}): no trial could start"
             )
+        if b.rungs and self.recipe.schedule != "wsd":
+            raise ConfigError(rungs_need_wsd(self.recipe.schedule), "budget.rungs")
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "") -> Spec:

@@ -11,20 +11,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.spec.fields import bounded, choice, field
+from nas.spec.fields import bounded, choice, field, fractions
 from nas.validate import FP32_MAX, MAX_DIM, MAX_SEED, check_number, yaml_number
 
 BUDGET_KINDS = ("steps", "tokens", "flops", "seconds")
 #: Which parameters AdamW decays (evaluators/step.py, docs/training.md).
 DECAY_RULES = ("matrices", "weights_only")
+#: Learning-rate schedules (evaluators/budget.py, docs/training.md).
+SCHEDULES = ("cosine", "wsd")
+#: Shapes of the wsd cooldown (Hägele et al. 2024): linear 1-t, 1-sqrt 1-sqrt(t).
+COOLDOWN_SHAPES = ("linear", "1-sqrt")
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """How much training a candidate gets: one of steps, tokens, FLOPs or seconds."""
+    """How much training a candidate gets: one of steps, tokens, FLOPs or seconds.
+
+    ``rungs`` (fractions of it, with ``recipe.schedule: wsd``): the run also
+    evaluates a cooldown branched from its constant phase at each (docs/training.md).
+    """
 
     kind: str
     value: float
+    rungs: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in BUDGET_KINDS:
@@ -32,26 +41,45 @@ class Budget:
             raise ConfigError(f"unknown budget kind {self.kind!r}; valid: {valid}", "budget")
         # a step is whole: 2.5 steps would be cut to 2 without a word
         check_number(self.value, f"budget.{self.kind}", integer=self.kind == "steps", low=0, low_open=True)
+        if isinstance(self.rungs, list):  # YAML lists: frozen as tuples
+            object.__setattr__(self, "rungs", tuple(self.rungs))
+        fractions(self.rungs, "budget.rungs")
+        if self.rungs and self.kind == "seconds":
+            raise ConfigError(
+                "a seconds budget has no fixed step count to place rungs at; use steps, tokens or flops",
+                "budget.rungs",
+            )
 
     @classmethod
     def from_dict(cls, raw: Any) -> Budget:
-        """``{steps: 200}`` (exactly one key)."""
-        if not isinstance(raw, Mapping) or len(raw) != 1:
-            raise ConfigError(f"must have exactly one of {', '.join(BUDGET_KINDS)}, got {raw!r}", "budget")
-        ((kind, value),) = raw.items()
+        """``{steps: 200}`` (exactly one kind), optionally with ``rungs: [0.25, 0.5]``."""
+        kinds = {k: v for k, v in raw.items() if k != "rungs"} if isinstance(raw, Mapping) else None
+        if kinds is None or len(kinds) != 1:
+            raise ConfigError(
+                f"must have exactly one of {', '.join(BUDGET_KINDS)} (and optionally rungs), got {raw!r}",
+                "budget",
+            )
+        ((kind, value),) = kinds.items()
         value = yaml_number(value)
         if kind == "steps" and isinstance(value, float) and value.is_integer():  # steps: 1e3
             value = int(value)
-        return cls(str(kind), value)
+        rungs = raw.get("rungs", ())
+        rungs = tuple(yaml_number(r) for r in rungs) if isinstance(rungs, (list, tuple)) else rungs
+        return cls(str(kind), value, rungs)
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, Any]:
+        """``{steps: 200}``; ``rungs`` only when there are some (a budget without is stored as before)."""
         value = int(self.value) if self.kind == "steps" else self.value
-        return {self.kind: value}
+        out: dict[str, Any] = {self.kind: value}
+        if self.rungs:
+            out["rungs"] = list(self.rungs)
+        return out
 
     def __str__(self) -> str:
-        if self.kind == "steps":
-            return f"{int(self.value)} steps"
-        return f"{self.value:g} {self.kind}"
+        text = f"{int(self.value)} steps" if self.kind == "steps" else f"{self.value:g} {self.kind}"
+        if self.rungs:
+            text += f" (rungs {', '.join(f'{r:g}' for r in self.rungs)})"
+        return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +98,22 @@ class TrainRecipe:
     )
     # the optimizer computes in the weights' dtype: a factor fp32 cannot hold is infinity there
     lr: float = field(3e-3, "peak learning rate (AdamW)", check=bounded(0, FP32_MAX, low_open=True))
-    min_lr_ratio: float = field(0.1, "the cosine schedule decays to lr * min_lr_ratio", check=bounded(0, 1))
+    min_lr_ratio: float = field(
+        0.1, "the schedule (cosine, or wsd's cooldown) decays to lr * min_lr_ratio", check=bounded(0, 1)
+    )
     warmup_frac: float = field(
         0.05, "share of the budget spent warming the learning rate up", check=bounded(0, 1)
+    )
+    schedule: str = field(
+        "cosine",
+        f"learning-rate schedule: {', '.join(SCHEDULES)} (warmup, constant, cooldown; docs/training.md)",
+        check=choice(SCHEDULES),
+    )
+    cooldown_frac: float = field(
+        0.2, "wsd: share of the run (and of each rung) cooling down", check=bounded(0, 1, high_open=True)
+    )
+    cooldown_shape: str = field(
+        "linear", f"wsd: the cooldown's shape: {', '.join(COOLDOWN_SHAPES)}", check=choice(COOLDOWN_SHAPES)
     )
     weight_decay: float = field(0.1, "AdamW weight decay", check=bounded(0, FP32_MAX))
     # torch's AdamW takes betas in [0, 1)
@@ -100,6 +141,12 @@ class TrainRecipe:
             value = getattr(self, f.name)
             if value is not None or f.name != "seq_len":  # seq_len None: the architecture's max_len
                 f.metadata["check"](value, f"recipe.{f.name}")
+        if self.schedule == "wsd" and self.warmup_frac + self.cooldown_frac > 1:
+            raise ConfigError(
+                f"recipe.warmup_frac {self.warmup_frac:g} + recipe.cooldown_frac {self.cooldown_frac:g} "
+                "exceed 1: the wsd cooldown would begin inside the warmup",
+                "recipe.cooldown_frac",
+            )
 
     @classmethod
     def from_dict(cls, raw: Any) -> TrainRecipe:
@@ -115,6 +162,19 @@ class TrainRecipe:
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        if out["decay"] == "matrices":  # the default is left out, so studies from before it still match
-            del out["decay"]
+        # defaults of the later fields are left out, so studies from before them still match
+        for name in ("decay", "schedule", "cooldown_frac", "cooldown_shape"):
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
         return out
+
+
+def rungs_need_wsd(schedule: str) -> str:
+    """Why ``budget.rungs`` is refused with another schedule (the spec and the trainer both say it)."""
+    return (
+        f"needs recipe.schedule: wsd, but it is {schedule}: rungs branch cooldowns from wsd's constant "
+        "phase; set --recipe.schedule wsd or leave budget.rungs out"
+    )
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainRecipe)}

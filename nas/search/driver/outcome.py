@@ -87,6 +87,9 @@ def tell_result(
     ) in metrics.items():  # the evaluator's own numbers, by the rule twins and `show` read them by
         if key.startswith(EVALUATOR_PREFIXES) and isinstance(value, (int, float, str)):
             trial.set_user_attr(key, value)
+    if metrics.get("rungs"):  # wsd rungs: each one's cooled-down loss (docs/training.md)
+        trial.set_user_attr("rungs", metrics["rungs"])
+        trial.set_user_attr("rung_flops", metrics.get("rung_flops"))
     loss = metrics.get("val_loss")
     if loss is None or not math.isfinite(loss):  # the sampler must never see a NaN
         return (*fail(study, trial, DIVERGED, detail=f"validation loss {loss}"), None)
