@@ -115,8 +115,14 @@ def train_lm(
     if save_to is not None:
         from nas.checkpoint import save_checkpoint
 
+        record = getattr(corpus, "record", None)  # the data (and tokenizer) the weights were trained on
         save_checkpoint(
-            save_to, prep.model, recipe=recipe.to_dict(), budget=budget.to_dict(), metrics=result.to_dict()
+            save_to,
+            prep.model,
+            recipe=recipe.to_dict(),
+            budget=budget.to_dict(),
+            metrics=result.to_dict(),
+            data=record() if callable(record) else None,
         )
     return result
 

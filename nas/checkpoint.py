@@ -1,12 +1,22 @@
-"""Checkpoints: trained weights with the architecture (and recipe, metrics) inside.
+"""Checkpoints: trained weights with the architecture (and recipe, budget, metrics, data) inside.
 
-A checkpoint is a ``torch.save`` of plain types only (dicts, lists, strings,
-numbers, tensors), so ``torch.load(weights_only=True)`` reads it and any
-checkpoint rebuilds its model from the file alone.
+Two formats, chosen by the file name when written and by the content when read:
+
+* ``*.safetensors``: the weights as safetensors tensors, everything else as JSON
+  strings in its metadata (``format``, ``arch``, ``recipe``, ``budget``, ``metrics``,
+  ``data``; ``tied`` maps each tensor stored once to the names that share it, so the
+  tied ``tok_emb``/``lm_head`` weight is one tensor in the file and tied again on load).
+  Loading runs no code from the file, and other tools (Hugging Face's, ``safetensors``'s
+  own) read the tensors and metadata.
+* anything else (``*.pt``): a ``torch.save`` of plain types only (dicts, lists,
+  strings, numbers, tensors), so ``torch.load(weights_only=True)`` reads it.
+
+Either way any checkpoint rebuilds its model from the file alone.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +31,9 @@ from nas.models import ArchConfig, build_model
 from nas.outputs import Planned, write_output
 
 FORMAT = "nas-lm-checkpoint/1"
+
+#: the file name ending that selects the safetensors format when writing
+SAFETENSORS = ".safetensors"
 
 
 def _plain(value: Any) -> Any:
@@ -41,21 +54,90 @@ def save_checkpoint(
     arch: ArchConfig | None = None,
     **extra: Any,
 ) -> None:
-    """Write ``model``'s weights and its ArchConfig (plus ``extra`` plain data: recipe, metrics...)."""
+    """Write ``model``'s weights and its ArchConfig (plus ``extra`` plain data: recipe, metrics...):
+    safetensors when the name ends in ``.safetensors``, else ``torch.save``."""
     arch = arch if arch is not None else model.arch  # type: ignore[assignment]
     assert isinstance(arch, ArchConfig)
+    target = path.path if isinstance(path, Planned) else Path(path)
+    if target.name.endswith(SAFETENSORS):
+        tensors, tied = _stored_once(model.state_dict())
+        meta = {"format": FORMAT, "arch": arch.to_dict(), "tied": tied, **_plain(extra)}
+        header = {k: json.dumps(v, allow_nan=True) for k, v in meta.items()}
+
+        def save(tmp: Path) -> None:
+            from safetensors.torch import save_file
+
+            save_file(tensors, str(tmp), metadata=header)
+
+        write_output(path, save)
+        return
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     doc = {"format": FORMAT, "arch": arch.to_dict(), "state_dict": state, **_plain(extra)}
 
-    def save(tmp: Path) -> None:
+    def save_pt(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # a file object: a full disk surfaces as the OSError (nas.outputs.no_room)
             torch.save(doc, f)
 
-    write_output(path, save)  # a command's Planned path: nas.outputs' rule
+    write_output(path, save_pt)  # a command's Planned path: nas.outputs' rule
+
+
+def _stored_once(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
+    """The tensors to store (each shared one once, under its first name) and ``{kept: [aliases]}``.
+
+    safetensors refuses tensors that share memory; a tied ``lm_head.weight`` is the
+    ``tok_emb.weight`` tensor itself, so it is stored once and named in ``tied``.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    first: dict[tuple[int, int, tuple[int, ...], torch.dtype], str] = {}
+    tied: dict[str, list[str]] = {}
+    for name, value in state.items():
+        key = (value.data_ptr(), value.storage_offset(), tuple(value.shape), value.dtype)
+        if value.numel() and key in first:
+            tied.setdefault(first[key], []).append(name)
+            continue
+        first[key] = name
+        tensors[name] = value.detach().cpu().contiguous()
+    return tensors, tied
+
+
+def is_safetensors(path: str | os.PathLike[str]) -> bool:
+    """Whether the file holds safetensors (an 8-byte header length, then a JSON header), not a torch zip."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:9] == b"{"
+
+
+def _read_safetensors(p: Path) -> dict[str, Any]:
+    """A safetensors checkpoint as the document ``torch.save`` would have held (aliases restored)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(p), framework="pt", device="cpu") as f:
+            header = f.metadata() or {}
+            state = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open is no dict)
+    except Exception as err:  # safetensors raises its own SafetensorError for a damaged file
+        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+    doc: dict[str, Any] = {}
+    for key, text in header.items():
+        try:
+            doc[key] = json.loads(text)
+        except ValueError:
+            raise CheckpointError(f"{p}: its metadata {key!r} is not JSON (edited?)") from None
+    tied = doc.pop("tied", {}) or {}
+    if not isinstance(tied, Mapping):
+        raise CheckpointError(f"{p}: its metadata 'tied' is not a mapping (edited?)")
+    for kept, aliases in tied.items():
+        if kept not in state or not isinstance(aliases, list):
+            raise CheckpointError(f"{p}: its metadata 'tied' names {kept!r}, which it does not hold")
+        for alias in aliases:
+            state[str(alias)] = state[kept]
+    doc["state_dict"] = state
+    return doc
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The checkpoint's contents, with ``model`` (rebuilt, weights loaded, eval mode) and ``arch`` added.
+    """The checkpoint's contents (either format), with ``model`` (rebuilt, weights loaded, eval mode)
+    and ``arch`` added.
 
     A file that is missing, not a checkpoint, truncated or edited raises
     :class:`~nas.errors.CheckpointError` (or ConfigError for a bad architecture) naming it.
@@ -64,9 +146,16 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not p.is_file():
         raise CheckpointError(f"{p}: checkpoint not found" if not p.exists() else f"{p}: is not a file")
     try:
-        doc = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for a file that is not a checkpoint
-        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+        safetensors = is_safetensors(p)
+    except OSError as err:
+        raise CheckpointError(f"{p}: not readable ({err.strerror})") from None
+    if safetensors:
+        doc = _read_safetensors(p)
+    else:
+        try:
+            doc = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises several types for a file that is not a checkpoint
+            raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointError(f"{p}: not a {FORMAT} checkpoint")
     if "arch" not in doc or not isinstance(doc.get("state_dict"), Mapping):

@@ -3,7 +3,8 @@
 
 A command writes new files, replaces only a file it wrote itself and that is
 unchanged since (or any file with ``--force``), and refuses anything else in
-one line.  Checked twice:
+one line.  Trained weights (``train --save``) are the exception: any file there,
+one this tool wrote included, needs ``--force`` (``replace_own=False``).  Checked twice:
 
 * :func:`plan_output` at the start, before any work: the path must be a
   regular file name (not a directory, not a link to nothing, not a device)
@@ -121,8 +122,12 @@ def plan_output(
     *,
     force: bool = False,
     example: str | None = "out",
+    replace_own: bool = True,
 ) -> Planned:
     """Check an output path before any work (creates nothing); see the module docstring.
+
+    ``replace_own=False``: even a file this tool wrote needs ``force`` (trained weights: a
+    second ``train --save`` onto a kept winner would throw away its training).
 
     ``example``: a file name to suggest when a directory is given (None: the command chose the
     name, as ``plot`` does).  Pass ``path`` as the user typed it: a trailing slash means a directory.
@@ -131,7 +136,13 @@ def plan_output(
     shown = f"{what} {str(path)!r}"
     replaces = None
     if p.exists():
-        if not (force or written_here(p)):
+        own = written_here(p)
+        if not (force or (own and replace_own)):
+            if own:
+                raise UserError(
+                    f"{shown}: holds what this tool wrote there earlier (trained weights are never "
+                    f"replaced silently); {HINT}"
+                )
             raise UserError(
                 f"{shown}: a file is there that this tool did not write (or that changed since); {HINT}"
             )

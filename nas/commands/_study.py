@@ -12,9 +12,10 @@ from nas.program import prog_name
 from nas.search.reports.lookup import open_existing_study
 
 
-def add_study_args(parser: argparse.ArgumentParser) -> None:
-    """--study NAME, --storage URL, --runs-dir DIR (storage defaults to DIR/NAME/study.db)."""
-    parser.add_argument("--study", required=True, help="study name")
+def add_study_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--study NAME, --storage URL, --runs-dir DIR (storage defaults to DIR/NAME/study.db);
+    ``required=False``: the command checks for --study itself (export's --checkpoint needs none)."""
+    parser.add_argument("--study", required=required, help="study name")
     parser.add_argument(
         "--storage",
         type=non_empty,

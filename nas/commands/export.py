@@ -1,4 +1,5 @@
-"""``export``: write a finished trial as an architecture file that ``train --arch`` retrains.
+"""``export``: write a finished trial as an architecture file that ``train --arch`` retrains, or a
+trained checkpoint as a Hugging Face directory (``--checkpoint FILE --hf DIR``, :mod:`nas.hf`).
 
 The file holds the ArchConfig, the study's training recipe (seed included),
 budget and data (the corpus and tokenizer by path, name, vocabulary size and
@@ -17,7 +18,7 @@ from optuna.trial import TrialState
 
 from nas.archfile import save_arch
 from nas.commands._study import add_study_args, open_study
-from nas.commands.common import non_negative_int
+from nas.commands.common import non_empty, non_negative_int
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.outputs import Planned, plan_output
@@ -37,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "budget and data, the measured metrics and the source.  "
         f"`{prog_name()} train --arch FILE` retrains it.",
     )
-    add_study_args(p)
-    which = p.add_mutually_exclusive_group(required=True)
+    add_study_args(p, required=False)  # not with --checkpoint: run() checks
+    which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", type=non_negative_int, help="trial number")
     which.add_argument(
         "--best",
@@ -51,12 +52,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"the best architecture of the study's confirmation ({prog_name()} confirm): lowest mean loss "
         "over seeds at the largest scale, with the confirmation summary in the file's header",
     )
-    p.add_argument("--out", required=True, help="architecture file to write (FILE.yaml)")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--out", help="architecture file to write (FILE.yaml)")
+    p.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        type=non_empty,
+        help="trained weights (train --save: .safetensors or .pt) to export with --hf",
+    )
+    p.add_argument(
+        "--hf",
+        metavar="DIR",
+        type=non_empty,
+        help="write the --checkpoint as a Hugging Face directory (config.json, model.safetensors, "
+        "tokenizer, README.md) that transformers loads without nas-lm; Llama-shaped architectures today",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite --out (or write into a non-empty --hf)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.hf is not None or args.checkpoint is not None:
+        return _export_hf(args)
+    hf = "or --checkpoint FILE --hf DIR to write a Hugging Face directory"
+    if args.study is None:
+        raise UserError(f"export: the following arguments are required: --study ({hf})")
+    if args.trial is None and not args.best and not args.confirmed:
+        raise UserError(f"export: one of the arguments --trial --best --confirmed is required ({hf})")
+    if args.out is None:
+        raise UserError("export: the following arguments are required: --out (the FILE.yaml to write)")
     out = plan_output(args.out, "--out", force=args.force, example="best.yaml")  # checked again when written
     study, url = open_study(args)
     if args.confirmed:
@@ -192,4 +215,46 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
     if w["verdict"]:
         print(f"verdict: {w['verdict']}")
     print(f"retrain it with: {prog_name()} train --arch {out.path}")
+    return 0
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    """``--checkpoint FILE --hf DIR``: a Llama-shaped checkpoint as a plain Llama directory."""
+    import time
+
+    from nas.checkpoint import load_checkpoint
+    from nas.hf import check_llama, export_llama, plan_dir
+
+    if args.hf is None or args.checkpoint is None:
+        missing = "--hf DIR" if args.hf is None else "--checkpoint FILE"
+        raise UserError(
+            f"export needs {missing}: export --checkpoint FILE --hf DIR writes a checkpoint (train --save) "
+            "as a Hugging Face directory (from a study's trial: not yet, its weights are not kept)"
+        )
+    others = [f for f, v in (("--study", args.study), ("--out", args.out)) if v is not None]
+    others += [
+        f for f, v in (("--trial", args.trial), ("--best", args.best), ("--confirmed", args.confirmed)) if v
+    ]
+    if others:
+        raise UserError(f"export --checkpoint --hf takes no {others[0]} (it exports the checkpoint's model)")
+    for module in ("transformers", "tokenizers"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise UserError(
+                f"export --hf needs {module}, which is not installed: pip install 'nas-lm[hf]'"
+            ) from None
+    out = plan_dir(args.hf, "--hf", force=args.force)
+    start = time.perf_counter()
+    doc = load_checkpoint(args.checkpoint)
+    check_llama(doc["arch"], args.checkpoint)  # before any work: nothing written
+    done = export_llama(doc, out, args.checkpoint, force=args.force)
+    seconds = time.perf_counter() - start
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    print(
+        f"wrote {out}: {', '.join(done['files'])} ({size / 1e6:.2f} MB) in {seconds:.1f} s; "
+        f"LlamaForCausalLM logits equal the checkpoint's to {done['max_logit_difference']:.2g}; "
+        f"tokenizer: {done['tokenizer']}"
+    )
+    print(f'load it with: LlamaForCausalLM.from_pretrained("{out}") (transformers, no nas-lm needed)')
     return 0

@@ -71,8 +71,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
-    p.add_argument("--save", metavar="PATH", default=None, help="save the trained weights (nas.load_model)")
-    p.add_argument("--force", action="store_true", help="overwrite --save if it exists")
+    p.add_argument(
+        "--save",
+        metavar="PATH",
+        default=None,
+        help="save the trained weights (nas.load_model reads them): PATH.safetensors writes safetensors "
+        "(the architecture, recipe and metrics in its metadata), any other name a torch file",
+    )
+    p.add_argument("--force", action="store_true", help="replace --save if a file is there (even our own)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON line on stdout")
     add_spec_flags(p, ("recipe", "budget", "data", "resources"), only={"resources": ("device", "compile")})
     p.set_defaults(func=run)
@@ -164,7 +170,10 @@ def check_outputs(args: argparse.Namespace) -> Planned | None:
     the ``--save`` path as planned (nas.outputs: checked again when the weights are written)."""
     save = None
     if args.save is not None:
-        save = plan_output(args.save, "--save", force=args.force, example="model.pt")
+        # a checkpoint is a user's work: even one this tool saved is replaced only with --force
+        save = plan_output(
+            args.save, "--save", force=args.force, example="model.safetensors", replace_own=False
+        )
     if args.logdir is not None:
         check_writable_dir(args.logdir, "--logdir")
         if args.save is not None and Path(args.save).resolve() == Path(args.logdir).resolve():

@@ -8,7 +8,7 @@ from nas.models.build import build_model
 from nas.models.config import ArchConfig, AttentionSpec, LayerConfig
 from nas.models.dims import Dims, Flops
 from nas.models.ffn import ACTIVATIONS
-from nas.models.model import TransformerLM
+from nas.models.model import TransformerLM, greedy_generate
 from nas.models.seq2seq import Seq2SeqTransformer, greedy_decode
 
 FFN = ACTIVATIONS
@@ -29,4 +29,5 @@ __all__ = [
     "TransformerLM",
     "build_model",
     "greedy_decode",
+    "greedy_generate",
 ]

@@ -113,3 +113,16 @@ def init_gpt2(model: nn.Module, n_layers: int) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=EMBED_STD)
+
+
+@torch.no_grad()
+def greedy_generate(model: TransformerLM, idx: Tensor, max_new: int) -> Tensor:
+    """``idx`` (B, T) followed by ``max_new`` most likely tokens, one at a time (the model reruns
+    over the last ``max_len`` tokens at each step: the blocks keep no cache); (B, T + max_new)."""
+    was_training = model.training
+    model.eval()
+    for _ in range(max_new):
+        nxt = model(idx[:, -model.arch.max_len :])[:, -1].argmax(-1)
+        idx = torch.cat([idx, nxt[:, None]], dim=1)
+    model.train(was_training)
+    return idx

@@ -1,0 +1,359 @@
+"""Hugging Face export: a trained checkpoint as a directory that ``transformers`` loads without nas-lm.
+
+Today an architecture that *is* a Llama (every layer ``mha``, with or without
+grouped key/value heads, and a SwiGLU FFN of one width; RMSNorm; rotary
+positions; no biases, as every engine block) exports as a plain ``LlamaConfig``
+plus ``model.safetensors``: ``LlamaForCausalLM.from_pretrained(DIR)`` loads it
+with no remote code.  Any other architecture is refused naming the first part
+that is not a Llama (:func:`not_a_llama`); the remote-code path for those is a
+later step.
+
+The weights map over unpermuted: the engine's RoPE pairs channel c with
+c + d_head/2, Hugging Face's half-split convention (``nas.models.rotary``), so
+Q and K need none of the permutation the Meta-checkpoint converters apply.  The
+fused ``qkv`` projection splits into ``q_proj``/``k_proj``/``v_proj`` and the
+gated FFN's ``fc_in`` (W1 then W3) into ``gate_proj``/``up_proj``.  RMSNorm's
+eps is the engine's 1e-5 (Llama's ``norm_eps``).
+
+The directory also gets a tokenizer ``AutoTokenizer`` loads: the byte-level
+vocabulary (id = byte value, no merges) for byte corpora, or a copy of the
+user's ``tokenizer.json`` when the data was tokenized with one; and a short
+model card (``README.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from nas.errors import UserError
+from nas.models import ArchConfig
+from nas.models.ffn import ffn_width
+
+#: byte corpora: one id per byte value
+BYTE_VOCAB = 256
+
+
+def not_a_llama(arch: ArchConfig) -> str | None:
+    """The first part of ``arch`` that a plain ``LlamaConfig`` cannot hold (None: it is a Llama)."""
+    if arch.task != "lm":
+        return f"it is a {arch.task} (encoder-decoder) model"
+    if arch.pos_encoding != "rope":
+        return f"its positions are {arch.pos_encoding}, not rope"
+    if arch.norm != "rmsnorm":
+        return f"its norm is {arch.norm}, not rmsnorm"
+    first = arch.layers[0]
+    for i, layer in enumerate(arch.layers):
+        if layer.attention.type != "mha":
+            return f"layer {i}'s attention is {layer.attention.type}"
+        if layer.ffn.activation != "swiglu":
+            return f"layer {i}'s FFN is {layer.ffn.activation}, not swiglu"
+        kv, kv0 = _kv_heads(arch, layer), _kv_heads(arch, first)
+        if kv != kv0:
+            return f"layer {i} has {kv} key/value heads and layer 0 {kv0} (a Llama has one count)"
+        width, width0 = _width(arch, layer), _width(arch, first)
+        if width != width0:
+            return f"layer {i}'s FFN width is {width} and layer 0's {width0} (a Llama has one width)"
+    return None
+
+
+def _kv_heads(arch: ArchConfig, layer: Any) -> int:
+    return int(getattr(layer.attention.options, "kv_heads", 0) or arch.n_heads)
+
+
+def _width(arch: ArchConfig, layer: Any) -> int:
+    return ffn_width(arch.d_model, layer.ffn.mult, layer.ffn.activation)
+
+
+def check_llama(arch: ArchConfig, source: str) -> None:
+    """Refuse, in one line, an architecture that does not export as a plain Llama."""
+    why = not_a_llama(arch)
+    if why is not None:
+        raise UserError(
+            f"{source}: architecture {arch.arch_id} is not a Llama: {why}; only Llama-shaped architectures "
+            "(every layer mha + swiglu, rmsnorm, rope) export with --hf today (the remote-code export for "
+            "the others is a later step)"
+        )
+
+
+def llama_config(arch: ArchConfig, extra: Mapping[str, Any] | None = None) -> Any:
+    """The ``LlamaConfig`` of a Llama-shaped ``arch`` (check :func:`not_a_llama` first), with the
+    engine's arch dict and arch_id (and ``extra``: metrics, data) recorded under ``nas_*`` keys."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=arch.vocab_size,
+        hidden_size=arch.d_model,
+        intermediate_size=_width(arch, arch.layers[0]),
+        num_hidden_layers=arch.n_layers,
+        num_attention_heads=arch.n_heads,
+        num_key_value_heads=_kv_heads(arch, arch.layers[0]),
+        head_dim=arch.d_model // arch.n_heads,
+        max_position_embeddings=arch.max_len,
+        rms_norm_eps=1e-5,  # nas.models.norms.RMSNorm
+        rope_theta=float(arch.rope_base),
+        tie_word_embeddings=arch.tie_embeddings,
+        attention_bias=False,
+        mlp_bias=False,
+        hidden_act="silu",
+        # no special tokens: ids are the corpus's own (a byte corpus has 256, none reserved)
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        architectures=["LlamaForCausalLM"],
+        nas_arch=arch.to_dict(),
+        nas_arch_id=arch.arch_id,
+        **{f"nas_{k}": _finite(v) for k, v in (extra or {}).items()},
+    )
+
+
+def _finite(value: Any) -> Any:
+    """JSON-safe: non-finite floats as None (config.json must be valid JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def llama_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The engine model's weights under ``LlamaForCausalLM``'s names."""
+    out: dict[str, torch.Tensor] = {"model.embed_tokens.weight": model.tok_emb.weight}
+    for i, layer in enumerate(model.layers):
+        pre = f"model.layers.{i}."
+        q, k, v = layer.attn.qkv.weight.split(layer.attn.widths, dim=0)
+        gate, up = layer.ffn.fc_in.weight.chunk(2, dim=0)
+        out.update({
+            pre + "self_attn.q_proj.weight": q,
+            pre + "self_attn.k_proj.weight": k,
+            pre + "self_attn.v_proj.weight": v,
+            pre + "self_attn.o_proj.weight": layer.attn.out_proj.weight,
+            pre + "mlp.gate_proj.weight": gate,
+            pre + "mlp.up_proj.weight": up,
+            pre + "mlp.down_proj.weight": layer.ffn.fc_out.weight,
+            pre + "input_layernorm.weight": layer.ln_attn.weight,
+            pre + "post_attention_layernorm.weight": layer.ln_ffn.weight,
+        })  # fmt: skip
+    out["model.norm.weight"] = model.ln_f.weight
+    if not model.arch.tie_embeddings:
+        out["lm_head.weight"] = model.lm_head.weight
+    return {k: v.detach().float().contiguous().clone() for k, v in out.items()}
+
+
+def to_llama(model: nn.Module, extra: Mapping[str, Any] | None = None) -> Any:
+    """A ``LlamaForCausalLM`` (float32, eval mode) holding ``model``'s weights."""
+    from transformers import LlamaForCausalLM
+
+    hf = LlamaForCausalLM(llama_config(model.arch, extra)).float().eval()
+    missing, unexpected = hf.load_state_dict(llama_state_dict(model), strict=False)
+    missing = [m for m in missing if not (m == "lm_head.weight" and model.arch.tie_embeddings)]
+    if missing or unexpected:  # a mapping bug, not a user's error
+        raise RuntimeError(f"Llama weights do not map: missing {missing}, unexpected {unexpected}")
+    if model.arch.tie_embeddings:
+        hf.tie_weights()
+    return hf
+
+
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's printable stand-ins for the 256 byte values (what ``ByteLevel`` pre-tokenizes to)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    keep += list(range(ord("®"), ord("ÿ") + 1))
+    chars, n = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
+
+
+def byte_tokenizer() -> Any:
+    """A ``PreTrainedTokenizerFast`` with one id per byte value (id = byte) and no merges."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {ch: b for b, ch in sorted(byte_to_unicode().items())}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=None)
+
+
+def tokenizer_for(data: Mapping[str, Any] | None, vocab_size: int, source: str) -> tuple[Any, str]:
+    """The tokenizer to ship, and a line saying which: the user's recorded ``tokenizer.json``, else
+    the byte vocabulary for a byte corpus, else (token files) none."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = (data or {}).get("tokenizer")
+    if path:
+        file = Path(str(path)).expanduser()
+        if not file.is_file():
+            raise UserError(
+                f"{source}: its data was tokenized with {path}, which is not there; put the tokenizer "
+                "back there to export it with the model"
+            )
+        return PreTrainedTokenizerFast(tokenizer_file=str(file)), f"a copy of {path}"
+    if vocab_size == BYTE_VOCAB:
+        return byte_tokenizer(), "byte-level (one id per byte value)"
+    return None, f"none (the data were token ids, vocabulary {vocab_size:,}, with no tokenizer recorded)"
+
+
+def model_card(arch: ArchConfig, doc: Mapping[str, Any], source: str, tokenizer: str) -> str:
+    """README.md for the exported directory: what the model is, how it was made, how to load it."""
+    m = doc.get("metrics") or {}
+    recipe, budget, data = doc.get("recipe") or {}, doc.get("budget") or {}, doc.get("data") or {}
+
+    def num(key: str, fmt: str) -> str:
+        v = m.get(key)
+        return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "not recorded"
+
+    layer = arch.layers[0]
+    kv = _kv_heads(arch, layer)
+    lines = [
+        f"# nas-lm {arch.arch_id}: a Llama-shaped decoder-only language model",
+        "",
+        f"Exported by nas-lm from the checkpoint `{Path(source).name}` (`train --save`). It is a plain "
+        "`LlamaForCausalLM`: Transformers loads it with no remote code.",
+        "",
+        "## Architecture",
+        "",
+        f"- {arch.n_layers} layers, d_model {arch.d_model}, {arch.n_heads} heads "
+        f"({kv} key/value heads), SwiGLU FFN width {_width(arch, layer)}, RMSNorm, rotary positions "
+        f"(base {arch.rope_base:g}), {'tied' if arch.tie_embeddings else 'untied'} embeddings",
+        f"- vocabulary {arch.vocab_size:,}; trained context {arch.max_len} tokens",
+        f"- nas-lm arch_id `{arch.arch_id}`; the engine's architecture dict is `nas_arch` in config.json",
+        "",
+        "## Training and measured results",
+        "",
+        f"- data: {data.get('name') or data.get('corpus') or 'not recorded'}"
+        + (f" (fingerprint {data['fingerprint']})" if data.get("fingerprint") else ""),
+        f"- tokenizer: {tokenizer}",
+        f"- recipe: {json.dumps(recipe, sort_keys=True) if recipe else 'not recorded'}; "
+        f"budget: {json.dumps(budget, sort_keys=True) if budget else 'not recorded'}",
+        f"- validation loss {num('val_loss', '.4f')} nats/token, perplexity {num('val_ppl', '.3f')}, "
+        f"{num('val_bpb', '.4f')} bits/byte",
+        f"- {num('params', ',')} parameters; trained {num('steps', ',')} steps, {num('tokens', ',')} tokens, "
+        f"{num('train_flops', '.4g')} FLOPs",
+        "",
+        "These are the numbers of the one training run in the checkpoint (config.json: `nas_metrics`); "
+        "how the architecture was found and confirmed is in the study that produced it, not here.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from transformers import AutoTokenizer, LlamaForCausalLM",
+        "",
+        'model = LlamaForCausalLM.from_pretrained("DIR")',
+        'tokenizer = AutoTokenizer.from_pretrained("DIR")',
+        'ids = tokenizer("To be", return_tensors="pt").input_ids',
+        "print(tokenizer.decode(model.generate(ids, max_new_tokens=40, do_sample=False)[0]))",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def export_llama(doc: Mapping[str, Any], out: Path, source: str, *, force: bool = False) -> dict[str, Any]:
+    """Write ``doc`` (a loaded checkpoint, :func:`nas.checkpoint.load_checkpoint`) to the directory
+    ``out`` (checked with :func:`plan_dir` first): config.json, generation_config.json,
+    model.safetensors, the tokenizer and README.md.  Returns what it wrote and measured."""
+    model, arch = doc["model"], doc["arch"]
+    check_llama(arch, source)
+    extra = {k: doc[k] for k in ("metrics", "data", "recipe", "budget") if doc.get(k) is not None}
+    tokenizer, which = tokenizer_for(doc.get("data"), arch.vocab_size, source)
+    hf = to_llama(model, extra)
+    diff = logit_difference(model, hf)
+    if not diff <= 1e-4:  # the export checks itself: a mapping bug never ships silently
+        raise RuntimeError(f"the exported Llama's logits differ from the checkpoint's by {diff:.3g}")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # stderr stays for this tool's lines
+    with written_dir(out, force) as tmp:
+        hf.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        (tmp / "README.md").write_text(model_card(arch, doc, source, which), encoding="utf-8")
+    files = sorted(p.name for p in out.iterdir())
+    return {"max_logit_difference": diff, "tokenizer": which, "files": files}
+
+
+@torch.no_grad()
+def logit_difference(model: nn.Module, hf: Any, seed: int = 0) -> float:
+    """max |engine logits - Llama logits| over two random windows of the trained context, float32."""
+    arch = model.arch
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, arch.vocab_size, (2, arch.max_len), generator=g)
+    ours = model.float().eval()(idx)
+    theirs = hf(input_ids=idx).logits
+    return float((ours - theirs).abs().max())
+
+
+def plan_dir(path: str, what: str, *, force: bool) -> Path:
+    """Check an output directory before any work: refused when it is a file, or holds files and
+    ``force`` is not given (nas.outputs' rule for directories: a user's files are never lost)."""
+    from nas.outputs import HINT
+    from nas.validate import check_writable_dir
+
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{what} {path!r} is a file; give a directory to write the model into")
+    if p.is_dir() and any(p.iterdir()) and not force:
+        raise UserError(
+            f"{what} {path!r} is a directory that holds files; give a new or empty one, or {HINT} "
+            "(files of the same names are replaced, others kept)"
+        )
+    parent = p if p.is_dir() else p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    check_writable_dir(parent, what)
+    return p
+
+
+class written_dir:  # noqa: N801 (used as a context manager, like a function)
+    """Fill a temporary sibling of ``out``, then move it into place: a new or empty ``out`` is
+    renamed over at once (readers see all or nothing); with ``force`` into a directory holding
+    files, each file replaces its namesake (others kept).  Removed if the block raises."""
+
+    def __init__(self, out: Path, force: bool) -> None:
+        self.out, self.force = out, force
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        return self.tmp
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        import os
+
+        try:
+            if kind is not None:
+                return
+            os.chmod(self.tmp, 0o755)  # mkdtemp's directory is private, and some files the library writes
+            umask = os.umask(0)
+            os.umask(umask)
+            for f in self.tmp.iterdir():
+                os.chmod(f, 0o666 & ~umask)  # what a plain open() gives
+            if self.out.is_dir() and any(self.out.iterdir()):
+                if not self.force:
+                    raise UserError(
+                        f"{self.out}: files appeared there while this ran; they are left as they are"
+                    )
+                for f in self.tmp.iterdir():
+                    os.replace(f, self.out / f.name)
+            else:
+                if self.out.is_dir():
+                    self.out.rmdir()  # empty: replaced by the whole new one
+                os.replace(self.tmp, self.out)
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,0 +1,88 @@
+"""Checkpoints in both formats: ``train --save x.safetensors`` (tied weight stored once, the
+architecture, recipe, budget, metrics and data as JSON metadata) and the torch ``.pt`` file;
+both load through ``nas.load_model`` to the same logits; ``--save`` never replaces a file silently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+import nas
+from nas.checkpoint import FORMAT, load_checkpoint, save_checkpoint
+from nas.cli import main
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+ARCH = nas.ArchConfig.from_dict({
+    "vocab_size": 256, "d_model": 32, "n_heads": 4, "max_len": 16, "pos_encoding": "rope", "norm": "rmsnorm",
+    "tie_embeddings": True,
+    "layers": {"repeat": 2, "attention": {"type": "mha", "kv_heads": 2}, "ffn": "swiglu"},
+})  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["m.safetensors", "m.pt"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_round_trip_gives_the_same_logits(tmp_path: Path, name: str, tied: bool) -> None:
+    torch.manual_seed(0)
+    arch = nas.ArchConfig.from_dict({**ARCH.to_dict(), "tie_embeddings": tied})
+    model = nas.build_model(arch).eval()
+    save_checkpoint(tmp_path / name, model, metrics={"val_loss": 1.5, "val_bpb": float("nan")})
+    loaded = load_checkpoint(tmp_path / name)
+    idx = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(model(idx), loaded["model"](idx))
+    assert loaded["arch"] == arch and loaded["metrics"]["val_loss"] == 1.5
+    got = loaded["model"]
+    assert (got.lm_head.weight is got.tok_emb.weight) == tied  # tied again on load
+
+
+def test_the_tied_weight_is_stored_once_and_the_metadata_is_readable_json(tmp_path: Path) -> None:
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, nas.build_model(ARCH), recipe={"lr": 0.003}, metrics={"val_loss": 2.0})
+    with safe_open(str(path), framework="pt") as f:
+        names, meta = set(f.keys()), f.metadata()
+    assert "tok_emb.weight" in names and "lm_head.weight" not in names
+    assert len(names) == len(nas.build_model(ARCH).state_dict()) - 1
+    assert json.loads(meta["tied"]) == {"tok_emb.weight": ["lm_head.weight"]}
+    assert json.loads(meta["format"]) == FORMAT and json.loads(meta["arch"]) == ARCH.to_dict()
+    assert json.loads(meta["recipe"]) == {"lr": 0.003} and json.loads(meta["metrics"]) == {"val_loss": 2.0}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "tied-unknown"])
+def test_a_damaged_safetensors_checkpoint_is_the_librarys_error(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "m.safetensors"
+    if damage == "truncate":
+        save_checkpoint(path, nas.build_model(ARCH))
+        path.write_bytes(path.read_bytes()[:200])
+    else:
+        from safetensors.torch import save_file
+
+        meta = {"format": json.dumps(FORMAT), "arch": json.dumps(ARCH.to_dict()), "tied": '{"x": ["y"]}'}
+        save_file({"a": torch.zeros(1)}, str(path), metadata=meta)
+    with pytest.raises(nas.CheckpointError, match="m.safetensors"):
+        nas.load_model(path)
+
+
+def test_train_save_safetensors_records_the_run_and_refuses_a_second_save(
+    tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"arch": ARCH.to_dict(), "recipe": {"batch_size": 2}}))
+    save = tmp_path / "w.safetensors"
+    argv = ["train", "--arch", str(tmp_path / "a.yaml"), "--data", str(corpus_dir), "--budget.steps", "1",
+            "--save", str(save)]  # fmt: skip
+    assert main(argv) == 0
+    doc = load_checkpoint(save)
+    assert doc["budget"]["steps"] == 1 and doc["recipe"]["batch_size"] == 2
+    assert doc["data"]["fingerprint"] and doc["metrics"]["arch_id"] == ARCH.arch_id
+    before = save.read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 2  # the tool's own, unchanged checkpoint: still a trained model someone keeps
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--force" in err[0] and "--save" in err[0], err
+    assert save.read_bytes() == before
+    assert main([*argv, "--force"]) == 0

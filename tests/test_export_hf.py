@@ -1,0 +1,165 @@
+"""``export --checkpoint FILE --hf DIR``: a Llama-shaped checkpoint becomes a plain Llama directory that
+``transformers`` loads with no remote code: logits equal to 1e-5 in float32, ``generate`` gives the
+engine's own greedy tokens, ``AutoTokenizer`` loads the byte vocabulary (or the user's tokenizer.json),
+config.json records the arch and metrics; anything else is refused in one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import nas
+from nas.checkpoint import save_checkpoint
+from nas.cli import main
+from nas.models import greedy_generate
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+BYTES = {"corpus": "shakespeare", "name": "shakespeare", "vocab_size": 256, "fingerprint": "sha256:x"}
+
+
+def _arch(kv_heads: int = 0, tied: bool = True, **changes) -> nas.ArchConfig:
+    attention = {"type": "mha", "kv_heads": kv_heads} if kv_heads else "mha"
+    return nas.ArchConfig.from_dict({
+        "vocab_size": 256, "d_model": 32, "n_heads": 4, "max_len": 24, "pos_encoding": "rope",
+        "norm": "rmsnorm", "tie_embeddings": tied,
+        "layers": {"repeat": 2, "attention": attention, "ffn": {"activation": "swiglu"}},
+        **changes,
+    })  # fmt: skip
+
+
+def _checkpoint(path: Path, arch: nas.ArchConfig, data: dict | None = BYTES) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = nas.build_model(arch).eval()
+    for p in model.parameters():  # norms start at exactly 1: move them so that a missed weight shows
+        if p.dim() == 1:
+            p.data.uniform_(0.5, 1.5)
+    metrics = {"val_loss": 2.25, "val_bpb": float("nan"), "params": 1, "arch_id": arch.arch_id}
+    save_checkpoint(path, model, recipe={"lr": 0.003}, budget={"steps": 1}, metrics=metrics, data=data)
+    return model
+
+
+def _export(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    code = main(["export", *argv])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "tied", "suffix"), [(0, True, "safetensors"), (2, False, "pt"), (1, True, "pt")]
+)
+def test_a_llama_shaped_checkpoint_loads_as_a_plain_llama(tmp_path, capsys, kv_heads, tied, suffix) -> None:
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    ckpt, out = tmp_path / f"m.{suffix}", tmp_path / "out"
+    ours = _checkpoint(ckpt, _arch(kv_heads, tied))
+    code, err = _export(capsys, "--checkpoint", str(ckpt), "--hf", str(out))
+    assert code == 0, err
+    hf = LlamaForCausalLM.from_pretrained(out).eval()
+    assert hf.dtype == torch.float32 and (hf.lm_head.weight is hf.model.embed_tokens.weight) == tied
+    idx = torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (hf(input_ids=idx).logits - ours(idx)).abs().max().item() < 1e-5
+    prompt = idx[:2, :8]
+    got = hf.generate(prompt, max_new_tokens=16, do_sample=False, pad_token_id=0)
+    assert torch.equal(got, greedy_generate(ours, prompt, 16))
+    tok = AutoTokenizer.from_pretrained(out)
+    text = "To be, or not: Ünïcødé\n"
+    ids = tok(text).input_ids
+    assert len(tok) == 256 and ids == list(text.encode()) and tok.decode(ids) == text
+    config = json.loads((out / "config.json").read_text())
+    assert config["nas_arch_id"] == ours.arch.arch_id and config["nas_arch"] == ours.arch.to_dict()
+    assert config["nas_metrics"]["val_loss"] == 2.25 and config["nas_metrics"]["val_bpb"] is None
+    assert config["nas_data"]["fingerprint"] == "sha256:x" and "auto_map" not in config
+    card = (out / "README.md").read_text()
+    assert ours.arch.arch_id in card and "2.2500" in card and "LlamaForCausalLM" in card
+    assert oct((out / "model.safetensors").stat().st_mode & 0o777) != "0o600"
+
+
+def test_the_users_tokenizer_is_copied(tmp_path, capsys) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer
+
+    vocab = {w: i for i, w in enumerate(["[UNK]", "to", "be", "or", "not"])}
+    user = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    user.pre_tokenizer = pre_tokenizers.Whitespace()
+    user.save(str(tmp_path / "tokenizer.json"))
+    data = {**BYTES, "vocab_size": 5, "tokenizer": str(tmp_path / "tokenizer.json")}
+    _checkpoint(tmp_path / "m.safetensors", _arch(vocab_size=5), data)
+    code, err = _export(
+        capsys, "--checkpoint", str(tmp_path / "m.safetensors"), "--hf", str(tmp_path / "out")
+    )
+    assert code == 0, err
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert tok("to be or not").input_ids == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"layers": [{"attention": "mha", "ffn": "swiglu"}, {"attention": "mdha", "ffn": "swiglu"}]},
+         "layer 1's attention is mdha"),
+        ({"layers": {"repeat": 2, "attention": "mha", "ffn": "relu"}}, "layer 0's FFN is relu"),
+        ({"pos_encoding": "learned"}, "its positions are learned"),
+        ({"norm": "layernorm"}, "its norm is layernorm"),
+    ],
+)  # fmt: skip
+def test_an_architecture_that_is_not_a_llama_is_refused_in_one_line(tmp_path, capsys, changes, words) -> None:
+    _checkpoint(tmp_path / "m.pt", _arch(**changes))
+    code, err = _export(capsys, "--checkpoint", str(tmp_path / "m.pt"), "--hf", str(tmp_path / "out"))
+    assert code == 2 and len(err) == 1, err
+    assert "not a Llama: " + words in err[0] and "only Llama-shaped" in err[0], err
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]  # no temporary directory left either
+
+
+def test_a_directory_with_files_needs_force_and_keeps_the_others(tmp_path, capsys) -> None:
+    _checkpoint(tmp_path / "m.safetensors", _arch())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    argv = ["--checkpoint", str(tmp_path / "m.safetensors"), "--hf", str(out)]
+    code, err = _export(capsys, *argv)
+    assert code == 2 and len(err) == 1 and "--force" in err[0] and "--hf" in err[0], err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert _export(capsys, *argv, "--force")[0] == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--hf", "out"], "--checkpoint"),
+        (["--checkpoint", "m.pt"], "--hf"),
+        (["--checkpoint", "m.pt", "--hf", "out", "--best"], "--best"),
+        (["--out", "x.yaml", "--best"], "--study"),
+    ],
+)
+def test_missing_or_extra_flags_are_one_line(tmp_path, capsys, monkeypatch, argv, words) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, err = _export(capsys, *argv)
+    assert code == 2 and len(err) == 1 and words in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_done_when_train_transformer_pp_then_export_loads_as_llama(tmp_path, monkeypatch, capsys) -> None:
+    """The issue's check: train --arch transformer_pp --budget.steps 20 --save tpp.safetensors, then
+    export --checkpoint tpp.safetensors --hf out/; LlamaForCausalLM.from_pretrained("out/"), logits
+    equal to 1e-5."""
+    from transformers import LlamaForCausalLM
+
+    monkeypatch.chdir(tmp_path)
+    assert (
+        main(["train", "--arch", "transformer_pp", "--budget.steps", "20", "--save", "tpp.safetensors"]) == 0
+    )
+    assert main(["export", "--checkpoint", "tpp.safetensors", "--hf", "out/"]) == 0
+    hf = LlamaForCausalLM.from_pretrained("out/").eval()
+    ours = nas.load_model("tpp.safetensors")
+    idx = torch.randint(0, 256, (2, ours.arch.max_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (hf(input_ids=idx).logits - ours(idx)).abs().max().item() < 1e-5
