@@ -22,6 +22,7 @@ import os
 from typing import Any
 
 from nas.errors import ConfigError, UserError
+from nas.hf_config import arch_from_llama_config, is_hf_config
 from nas.models import ArchConfig
 from nas.outputs import Planned, write_output
 from nas.program import prog_name
@@ -51,6 +52,11 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"architecture; search it with `{prog_name()} search --space {path}`, or give --arch an "
             "architecture file (a shipped one's name such as vanilla, or one `export` wrote)"
         )
+    if is_hf_config(raw):  # a Hugging Face Llama config.json: the engine's Transformer++ at its shape
+        try:
+            raw = {"arch": arch_from_llama_config(raw)}
+        except ConfigError as err:
+            raise err.in_file(str(path)) from None
     if "layers" in raw and "arch" not in raw:
         raw = {"arch": raw}
     unknown = sorted(set(raw) - set(SECTIONS))

@@ -1,0 +1,99 @@
+"""A Hugging Face Llama config.json as --arch: the engine's Transformer++ at that shape (issue 35, item 3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import nas
+from nas.archfile import load_arch
+from nas.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "rope_scaling": None,
+}
+
+
+def _write(tmp_path: Path, **changes: object) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, **changes}))
+    return path
+
+
+def test_a_llama_config_is_the_transformer_pp_at_its_shape(tmp_path: Path) -> None:
+    arch = load_arch(_write(tmp_path))
+    assert (arch.d_model, arch.n_heads, len(arch.layers), arch.max_len) == (64, 4, 3, 64)
+    assert (arch.pos_encoding, arch.norm, arch.rope_base, arch.tie_embeddings) == (
+        "rope",
+        "rmsnorm",
+        5e5,
+        True,
+    )
+    for layer in arch.layers:
+        assert layer.attention.type == "mha" and layer.attention.options.kv_heads == 2
+        assert layer.ffn.activation == "swiglu"
+    model = nas.build_model(arch)
+    assert model.layers[0].ffn.fc_out.in_features == 128  # the config's intermediate_size
+
+
+def test_what_export_writes_reads_back_as_the_same_architecture() -> None:
+    pytest.importorskip("transformers")
+    from nas.hf import llama_config
+    from nas.hf_config import arch_from_llama_config
+    from nas.models.sizes import resize
+
+    tpp = load_arch(ROOT / "examples" / "archs" / "transformer_pp.yaml")
+    for arch in (tpp, resize(tpp, 8)):
+        config = llama_config(arch).to_dict()
+        assert nas.ArchConfig.from_dict(arch_from_llama_config(config)).arch_id == arch.arch_id
+
+
+def test_train_takes_a_config_json(
+    tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path)
+    argv = ["train", "--arch", str(path), "--budget.steps", "2", "--threads", "1", "--data", str(corpus_dir)]
+    assert main([*argv, "--recipe.batch_size", "2", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert metrics["arch_id"] == load_arch(path).arch_id
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"model_type": "mistral"}, "model_type"),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"head_dim": 32}, "head_dim"),
+        ({"rms_norm_eps": 1e-6}, "rms_norm_eps"),
+        ({"intermediate_size": 0}, "intermediate_size"),
+        ({"hidden_size": "wide"}, "hidden_size"),
+    ],
+)
+def test_what_the_engine_cannot_build_is_one_line_naming_the_key(
+    changes: dict, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, **changes)
+    assert main(["train", "--arch", str(path), "--budget.steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0] and str(path) in err[0], err
