@@ -137,3 +137,13 @@ def test_stand_ins_bound_both_stacks() -> None:
     assert all(n == 1 and n_enc == 1 for _, n, n_enc in smallest)
     encoder_blocks = {a.encoder_layers[0].attention.type for a, _, _ in largest}
     assert encoder_blocks == {"mha", "mdha"}
+
+
+def test_a_causal_only_block_on_an_encoder_at_entry_is_refused_at_load() -> None:
+    """`at` entries are menus too: gated_linear (causal only) at an encoder position was accepted, and every
+    trial that drew it failed."""
+    encoder = {"attention": {"mha": {}}, "at": [{"layers": -1, "attention": {"gated_linear": {}}}]}
+    with pytest.raises(ConfigError) as err:
+        parse_space(space(encoder=encoder))
+    assert err.value.path == "encoder.at.0.attention.gated_linear", err.value
+    assert "only runs causally" in err.value.message and "valid in the encoder: " in err.value.message

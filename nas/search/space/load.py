@@ -241,8 +241,13 @@ def _position(raw: Any, path: str, share: bool = True) -> Position:
 
 
 def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
-    """An encoder attends over the whole source: a block that only runs causally cannot be offered."""
-    for name in choices.blocks:
+    """An encoder attends over the whole source: a block that only runs causally cannot be offered, on the
+    stack's menu or on an ``at`` entry's."""
+    menus = [(name, f"{path}.attention.{name}") for name in choices.blocks]
+    menus += [
+        (name, f"{path}.at.{p.index}.attention.{name}") for p in choices.at for name in (p.blocks or {})
+    ]
+    for name, where in menus:
         if not ATTENTION.get(name).bidirectional:
             valid = ", ".join(n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional)
             hint = (
@@ -253,7 +258,7 @@ def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
             raise ConfigError(
                 f"{name} only runs causally and cannot be an encoder layer{hint}; "
                 f"valid in the encoder: {valid}",
-                f"{path}.attention.{name}",
+                where,
             )
 
 
