@@ -397,8 +397,19 @@ def input_len(name: str, seed: int = 0) -> int:
     return int(make_dataset(TASKS[name], 1, True, seed)[0].size(1))
 
 
+#: why an encoder-decoder takes no probe: one line for `probe`, and for a search before it starts
+ENCODER_DECODER = (
+    "is seq2seq: the probes are posed to decoder-only language models (each task is one sequence the model "
+    "continues), and an encoder-decoder's batches hold a source and a target; probe an lm architecture, "
+    "or search this one with the lm evaluator"
+)
+
+
 def probe_arch(arch: ArchConfig, task: Task) -> ArchConfig:
-    """``arch`` with the task's vocabulary and length; a ConfigError when an option cannot hold at it."""
+    """``arch`` with the task's vocabulary and length; a ConfigError when an option cannot hold at it, or
+    when ``arch`` is an encoder-decoder (the probes are posed to decoder-only language models)."""
+    if arch.is_seq2seq:
+        raise ConfigError(ENCODER_DECODER, "task")
     try:
         return dataclasses.replace(arch, vocab_size=task.vocab_size, max_len=task.seq_len)
     except ConfigError as err:

@@ -233,3 +233,29 @@ def test_probe_user_errors_are_one_line(
 
 # The calibration (mha leaves the recall plateau, synth_fixed_random does not: several minutes of CPU)
 # is benchmarks/probe_calibration.py, whose table is in docs/probes.md.
+
+
+def test_an_encoder_decoder_is_refused_by_probe_and_by_a_search_in_one_line(tmp_path, capsys) -> None:
+    """The probes are decoder-only tasks: `probe` on an encoder-decoder ended in a ValueError traceback,
+    and a seq2seq search with the probes evaluator failed every trial."""
+    from nas.cli import main
+
+    assert main(["probe", "--arch", "seq2seq"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decoder-only" in err[0], err
+    for flag in (["--evaluator", "probes"], ["--prescreen", "probes:memorization@10"]):
+        argv = [
+            "search",
+            "--space",
+            "seq2seq",
+            *flag,
+            "--trials",
+            "1",
+            "--local",
+            "--runs-dir",
+            str(tmp_path),
+        ]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "decoder-only" in err[0] and "search." in err[0], err
+    assert not any(tmp_path.rglob("*.db"))  # nothing written

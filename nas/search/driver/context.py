@@ -71,6 +71,11 @@ class RunContext:
                 registry.check(search.prescreen, kinds=registry.SCREENS)
             except ConfigError as err:
                 raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
+        for field, name in (("evaluator", search.evaluator), ("prescreen", search.prescreen)):
+            if self.space.task == "seq2seq" and str(name or "").startswith("probes"):
+                from evaluators.probes import ENCODER_DECODER
+
+                raise ConfigError(f"{name!r}: the space {ENCODER_DECODER}", f"search.{field} (--{field})")
 
     @property
     def trials(self) -> int | None:
