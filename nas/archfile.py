@@ -68,6 +68,14 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         arch = ArchConfig.from_dict(raw["arch"])
     except ConfigError as err:
         raise err.at("arch").in_file(str(path)) from None
+    if isinstance(raw["arch"], dict) and "rope_base" in raw["arch"] and arch.pos_encoding != "rope":
+        # a value that changes nothing is a mistake about what trains (export writes it for rope only)
+        raise ConfigError(
+            f"has no effect with pos_encoding {arch.pos_encoding}: it is the base of rotary positions; "
+            "set pos_encoding: rope, or leave rope_base out",
+            "arch.rope_base",
+            str(path),
+        )
     for key in ("recipe", "budget", "metrics", "source", "confirmed"):
         if key in raw and not isinstance(raw[key], dict):
             raise ConfigError("must be a mapping", key, str(path))

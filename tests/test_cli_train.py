@@ -208,3 +208,14 @@ def test_a_bad_size_is_one_line_exit_2(size: str, arch_file: Path, capsys) -> No
     assert main(["train", "--arch", str(arch_file), "--size", size]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --size {float(size):g}:") and "(0, 64]" in err[0], err
+
+
+def test_rope_base_without_rotary_positions_is_refused(tmp_path: Path, capsys) -> None:
+    """A value that changes nothing is a mistake about what trains: refused in one line, not ignored."""
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump({"arch": {**TINY_ARCH, "rope_base": 500000.0}}))
+    assert main(["train", "--arch", str(path), "--budget.steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arch.rope_base: has no effect with pos_encoding learned" in err[0], err
+    path.write_text(yaml.safe_dump({"arch": {**TINY_ARCH, "pos_encoding": "rope", "rope_base": 500000.0}}))
+    assert nas.load_arch(path).rope_base == 500000.0
