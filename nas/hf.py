@@ -36,6 +36,7 @@ from torch import nn
 from nas.errors import UserError
 from nas.models import ArchConfig
 from nas.models.ffn import ffn_width
+from nas.models.norms import RMS_EPS
 
 #: byte corpora: one id per byte value
 BYTE_VOCAB = 256
@@ -97,7 +98,7 @@ def llama_config(arch: ArchConfig, extra: Mapping[str, Any] | None = None) -> An
         num_key_value_heads=_kv_heads(arch, arch.layers[0]),
         head_dim=arch.d_model // arch.n_heads,
         max_position_embeddings=arch.max_len,
-        rms_norm_eps=1e-5,  # nas.models.norms.RMSNorm
+        rms_norm_eps=RMS_EPS,
         rope_theta=float(arch.rope_base),
         tie_word_embeddings=arch.tie_embeddings,
         attention_bias=False,

@@ -17,7 +17,7 @@ biases.  The map (the inverse of ``nas.hf.llama_config``, which ``export --hf`` 
 What the engine cannot build is refused in one line naming the key: another model type,
 rope scaling, biases, an activation other than SiLU, a head width other than
 hidden_size / heads, an RMSNorm epsilon other than the engine's 1e-5, an
-intermediate size SwiGLU's ``mult`` cannot give.  No torch here.
+intermediate size SwiGLU's ``mult`` cannot give.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.models.ffn import ffn_width
+from nas.models.norms import RMS_EPS
 from nas.validate import yaml_number
-
-#: nas.models.norms.RMSNorm's epsilon
-RMS_EPS = 1e-5
 
 
 def is_hf_config(raw: Any) -> bool:
@@ -76,14 +75,11 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
         if refused:
             raise ConfigError(f"{raw.get(key)!r} cannot be built: {why}", key)
     width = int(number("intermediate_size"))
-    # the plainest mult whose SwiGLU width (nas.models.ffn.ffn_width: round(d x mult x 2/3)) is the
-    # config's: Transformer++'s mult 4 gives 341 at d 128, and so does 341 x 3 / 256 = 3.996 (another arch_id)
+    # the plainest mult whose SwiGLU width (ffn_width) is the config's: Transformer++'s mult 4 gives 341
+    # at d 128, and so does 341 x 3 / 256 = 3.996 (another arch_id)
     exact = width * 3 / (2 * d)
-    fits = [
-        m
-        for m in [round(exact * q) / q for q in (1, 2, 4, 8)] + [exact]
-        if m > 0 and round(d * m * 2 / 3) == width
-    ]
+    plain = [round(exact * q) / q for q in (1, 2, 4, 8)] + [exact]
+    fits = [m for m in plain if m > 0 and ffn_width(d, m, "swiglu") == width]
     if not fits:
         raise ConfigError(
             f"{width} is not a SwiGLU width the engine gives at hidden_size {d}", "intermediate_size"

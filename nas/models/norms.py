@@ -8,6 +8,10 @@ from torch import Tensor, nn
 NORMS = ("layernorm", "rmsnorm")
 
 
+#: RMSNorm's epsilon (Llama's ``norm_eps``); what the Hugging Face export and import read and write
+RMS_EPS = 1e-5
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight (Zhang and Sennrich, 2019); no bias, no centring.
 
@@ -16,7 +20,7 @@ class RMSNorm(nn.Module):
     defaults eps to the dtype's machine epsilon, so it is not the reference's formula.
     """
 
-    def __init__(self, d: int, eps: float = 1e-5) -> None:
+    def __init__(self, d: int, eps: float = RMS_EPS) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
