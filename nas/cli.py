@@ -18,7 +18,7 @@ from nas.errors import UserError
 from nas.program import prog_name
 from nas.redact import redacted_output
 
-COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm", "probe")
+COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm", "ladder", "probe")
 
 
 class _Parser(argparse.ArgumentParser):

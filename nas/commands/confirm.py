@@ -8,6 +8,7 @@ study (``STUDY-confirm`` in the search's storage) created or continued.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -155,33 +156,44 @@ def plan_report(args: argparse.Namespace) -> list[Planned]:
     ]
 
 
-def build(args: argparse.Namespace) -> tuple[Any, ...]:
-    """Check every flag and read everything the confirmation needs; writes nothing."""
-    from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
-    from nas.confirm.plan import LR_RANGE, SCALE_RANGE, build_entries, finalists, parse_list
-    from nas.data import data_record
-    from nas.search.storage.records import study_exists
-    from nas.search.storage.study import check_data
-    from nas.search.storage.urls import open_storage
+@dataclasses.dataclass(frozen=True)
+class Picked:
+    """What a confirmation (or a ladder) compares: read from the search study, checked, nothing written."""
 
-    scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
-    lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
-    numbers = parse_list(args.trial, "--trial", int) if args.trial else None
-    plan_report(args)  # before anything is read: a report that cannot be written is refused first
+    study: Any
+    url: str
+    record: dict[str, Any]
+    spec: Any
+    space: Any
+    data: str | None
+    finals: list[Any]  # the finalists' search trials
+    bases: list[tuple[Any, ...]]  # per baseline: (name, ArchConfig, its search trial or None, label)
+
+
+def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
+    """The search study ``--study``, its spec and data (checked unchanged), its finalists (``--top`` or
+    ``--trial``) and the baselines (``--baseline``, ``--baseline-shape``), as confirm and ladder take them."""
+    from nas.confirm.plan import finalists
+    from nas.data import data_record
+    from nas.search.storage.study import check_data
+
     study, url = open_study(args)
     record, spec, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
     # the same check as a continued search: the finalists' search losses and seed runs were measured
-    # on the data the study records, and the confirm runs are compared with them
-    check_data(study, data_record(data), "confirm compares new runs with the search's, so it needs the data "
-               "the search ran on: put it back as it was, or run a new search on this data")  # fmt: skip
+    # on the data the study records, and the new runs are compared with them
+    why = (
+        f"{args.command} compares new runs with the search's, so it needs the data the search ran on: "
+        "put it back as it was, or run a new search on this data"
+    )
+    check_data(study, data_record(data), why)
     top = args.top or DEFAULT_TOP
     finals = finalists(study, top, numbers)
     if numbers is None and len(finals) < top:
         front = "Pareto front" if len(study.directions) > 1 else "leaderboard"
         print(
-            f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); confirming those "
-            "(--trial N,M,... names others)",
+            f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); "
+            f"{args.command} takes those (--trial N,M,... names others)",
             file=sys.stderr,
         )
     bases = _baselines(args.baseline, study, space.seed_archs, data, space.task)
@@ -191,8 +203,23 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         bases, notes = reshaped_baselines(bases, finals, study)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
+    return Picked(study, url, record, spec, space, data, finals, bases)
+
+
+def build(args: argparse.Namespace) -> tuple[Any, ...]:
+    """Check every flag and read everything the confirmation needs; writes nothing."""
+    from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
+    from nas.confirm.plan import LR_RANGE, SCALE_RANGE, build_entries, parse_list
+    from nas.search.storage.records import study_exists
+    from nas.search.storage.urls import open_storage
+
+    scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
+    lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
+    numbers = parse_list(args.trial, "--trial", int) if args.trial else None
+    plan_report(args)  # before anything is read: a report that cannot be written is refused first
+    p = pick(args, numbers)
     name = confirm_study_name(args.study)
-    storage = open_storage(url, read_only=True)
+    storage = open_storage(p.url, read_only=True)
     known: list[Entry] = []
     if study_exists(storage, name):
         import optuna
@@ -201,8 +228,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             Entry.from_dict(d)
             for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
         ]
-    every, wanted, baselines = build_entries(known, finals, bases)
-    seed0 = int(record.get("seed", 0))
+    every, wanted, baselines = build_entries(known, p.finals, p.bases)
+    seed0 = int(p.record.get("seed", 0))
     _check_size(args.seeds, seed0, len(wanted) + len(baselines), len(scales), len(lrs))
     plan = Plan(
         tuple(e.index for e in wanted),
@@ -211,7 +238,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(range(seed0, seed0 + args.seeds)),
         tuple(lrs),
     )
-    return _settings(args, name, url, spec, space, data, seed0), every, plan, url
+    return settings_for(args, name, p, seed0), every, plan, p.url
 
 
 def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int) -> None:
@@ -265,13 +292,14 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     return record, spec, space
 
 
-def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: Any, data: str | None,
-              seed0: int) -> Any:  # fmt: skip
-    """The confirmation's own settings: the search's spec, one run at a time from a queue, the
-    resources this command was given."""
+def settings_for(args: argparse.Namespace, name: str, p: Picked, seed0: int, recipe: Any = None,
+                 budget: Any = None) -> Any:  # fmt: skip
+    """The confirmation's (or ladder's) own settings: the search's spec (``recipe``/``budget`` in place of
+    its own when given), one run at a time from a queue, the resources this command was given."""
     from nas.search.driver.context import RunContext
     from nas.spec import Resources
 
+    spec = p.spec
     resources = apply(spec.replace(resources=Resources()), overrides(args)).resources
     # Every run trains the LM in full: the search's hurdles and its pre-screen (a hurdle at fraction 0)
     # would stop finalists and baselines, leaving seeds out of the report; and a search scored by a proxy
@@ -279,8 +307,13 @@ def _settings(args: argparse.Namespace, name: str, url: str, spec: Any, space: A
     search = {"objective": "loss", "sampler": "random", "trials": 1, "max_flops": None, "population": None,
               "hurdles": (), "hurdle_percentile": 50.0, "hurdle_min_trials": 3, "prescreen": None,
               "evaluator": "lm", "seed": seed0}  # fmt: skip
-    confirm_spec = spec.replace(search=search, resources=resources)
-    return RunContext(confirm_spec, space, study=name, storage=url, data=data, runs_dir=args.runs_dir)
+    changes: dict[str, Any] = {"search": search, "resources": resources}
+    if recipe is not None:
+        changes["recipe"] = recipe
+    if budget is not None:
+        changes["budget"] = budget
+    return RunContext(spec.replace(**changes), p.space, study=name, storage=p.url, data=p.data,
+                      runs_dir=args.runs_dir)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -50,10 +50,11 @@ def confirm_study_name(study: str) -> str:
 
 
 def scaled_budget(budget: Budget, scale: float) -> Budget:
-    """``budget`` times ``scale`` (a steps budget stays a whole number of steps, at least one)."""
+    """``budget`` times ``scale`` (a steps budget stays a whole number of steps, at least one); its
+    rungs stay the same fractions of it."""
     if budget.kind == "steps":
-        return Budget("steps", max(1, round(budget.value * scale)))
-    return Budget(budget.kind, budget.value * scale)
+        return Budget("steps", max(1, round(budget.value * scale)), budget.rungs)
+    return Budget(budget.kind, budget.value * scale, budget.rungs)
 
 
 class ConfirmDriver(Driver):
@@ -130,7 +131,7 @@ class ConfirmDriver(Driver):
         return [self._work(run) for run in queued if run is not None], running
 
 
-class _KeptPool:
+class KeptPool:
     """One pool for both phases of a confirmation: the driver's ``shutdown`` leaves it running."""
 
     def __init__(self, factory: Callable[[RunContext], Pool]) -> None:
@@ -294,11 +295,11 @@ def planned_runs(study: optuna.Study, plan: Plan, wanted: Sequence[Entry], recip
     ]
 
 
-def _drive(
+def drive_queue(
     settings: RunContext,
     study: optuna.Study,
     entries: Sequence[Entry],
-    pools: _KeptPool,
+    pools: KeptPool,
     out: TextIO | None,
 ) -> None:
     """Run every queued run of ``study`` to its end through the search's driver."""
@@ -329,15 +330,15 @@ def run_confirmation(
     by_index = {e.index: e for e in every}
     wanted = [by_index[i] for i in plan.wanted]
     lrs = plan.lrs
-    pools = _KeptPool(pool_factory or default_pool)
+    pools = KeptPool(pool_factory or default_pool)
     try:
         if lrs:
             enqueue_missing(study, sweep_runs(plan, wanted), by_index, rerun_before)
-            _drive(settings, study, every, pools, out)
+            drive_queue(settings, study, every, pools, out)
         enqueue_missing(
             study, planned_runs(study, plan, wanted, settings.spec.recipe.lr), by_index, rerun_before
         )
-        _drive(settings, study, every, pools, out)
+        drive_queue(settings, study, every, pools, out)
     finally:
         pools.close()
     return study

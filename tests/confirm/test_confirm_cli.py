@@ -433,7 +433,7 @@ def _stop_after_one_run(monkeypatch) -> None:
         if any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
             runner.ConfirmDriver(run, entries, pools, out, trials=count_done(study) + 1).run()
 
-    monkeypatch.setattr(runner, "_drive", one_run)
+    monkeypatch.setattr(runner, "drive_queue", one_run)
 
 
 def test_export_confirmed_names_no_winner_from_an_unfinished_comparison(

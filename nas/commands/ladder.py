@@ -1,0 +1,331 @@
+"""``run_search.py ladder``: a search's finalists and baselines at several sizes, fitted and predicted.
+
+Every flag is checked, and the search study, its data, the baselines and every
+size's budget and rungs are read, before anything is written; only then is the
+ladder study (``STUDY-ladder`` in the search's storage) created or continued.
+Running it again trains only the runs it does not hold yet, and with nothing
+left to train re-reports (a new ``--target-flops`` costs no training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from typing import Any
+
+from nas.commands._study import add_study_args
+from nas.commands.common import jsonable, non_empty, positive_int
+from nas.errors import ConfigError, UserError
+from nas.outputs import Planned, plan_output, write_output
+from nas.program import prog_name
+from nas.spec.flags import add_spec_flags
+
+DEFAULT_TOP = 1
+DEFAULT_SAMPLES = 200
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from nas.ladder.fit import FORMS
+    from nas.ladder.plan import DEFAULT_RUNGS, DEFAULT_SEEDS, DEFAULT_SIZES, TOKEN_RULES
+
+    p = sub.add_parser(
+        "ladder",
+        help="train a search's finalists and baselines at several sizes and predict them at a larger compute",
+        description="Train the top K of --study and the baselines (as confirm picks them) at each --sizes "
+        "multiple of their parameters, one wsd run per size and seed with rungs, fit loss = E + A/N^alpha + "
+        "B/D^beta per architecture with bootstrap intervals, and predict each one's loss at --target-flops "
+        "with the probability that it is best. Running it again continues where it stopped.",
+    )
+    add_study_args(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--top", type=positive_int, default=None, help=f"finalists to take (default {DEFAULT_TOP})"
+    )
+    which.add_argument(
+        "--trial",
+        type=non_empty,
+        default=None,
+        metavar="N[,M...]",
+        help="these trial numbers instead of the top K",
+    )
+    p.add_argument(
+        "--baseline",
+        type=non_empty,
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a baseline architecture file or a shipped one's name (repeatable; default: the space's "
+        "seed architectures and Transformer++, as confirm)",
+    )
+    p.add_argument(
+        "--baseline-shape",
+        choices=("finalist", "own"),
+        default="finalist",
+        help="finalist (default): each baseline at each finalist's shape; own: as they are",
+    )
+    p.add_argument(
+        "--sizes",
+        type=non_empty,
+        default=DEFAULT_SIZES,
+        help=f"multipliers of each architecture's parameters (default {DEFAULT_SIZES})",
+    )
+    p.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=DEFAULT_SEEDS,
+        help=f"seeds per size, from the study's seed up (default {DEFAULT_SEEDS})",
+    )
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="size 1 trains on this multiple of the study's budget; every size on the same tokens "
+        "per parameter (default 1)",
+    )
+    p.add_argument(
+        "--tokens",
+        choices=TOKEN_RULES,
+        default="per-param",
+        help="per-param (default): every size on size 1's tokens per parameter; same: every size on "
+        "size 1's tokens",
+    )
+    p.add_argument(
+        "--rungs",
+        type=non_empty,
+        default=DEFAULT_RUNGS,
+        help=f"wsd rungs of every run, fractions of it (default {DEFAULT_RUNGS})",
+    )
+    p.add_argument(
+        "--target-flops",
+        type=float,
+        default=None,
+        help="predict at this many training FLOPs (default: 10x the largest measured point)",
+    )
+    p.add_argument(
+        "--target-size",
+        type=float,
+        default=None,
+        help="predict at this multiplier of each architecture (default: the compute-optimal size of "
+        "its own fit)",
+    )
+    p.add_argument(
+        "--form",
+        choices=FORMS,
+        default="chinchilla",
+        help="chinchilla (default): E + A/N^alpha + B/D^beta; shared: one exponent for both",
+    )
+    p.add_argument(
+        "--samples",
+        type=positive_int,
+        default=DEFAULT_SAMPLES,
+        help=f"bootstrap draws per architecture (default {DEFAULT_SAMPLES})",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also fit without the largest size and predict it: how well the ladder predicts",
+    )
+    p.add_argument(
+        "--no-train", action="store_true", help="report on the runs the ladder study holds; train nothing"
+    )
+    add_spec_flags(p, ("resources",))
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"families" (fit and prediction each), "ranking", "crossovers", "runs", ...}',
+    )
+    p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report and its plot")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --report and its plot even if this tool did not write them",
+    )
+    p.set_defaults(func=run)
+
+
+def plan_report(args: argparse.Namespace) -> list[Planned]:
+    """The report and its plot (``STEM_ladder.png``), checked under nas.outputs' rule before any work."""
+    if args.report is None:
+        return []
+    report = plan_output(args.report, "--report", force=args.force, example="ladder.md")
+    stem = report.path.with_suffix("")
+    figure = stem.with_name(f"{stem.name}_ladder.png")
+    return [report, plan_output(figure, "--report (its figure)", force=args.force, example=None)]
+
+
+def _positive(value: float | None, flag: str, high: float | None = None) -> None:
+    import math
+
+    if value is None:
+        return
+    if not math.isfinite(value) or value <= 0 or (high is not None and value > high):
+        limit = f" and at most {high:g}" if high is not None else ""
+        raise UserError(f"{flag} {value:g}: must be a number > 0{limit}")
+
+
+def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...], list[int] | None]:
+    """--sizes, --rungs and --trial as values; --scale and the targets checked.  Reads nothing."""
+    from nas.confirm.plan import parse_list
+    from nas.models.sizes import MAX_SIZE
+    from nas.spec.fields import fractions
+
+    sizes = sorted(parse_list(args.sizes, "--sizes", bounds=(1e-6, MAX_SIZE)))
+    if len(sizes) < 3:
+        raise UserError(
+            f"--sizes {args.sizes!r}: a ladder needs 3 sizes or more (the fit has five coefficients)"
+        )
+    rungs = tuple(parse_list(args.rungs, "--rungs"))
+    try:
+        fractions(rungs, "--rungs")
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+    _positive(args.scale, "--scale", 1e6)
+    _positive(args.target_flops, "--target-flops")
+    _positive(args.target_size, "--target-size", MAX_SIZE)
+    numbers = parse_list(args.trial, "--trial", int) if args.trial else None
+    return sizes, rungs, numbers
+
+
+def build(args: argparse.Namespace) -> tuple[Any, ...]:
+    """Check every flag and read everything the ladder needs; writes nothing."""
+    import optuna
+
+    from nas.commands.confirm import pick, settings_for
+    from nas.confirm.plan import MAX_RUNS, Entry, build_entries
+    from nas.confirm.runner import ARCHS
+    from nas.ladder.plan import build_ladder, ladder_study_name
+    from nas.search.storage.records import study_exists
+    from nas.search.storage.urls import open_storage
+    from nas.spec import Budget
+    from nas.validate import MAX_SEED
+
+    sizes, rungs, numbers = parse_flags(args)
+    plan_report(args)
+    args.top = args.top or DEFAULT_TOP
+    p = pick(args, numbers)
+    spec = p.spec
+    if spec.budget.kind == "seconds":
+        raise UserError(
+            f"--study {args.study!r} has a seconds budget ({spec.budget}); a ladder scales tokens with "
+            "parameters and places rungs at steps, so it needs a steps, tokens or flops budget"
+        )
+    recipe = dataclasses.replace(spec.recipe, schedule="wsd")
+    try:
+        budget = Budget(spec.budget.kind, spec.budget.value, rungs)
+        spec.replace(recipe=recipe, budget=budget)  # the spec's own checks (warmup + cooldown <= 1, ...)
+    except ConfigError as err:
+        raise UserError(f"the ladder's recipe (the study's, with schedule wsd and --rungs): {err}") from None
+    seed0 = int(p.record.get("seed", 0))
+    if seed0 + args.seeds - 1 > MAX_SEED:
+        raise UserError(
+            f"--seeds {args.seeds}: seeds start at the study's seed {seed0} and end at most at {MAX_SEED}"
+        )
+    name = ladder_study_name(args.study)
+    storage = open_storage(p.url, read_only=True)
+    known: list[Entry] = []
+    if study_exists(storage, name):
+        known = [
+            Entry.from_dict(d)
+            for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
+        ]
+    _, wanted, _ = build_entries([], p.finals, p.bases)
+    seeds = tuple(range(seed0, seed0 + args.seeds))
+    every, plan, notes = build_ladder(known, wanted, sizes, seeds, args.scale, budget, recipe, args.tokens)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if len(plan.runs()) > MAX_RUNS:
+        raise UserError(
+            f"--seeds {args.seeds}: {len(plan.runs()):,} runs; at most {MAX_RUNS:,} in one ladder"
+        )
+    settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
+    return settings, every, plan, p.url
+
+
+def plan_flags(args: argparse.Namespace) -> str:
+    """The flags that chose this ladder's runs, as a command line would give them again."""
+    which = ["--trial", args.trial] if args.trial else ["--top", str(args.top or DEFAULT_TOP)]
+    flags = [
+        *which,
+        "--sizes",
+        args.sizes,
+        "--seeds",
+        str(args.seeds),
+        "--scale",
+        f"{args.scale:g}",
+        "--tokens",
+        args.tokens,
+        "--rungs",
+        args.rungs,
+    ]
+    for f in args.baseline or ():
+        flags += ["--baseline", f]
+    if args.baseline_shape != "finalist":
+        flags += ["--baseline-shape", args.baseline_shape]
+    return shlex.join(flags)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nas.commands.stopping import sigterm_stops_the_driver
+    from nas.ladder import run_ladder
+    from nas.ladder.markdown import plot, render
+    from nas.ladder.report import build_report
+
+    outputs = plan_report(args)
+    settings, every, plan, url = build(args)
+    if args.no_train:
+        study = _existing(settings.study, url)
+    else:
+        with sigterm_stops_the_driver():
+            study = run_ladder(
+                settings,
+                args.study,
+                every,
+                plan,
+                out=sys.stderr if args.json else sys.stdout,
+                flags=plan_flags(args),
+            )
+    report = build_report(
+        study,
+        args.study,
+        settings.spec.recipe.seq_len,
+        args.target_flops,
+        args.target_size,
+        args.form,
+        args.samples,
+        args.check,
+    )
+    if outputs:
+        image = plot(report, outputs[1])
+        text = render(report, [image.name])
+        write_output(outputs[0], lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    if args.json:
+        print(json.dumps(jsonable(report), indent=2))
+        return 0
+    print()
+    print(render(report))
+    if args.report:
+        print(f"report:  {args.report}")
+    print(f"runs:    {prog_name()} best --study {settings.study} --storage {shlex.quote(url)}")
+    return 0
+
+
+def _existing(name: str, url: str) -> Any:
+    """``--no-train``: the ladder study as it is (refused when there is none)."""
+    import optuna
+
+    from nas.ladder.plan import LADDER
+    from nas.search.storage.records import study_exists
+    from nas.search.storage.urls import open_storage
+
+    storage = open_storage(url, read_only=True)
+    if not study_exists(storage, name):
+        raise UserError(
+            f"--no-train: there is no ladder study {name!r} yet; run the ladder without --no-train"
+        )
+    study = optuna.load_study(study_name=name, storage=storage)
+    if LADDER not in study.user_attrs:
+        raise UserError(f"--no-train: study {name!r} records no ladder plan")
+    return study

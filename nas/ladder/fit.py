@@ -1,0 +1,317 @@
+"""Scaling fits: the Chinchilla form per architecture, bootstrap intervals, compute-optimal predictions.
+
+The form (Hoffmann et al. 2022, App. D.2; ``../shared/REFERENCES_SCALE.md`` §2)::
+
+    L(N, D) = E + A / N**alpha + B / D**beta
+
+with N the parameters (embeddings included, as Chinchilla counts them) and D the
+training tokens, fitted as Chinchilla does: the Huber loss (delta 1e-3) of
+``LSE(a - alpha log N, b - beta log D, e) - log L`` summed over the points, from a
+grid of initialisations, the best optimum kept.  ``A, B, E = exp(a, b, e)``; the
+exponents are kept in [0, MAX_EXPONENT] (a loss that grows with size or data is
+no scaling law), as OLMo's ladder keeps every parameter non-negative.
+
+Why not ``torch.optim.LBFGS`` (what Chinchilla used, via SciPy): it optimises one
+problem, and a fit here is thousands of small independent ones (every start of the
+grid, for every bootstrap resample), so one start at a time took seconds per fit.
+Instead every problem takes Levenberg-Marquardt steps on the iteratively
+reweighted form of the Huber loss (weights ``min(1, delta/|r|)``), batched as one
+tensor, with an exact analytic Jacobian; each problem accepts a step only when its
+own objective falls.  The ``form`` ``"shared"`` ties ``beta`` to ``alpha`` (4
+parameters), a variant for ladders too small to separate the two exponents.
+
+Intervals come from a bootstrap over **runs** (one run gives several points, its
+rungs; its points move together, so resampling points would understate the
+spread): each resample draws the architecture's runs with replacement and refits.
+The reference documents published bootstraps over points (Chinchilla: 80%
+subsamples; Epoch: 4,000 resamples of points); over runs is this tool's choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+#: Chinchilla's Huber delta on log-loss (App. D.2: larger overfits the small runs)
+HUBER_DELTA = 1e-3
+MAX_EXPONENT = 4.0
+FORMS = ("chinchilla", "shared")
+#: Chinchilla's grid of starts: alpha, beta in {0, 0.5, ..., 2}, e in {-1, -0.5, ..., 1},
+#: a, b in {0, 5, ..., 25}
+GRID = {
+    "alpha": [0.0, 0.5, 1.0, 1.5, 2.0],
+    "beta": [0.0, 0.5, 1.0, 1.5, 2.0],
+    "e": [-1.0, -0.5, 0.0, 0.5, 1.0],
+    "a": [0.0, 5.0, 10.0, 15.0, 20.0, 25.0],
+    "b": [0.0, 5.0, 10.0, 15.0, 20.0, 25.0],
+}
+_SCREEN_STEPS = 15
+_KEPT = 128
+#: bootstrap resamples start from this many of the full fit's best distinct optima
+RESAMPLE_STARTS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One measured loss: ``params`` N, ``tokens`` D, the training FLOPs to reach it, and its run."""
+
+    params: float
+    tokens: float
+    flops: float
+    loss: float
+    run: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """Coefficients of ``L = E + A/N^alpha + B/D^beta`` and how well they fit."""
+
+    E: float
+    A: float
+    alpha: float
+    B: float
+    beta: float
+    form: str = "chinchilla"
+    points: int = 0
+    runs: int = 0
+    rms_log: float = 0.0  # root-mean-square residual in log loss
+
+    def loss(self, params: Any, tokens: Any) -> Any:
+        return self.E + self.A / params**self.alpha + self.B / tokens**self.beta
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _unpack(theta: torch.Tensor, form: str) -> tuple[torch.Tensor, ...]:
+    """(a, alpha, b, beta, e) from the parameter tensor (``shared``: beta is alpha)."""
+    if form == "shared":
+        a, alpha, b, e = theta.unbind(-1)
+        return a, alpha, b, alpha, e
+    return theta.unbind(-1)
+
+
+def _residuals(
+    theta: torch.Tensor, logn: torch.Tensor, logd: torch.Tensor, logl: torch.Tensor, form: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residuals ``LSE(...) - log L`` (..., n) and their Jacobian (..., n, k) for parameters (..., k)."""
+    a, alpha, b, beta, e = (t.unsqueeze(-1) for t in _unpack(theta, form))
+    terms = torch.stack(
+        torch.broadcast_tensors(a - alpha * logn, b - beta * logd, e.expand_as(a - alpha * logn)), -1
+    )
+    lse = torch.logsumexp(terms, -1)
+    p = torch.softmax(terms, -1)  # d LSE / d term
+    p1, p2, p3 = p.unbind(-1)
+    if form == "shared":
+        jac = torch.stack([p1, -p1 * logn - p2 * logd, p2, p3], -1)
+    else:
+        jac = torch.stack([p1, -p1 * logn, p2, -p2 * logd, p3], -1)
+    return lse - logl, jac
+
+
+def _huber(r: torch.Tensor, delta: float) -> torch.Tensor:
+    return torch.where(r.abs() <= delta, 0.5 * r**2, delta * (r.abs() - 0.5 * delta))
+
+
+def _objective(
+    theta: torch.Tensor, data: tuple[torch.Tensor, ...], weights: torch.Tensor, form: str, delta: float
+) -> torch.Tensor:
+    r, _ = _residuals(theta, *data, form)
+    return (weights * _huber(r, delta)).sum(-1)
+
+
+def _clamp(theta: torch.Tensor, form: str) -> torch.Tensor:
+    out = theta.clone()
+    for i in (1,) if form == "shared" else (1, 3):
+        out[..., i] = out[..., i].clamp(0.0, MAX_EXPONENT)
+    return out
+
+
+def minimise(
+    theta: torch.Tensor,
+    data: tuple[torch.Tensor, ...],
+    weights: torch.Tensor,
+    form: str,
+    delta: float = HUBER_DELTA,
+    iterations: int = 200,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched Levenberg-Marquardt on the reweighted Huber objective: every leading index of ``theta``
+    (..., k) is its own problem, with ``weights`` (..., n) on the points (bootstrap counts).
+    Returns the parameters and each problem's objective."""
+    k = theta.shape[-1]
+    eye = torch.eye(k, dtype=theta.dtype)
+    theta = _clamp(theta, form)
+    f = _objective(theta, data, weights, form, delta)
+    lam = torch.full(f.shape, 1e-3, dtype=theta.dtype)
+    stalls = 0
+    for _ in range(iterations):
+        r, jac = _residuals(theta, *data, form)
+        w = weights * torch.clamp(delta / r.abs().clamp_min(1e-300), max=1.0)  # IRLS weights
+        grad = torch.einsum("...n,...nk->...k", w * r, jac)
+        hess = torch.einsum("...n,...nk,...nl->...kl", w, jac, jac)
+        damp = lam[..., None, None] * (torch.diagonal(hess, dim1=-2, dim2=-1).unsqueeze(-1) * eye + eye)
+        step = torch.linalg.solve(hess + damp, -grad.unsqueeze(-1)).squeeze(-1)
+        trial = _clamp(theta + step, form)
+        f_new = _objective(trial, data, weights, form, delta)
+        better = torch.isfinite(f_new) & (f_new < f)
+        theta = torch.where(better.unsqueeze(-1), trial, theta)
+        gain = torch.where(better, f - f_new, torch.zeros_like(f))
+        f = torch.where(better, f_new, f)
+        lam = torch.where(better, lam / 3, lam * 4).clamp(1e-12, 1e12)
+        moving = better & (gain > 1e-13 * (1 + f.abs()))
+        stalls = 0 if bool(moving.any()) else stalls + 1
+        if stalls >= 8:  # no problem improved for 8 steps (each raised its damping 4^8 times)
+            break
+    return theta, f
+
+
+def _grid(form: str) -> torch.Tensor:
+    g = GRID
+    if form == "shared":
+        rows = [(a, al, b, e) for a in g["a"] for al in g["alpha"] for b in g["b"] for e in g["e"]]
+    else:
+        rows = [
+            (a, al, b, be, e)
+            for a in g["a"]
+            for al in g["alpha"]
+            for b in g["b"]
+            for be in g["beta"]
+            for e in g["e"]
+        ]
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def _data(points: Sequence[Point]) -> tuple[torch.Tensor, ...]:
+    t = torch.tensor([(p.params, p.tokens, p.loss) for p in points], dtype=torch.float64)
+    return t[:, 0].log(), t[:, 1].log(), t[:, 2].log()
+
+
+def _to_fit(theta: torch.Tensor, form: str, points: Sequence[Point], rms: float) -> Fit:
+    a, alpha, b, beta, e = (float(v) for v in _unpack(theta, form))
+    return Fit(
+        math.exp(e),
+        math.exp(a),
+        alpha,
+        math.exp(b),
+        beta,
+        form,
+        len(points),
+        len({p.run for p in points}),
+        rms,
+    )
+
+
+def fit(points: Sequence[Point], form: str = "chinchilla") -> tuple[Fit, torch.Tensor]:
+    """The best fit of ``points`` from every start of the grid; also the best distinct optima (the
+    bootstrap's starts)."""
+    if form not in FORMS:
+        raise ValueError(f"unknown fit form {form!r}; valid: {', '.join(FORMS)}")
+    data = _data(points)
+    starts = _grid(form)
+    weights = torch.ones(len(starts), len(points), dtype=torch.float64)
+    # every start a few steps, then the most promising ones to convergence (the grid is 4,500 starts)
+    theta, f = minimise(starts, data, weights, form, iterations=_SCREEN_STEPS)
+    keep = torch.argsort(torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf)))[:_KEPT]
+    theta, f = minimise(theta[keep], data, weights[keep], form)
+    f = torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf))
+    order = torch.argsort(f)
+    best = theta[order[0]]
+    r, _ = _residuals(best, *data, form)
+    rms = float(r.pow(2).mean().sqrt())
+    distinct: list[torch.Tensor] = []
+    for i in order.tolist():  # the best optima that differ from each other (several basins)
+        if not math.isfinite(float(f[i])):
+            break
+        if all(float((theta[i] - d).abs().max()) > 1e-3 for d in distinct):
+            distinct.append(theta[i])
+        if len(distinct) == RESAMPLE_STARTS:
+            break
+    return _to_fit(best, form, points, rms), torch.stack(distinct)
+
+
+def resample_weights(points: Sequence[Point], samples: int, generator: torch.Generator) -> torch.Tensor:
+    """(samples, n) weights: each resample draws the runs with replacement, a point weighs its run's count.
+
+    A resample with fewer distinct parameter counts than ``min(3, distinct in the data)`` is drawn
+    again (up to 20 times): with one size, the parameter term of the form is not identified at all.
+    """
+    runs = sorted({p.run for p in points})
+    size_of = {p.run: p.params for p in points}
+    need = min(3, len({p.params for p in points}))
+    index = {r: i for i, r in enumerate(runs)}
+    point_run = torch.tensor([index[p.run] for p in points])
+    out = torch.empty(samples, len(points), dtype=torch.float64)
+    for s in range(samples):
+        for _ in range(20):
+            draw = torch.randint(len(runs), (len(runs),), generator=generator)
+            if len({size_of[runs[int(i)]] for i in draw}) >= need:
+                break
+        counts = torch.bincount(draw, minlength=len(runs)).to(torch.float64)
+        out[s] = counts[point_run]
+    return out
+
+
+def bootstrap(
+    points: Sequence[Point], starts: torch.Tensor, form: str = "chinchilla", samples: int = 200, seed: int = 0
+) -> list[Fit]:
+    """One fit per resample of the runs (seeded: the same intervals every time)."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = resample_weights(points, samples, generator)  # (S, n)
+    data = _data(points)
+    theta0 = starts.unsqueeze(0).expand(samples, *starts.shape).clone()  # (S, K, k)
+    theta, f = minimise(theta0, data, weights.unsqueeze(1).expand(-1, len(starts), -1), form)
+    f = torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf))
+    best = theta[torch.arange(samples), torch.argmin(f, dim=1)]
+    return [_to_fit(best[s], form, points, math.nan) for s in range(samples)]
+
+
+@dataclasses.dataclass(frozen=True)
+class CostCurve:
+    """Training FLOPs per token as a power of the parameters across an architecture's sizes
+    (``log c = slope * log N + intercept``, least squares; exact at the sizes measured)."""
+
+    slope: float
+    intercept: float
+
+    @classmethod
+    def through(cls, sizes: Sequence[tuple[float, float]]) -> CostCurve:
+        """From (params, train FLOPs per token) pairs; one size: FLOPs per token proportional to N."""
+        xs = [math.log(n) for n, _ in sizes]
+        ys = [math.log(c) for _, c in sizes]
+        if len(set(xs)) < 2:
+            return cls(1.0, ys[0] - xs[0])
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False)) / sum(
+            (x - mx) ** 2 for x in xs
+        )
+        return cls(slope, my - slope * mx)
+
+    def per_token(self, params: Any) -> Any:
+        return torch.exp(
+            self.slope * torch.log(torch.as_tensor(params, dtype=torch.float64)) + self.intercept
+        )
+
+
+#: the compute-optimal search spans parameters from 1/1000 to 1e6 times the largest measured
+_N_GRID = 2001
+
+
+def optimal(
+    f: Fit, cost: CostCurve, compute: float, n_range: tuple[float, float]
+) -> tuple[float, float, float]:
+    """(loss, params, tokens) at training FLOPs ``compute``, the parameters chosen to minimise the fitted
+    loss over a log grid of ``n_range`` (tokens = compute / FLOPs per token at that size)."""
+    n = torch.logspace(math.log10(n_range[0]), math.log10(n_range[1]), _N_GRID, dtype=torch.float64)
+    d = compute / cost.per_token(n)
+    loss = f.loss(n, d)
+    i = int(torch.argmin(loss))
+    return float(loss[i]), float(n[i]), float(d[i])
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, linear between order statistics."""
+    return float(torch.quantile(torch.tensor(list(values), dtype=torch.float64), q))

@@ -1,0 +1,180 @@
+"""A ladder's report as Markdown, and its plot (loss against training compute per architecture)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from nas.outputs import Planned, write_output
+
+HEAD = "# Ladder of study "
+
+
+def _si(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _f(v: float | None, digits: int = 4) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _beyond(b: dict[str, float]) -> str:
+    """How far a prediction reaches past what was trained, e.g. ``compute 12x, params 2.1x``."""
+    parts = [f"{k} {v:.3g}x" for k, v in b.items() if v > 1.0001]
+    return ", ".join(parts) if parts else "inside"
+
+
+def prediction_table(report: dict[str, Any]) -> list[str]:
+    t = report["target"]
+    where = f"size {t['size']:g}" if t["size"] is not None else "the compute-optimal size of each fit"
+    given = "" if t["given"] else " (no --target-flops: 10x the largest measured point)"
+    lo, hi = (int(100 * x) for x in report["interval"])
+    lines = [
+        f"## Predicted at {_si(t['flops'])} training FLOPs{given}, at {where}",
+        "",
+        f"Interval: the {lo}th to {hi}th percentile over {report['samples']} bootstrap draws of each "
+        "architecture's runs; p(best): the share of joint draws in which it is the lowest. "
+        "'beyond': how far past the largest trained point (compute, parameters, tokens) the prediction "
+        "reaches.",
+        "",
+        "| rank | architecture | role | predicted loss | interval | p(best) | params | tokens | beyond |",
+        "|---:|---|---|---:|---|---:|---:|---:|---|",
+    ]
+    fams = {f["name"]: f for f in report["families"]}
+    for i, name in enumerate(report["ranking"], 1):
+        f = fams[name]
+        p = f["prediction"]
+        lines.append(
+            f"| {i} | {name} | {f['role']} | {p['loss']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] | "
+            f"{p['p_best']:.2f} | {_si(p['params'])} | {_si(p['tokens'])} | {_beyond(p['beyond'])} |"
+        )
+    for f in report["families"]:
+        if f["fit"] is None:
+            lines.append(f"\n{f['name']}: not fitted ({f['why_not']}).")
+    return lines
+
+
+def fit_table(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"## Fits: loss = E + A / N^alpha + B / D^beta ({report['form']}; Huber on log-loss, many starts)",
+        "",
+        "| architecture | runs | points | E | A | alpha | B | beta | rms (log) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in report["families"]:
+        c = f["fit"]
+        if c is None:
+            lines.append(f"| {f['name']} | {f['runs']} | {f['points']} | - | - | - | - | - | - |")
+            continue
+        lines.append(
+            f"| {f['name']} | {c['runs']} | {c['points']} | {c['E']:.4g} | {c['A']:.4g} | {c['alpha']:.3f} | "
+            f"{c['B']:.4g} | {c['beta']:.3f} | {c['rms_log']:.4f} |"
+        )
+    return lines
+
+
+def crossover_lines(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Crossovers (fitted, compute-optimal, between the smallest measured point and the target)",
+        "",
+    ]
+    if not report["crossovers"]:
+        return lines + ["None: no finalist's fitted curve crosses a baseline's in that range."]
+    return lines + [
+        f"- {c['finalist']} and {c['baseline']} cross near {c['compute']:.3g} FLOPs; "
+        f"{c['lower_after']} is lower above it"
+        for c in report["crossovers"]
+    ]
+
+
+def check_table(check: dict[str, Any] | None) -> list[str]:
+    if check is None:
+        return []
+    lines = [
+        "",
+        f"## Held out: size {check['held_out_size']:g}, predicted from sizes "
+        f"{', '.join(f'{s:g}' for s in check['fitted_sizes'])}",
+        "",
+        "| architecture | predicted | interval | measured | error | seed spread |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for r in check["rows"]:
+        lines.append(
+            f"| {r['family']} | {r['predicted']:.4f} | [{r['low']:.4f}, {r['high']:.4f}] | "
+            f"{r['measured']:.4f} | {r['error']:+.4f} | {_f(r['seed_spread'])} |"
+        )
+    spread = check["mean_seed_spread"]
+    lines += [
+        "",
+        f"Mean absolute error {check['mean_abs_error']:.4f}"
+        + (f", mean seed-to-seed spread {spread:.4f}." if spread is not None else " (one seed: no spread)."),
+    ]
+    lines += ["", "| ranking by | Spearman | Kendall |", "|---|---:|---:|"]
+    for key, v in check["rank_correlation"].items():
+        cells = "- | -" if v is None else f"{_f(v['spearman'], 3)} | {_f(v['kendall'], 3)}"
+        lines.append(f"| {key} | {cells} |")
+    return lines
+
+
+def render(report: dict[str, Any], images: Sequence[str] = ()) -> str:
+    runs = report["runs"]
+    lines = [
+        f"{HEAD}{report['study']!r}",
+        "",
+        f"Runs in study `{report['ladder_study']}`: sizes {', '.join(f'{s:g}' for s in report['sizes'])} "
+        f"of each architecture (docs/ladder.md), seeds {', '.join(map(str, report['seeds']))}, size 1 on "
+        f"{report['scale']:g}x the search's budget and every size on "
+        + ("the same tokens per parameter, " if report["tokens"] == "per-param" else "the same tokens, ")
+        + "one wsd run per size and seed with its rungs. "
+        + f"{runs['complete']} of {runs['planned']} runs finished.",
+        "",
+    ]
+    lines += prediction_table(report) if report["ranking"] else ["No architecture could be fitted yet."]
+    lines += crossover_lines(report) + fit_table(report) + check_table(report["check"])
+    lines += [""] + [f"![{Path(p).stem}]({p})" for p in images]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def plot(report: dict[str, Any], target: Planned) -> Path:
+    """Loss against training FLOPs: measured points, each fit's compute-optimal curve and its band,
+    the target marked."""
+    fig = Figure(figsize=(8, 5))
+    ax = fig.add_subplot()
+    colours = [f"C{i}" for i in range(10)]
+    for i, f in enumerate(report["families"]):
+        colour = colours[i % len(colours)]
+        pts = f["measured"]
+        ax.scatter([p["flops"] for p in pts], [p["loss"] for p in pts], s=12, color=colour, alpha=0.7)
+        c = f["curve"]
+        if c is not None:
+            style = "--" if f["role"] == "baseline" else "-"
+            ax.plot(c["flops"], c["loss"], style, color=colour, label=f["name"])
+            ax.fill_between(c["flops"], c["low"], c["high"], color=colour, alpha=0.15)
+        else:
+            ax.plot([], [], "o", color=colour, label=f"{f['name']} (not fitted)")
+        p = f["prediction"]
+        if p is not None:
+            t = report["target"]["flops"]
+            ax.errorbar(
+                [t],
+                [p["loss"]],
+                yerr=[[p["loss"] - p["low"]], [p["high"] - p["loss"]]],
+                color=colour,
+                marker="D",
+                capsize=3,
+            )
+    if report["target"]["flops"]:
+        ax.axvline(report["target"]["flops"], color="grey", linestyle=":", label="target")
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel("validation loss (points: measured; lines: fit, band: bootstrap interval)")
+    ax.legend(fontsize=7)
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    return write_output(target, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))

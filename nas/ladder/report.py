@@ -1,0 +1,390 @@
+"""From a ladder study's runs to what the ladder reports: fits, predictions with intervals, crossovers.
+
+Everything here is plain data (``ladder --json`` prints it).  Per family (an
+architecture across its sizes): the measured points (each run's rungs and its
+end), the Chinchilla fit (:mod:`nas.ladder.fit`), and the prediction at the
+target: ``loss``, ``low``/``high`` (the 5th and 95th percentiles of the
+bootstrap), ``p_best`` (the share of bootstrap draws in which it is the lowest;
+each family's draws are independent, so draw ``i`` of every family is one joint
+draw), the compute-optimal parameters and tokens, and how far each is beyond
+what was trained.  ``check`` refits without the largest size and predicts it:
+how well such predictions hold, measured on the ladder itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from nas.confirm.plan import Entry, Run
+from nas.confirm.runner import ARCHS, existing_runs
+from nas.confirm.stats import kendall, spearman
+from nas.cost import compute
+from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, percentile
+from nas.ladder.plan import LADDER, LadderPlan
+from nas.models import ArchConfig
+from nas.models.sizes import resize
+
+#: the interval: the 5th to 95th percentile of the bootstrap's predictions
+LOW, HIGH = 0.05, 0.95
+#: a family is fitted when its runs cover this many sizes (the form has five coefficients)
+MIN_SIZES = 3
+#: without --target-flops: this many times the most compute one measured point used
+DEFAULT_TARGET_FACTOR = 10.0
+
+
+def run_rows(study: optuna.Study, plan: LadderPlan, entries: dict[int, Entry]) -> list[dict[str, Any]]:
+    """One row per planned run: its family, size, seed, state, and its points (rungs, then its end)."""
+    have = existing_runs(study)
+    rows = []
+    for m in sorted(plan.members, key=lambda m: (m.family, m.size)):
+        for seed in plan.seeds:
+            t = have.get(Run(m.entry, m.scale, seed, plan.lr))
+            row: dict[str, Any] = {
+                "family": m.family,
+                "size": m.size,
+                "seed": seed,
+                "arch_id": entries[m.entry].arch_id,
+                "trial": None if t is None else t.number,
+                "state": "MISSING" if t is None else t.state.name,
+                "points": [],
+            }
+            if t is not None and t.state == TrialState.COMPLETE and t.values:
+                a = t.user_attrs
+                row["params"] = a.get("params")
+                spent = float(a.get("train_flops") or 0.0) - float(a.get("rung_flops") or 0.0)
+                row["points"] = [
+                    {
+                        "tokens": r["tokens"],
+                        "flops": r["flops"],
+                        "val_loss": r["val_loss"],
+                        "rung": r["fraction"],
+                    }
+                    for r in a.get("rungs") or ()
+                ] + [{"tokens": a.get("tokens"), "flops": spent, "val_loss": float(t.values[0]), "rung": 1.0}]
+            rows.append(row)
+    return rows
+
+
+def points_of(
+    rows: Sequence[dict[str, Any]], family: str, sizes: Sequence[float] | None = None
+) -> list[Point]:
+    """The fit's points of one family (its finished runs at ``sizes``, every size when None)."""
+    out = []
+    for r in rows:
+        if r["family"] != family or not r["points"] or (sizes is not None and r["size"] not in sizes):
+            continue
+        for p in r["points"]:
+            if p["val_loss"] is not None and math.isfinite(p["val_loss"]) and p["tokens"]:
+                out.append(
+                    Point(
+                        float(r["params"]),
+                        float(p["tokens"]),
+                        float(p["flops"]),
+                        float(p["val_loss"]),
+                        int(r["trial"]),
+                    )
+                )
+    return out
+
+
+class Family:
+    """One architecture's fit, its bootstrap and its cost curve, ready to predict."""
+
+    def __init__(
+        self,
+        name: str,
+        role: str,
+        label: str,
+        points: Sequence[Point],
+        curve: CostCurve,
+        arch: Any,
+        seq_len: int,
+        form: str,
+        samples: int,
+    ) -> None:
+        self.name, self.role, self.label = name, role, label
+        self.points, self.curve, self.arch, self.seq_len = list(points), curve, arch, seq_len
+        self.sizes = sorted({p.params for p in points})
+        self.fit: Fit | None = None
+        self.draws: list[Fit] = []
+        if len(self.sizes) >= MIN_SIZES:
+            self.fit, starts = fit(points, form)
+            self.draws = bootstrap(points, starts, form, samples)
+
+    @property
+    def why_not(self) -> str | None:
+        if self.fit is not None:
+            return None
+        return f"runs at {len(self.sizes)} size(s); a fit needs {MIN_SIZES} or more"
+
+    def n_range(self) -> tuple[float, float]:
+        return (self.sizes[0] / 1e3, self.sizes[-1] * 1e6)
+
+    def at_point(self, compute_flops: float) -> float:
+        """The fitted loss at ``compute_flops``, compute-optimally allocated."""
+        assert self.fit is not None
+        return optimal(self.fit, self.curve, compute_flops, self.n_range())[0]
+
+    def at(self, compute_flops: float, size: float | None) -> tuple[list[float], float, float, float]:
+        """Predictions at ``compute_flops``: (one loss per bootstrap draw, loss, params, tokens) at the
+        compute-optimal size of each fit, or at multiplier ``size`` of the size-1 architecture."""
+        assert self.fit is not None
+        if size is not None:
+            c = compute(resize(self.arch, size), self.seq_len)
+            n, d = float(c.params), compute_flops / c.train_flops_per_token
+            return [float(f.loss(n, d)) for f in self.draws], float(self.fit.loss(n, d)), n, d
+        loss, n, d = optimal(self.fit, self.curve, compute_flops, self.n_range())
+        draws = [optimal(f, self.curve, compute_flops, self.n_range())[0] for f in self.draws]
+        return draws, loss, n, d
+
+
+def _prediction(fam: Family, target: float, size: float | None) -> dict[str, Any]:
+    draws, loss, n, d = fam.at(target, size)
+    flops = max(p.flops for p in fam.points)
+    return {
+        "loss": loss,
+        "low": percentile(draws, LOW),
+        "high": percentile(draws, HIGH),
+        "params": n,
+        "tokens": d,
+        "draws": draws,
+        # how far beyond what was trained: >1 is extrapolated (by this factor), <1 inside the range
+        "beyond": {
+            "compute": target / flops,
+            "params": n / max(p.params for p in fam.points),
+            "tokens": d / max(p.tokens for p in fam.points),
+        },
+    }
+
+
+def crossovers(families: Sequence[Family], lo: float, hi: float, steps: int = 121) -> list[dict[str, Any]]:
+    """Every compute in [lo, hi] where a finalist's and a baseline's compute-optimal fitted losses cross."""
+    grid = [lo * (hi / lo) ** (i / (steps - 1)) for i in range(steps)] if hi > lo else []
+    curves = {f.name: [f.at_point(c) for c in grid] for f in families if f.fit is not None}
+    out = []
+    for f in families:
+        for b in families:
+            if f.role != "finalist" or b.role != "baseline" or f.name not in curves or b.name not in curves:
+                continue
+            if f.name == b.name:
+                continue
+            diff = [x - y for x, y in zip(curves[f.name], curves[b.name], strict=False)]
+            for i in range(1, len(grid)):
+                if (diff[i - 1] < 0) != (diff[i] < 0) and diff[i - 1] != 0:
+                    w = diff[i - 1] / (diff[i - 1] - diff[i])
+                    c = math.exp(math.log(grid[i - 1]) + w * (math.log(grid[i]) - math.log(grid[i - 1])))
+                    ahead = f.name if diff[i] < 0 else b.name
+                    out.append({"finalist": f.name, "baseline": b.name, "compute": c, "lower_after": ahead})
+    return out
+
+
+def _families(
+    study: optuna.Study,
+    plan: LadderPlan,
+    rows: Sequence[dict[str, Any]],
+    seq_len: int | None,
+    form: str,
+    samples: int,
+    sizes: Sequence[float] | None = None,
+) -> list[Family]:
+    entries = {e.index: e for e in (Entry.from_dict(d) for d in study.user_attrs.get(ARCHS) or [])}
+    out = []
+    for (name, role, label), arch in zip(plan.families, plan.bases, strict=False):
+        mine = [m for m in plan.members if m.family == name and (sizes is None or m.size in sizes)]
+        base = ArchConfig.from_dict(arch)
+        T = seq_len or base.max_len
+        pairs = []
+        for m in mine:
+            c = compute(entries[m.entry].arch, T)
+            pairs.append((float(c.params), float(c.train_flops_per_token)))
+        curve = CostCurve.through(pairs)
+        out.append(Family(name, role, label, points_of(rows, name, sizes), curve, base, T, form, samples))
+    return out
+
+
+def _p_best(fams: Sequence[Family], preds: dict[str, dict[str, Any]]) -> None:
+    """Each family's share of the joint bootstrap draws in which its prediction is the lowest."""
+    names = [f.name for f in fams if f.name in preds]
+    if not names:
+        return
+    n = min(len(preds[k]["draws"]) for k in names)
+    table = torch.tensor([preds[k]["draws"][:n] for k in names], dtype=torch.float64)
+    table = torch.where(torch.isfinite(table), table, torch.full_like(table, math.inf))
+    wins = torch.bincount(torch.argmin(table, dim=0), minlength=len(names))
+    for k, w in zip(names, wins.tolist(), strict=False):
+        preds[k]["p_best"] = w / n if n else None
+
+
+def _check(
+    study: optuna.Study,
+    plan: LadderPlan,
+    rows: Sequence[dict[str, Any]],
+    seq_len: int | None,
+    form: str,
+    samples: int,
+) -> dict[str, Any] | None:
+    """Hold out the largest size: fit the rest, predict its end point (its tokens, per seed), compare.
+
+    Beside the fit's ranking, the rankings the other cheap predictors give: the largest fitted
+    size's own loss, size 1's loss (the search's shape), size 1's first rung (a hurdle's loss), and
+    the parameter count (more parameters ranked lower)."""
+    sizes = plan.sizes()
+    if len(sizes) < MIN_SIZES + 1:
+        return None
+    held, fitted = sizes[-1], sizes[:-1]
+    fams = _families(study, plan, rows, seq_len, form, samples, fitted)
+    out_rows = []
+    for fam in fams:
+        ends = [r for r in rows if r["family"] == fam.name and r["size"] == held and r["points"]]
+        if fam.fit is None or not ends:
+            continue
+        end = ends[0]["points"][-1]
+        n = float(ends[0]["params"])
+        measured = [r["points"][-1]["val_loss"] for r in ends]
+        d = float(end["tokens"])
+        predicted = float(fam.fit.loss(n, d))
+        draws = [float(f.loss(n, d)) for f in fam.draws]
+
+        def own(size: float, rung: float = 1.0, name: str = fam.name) -> float | None:
+            vals = [
+                p["val_loss"]
+                for r in rows
+                if r["family"] == name and r["size"] == size
+                for p in r["points"]
+                if p["rung"] == rung
+            ]
+            return sum(vals) / len(vals) if vals else None
+
+        first_rung = min(
+            (p["rung"] for r in rows if r["family"] == fam.name for p in r["points"]), default=1.0
+        )
+        out_rows.append(
+            {
+                "family": fam.name,
+                "params": n,
+                "tokens": d,
+                "predicted": predicted,
+                "low": percentile(draws, LOW),
+                "high": percentile(draws, HIGH),
+                "measured": sum(measured) / len(measured),
+                "seed_spread": (max(measured) - min(measured)) if len(measured) > 1 else None,
+                "error": predicted - sum(measured) / len(measured),
+                "by": {
+                    "largest fitted size": own(fitted[-1]),
+                    "size 1": own(1.0) if 1.0 in fitted else None,
+                    "size 1, first rung": own(1.0, first_rung) if 1.0 in fitted else None,
+                    "parameter count": -n,
+                },
+            }
+        )
+    if not out_rows:
+        return None
+    measured = [r["measured"] for r in out_rows]
+    ranks: dict[str, Any] = {}
+    for key, values in [("fit", [r["predicted"] for r in out_rows])] + [
+        (k, [r["by"][k] for r in out_rows]) for k in out_rows[0]["by"]
+    ]:
+        if any(v is None for v in values) or len(values) < 3:
+            ranks[key] = None
+        else:
+            ranks[key] = {"spearman": spearman(values, measured), "kendall": kendall(values, measured)}
+    spreads = [r["seed_spread"] for r in out_rows if r["seed_spread"] is not None]
+    return {
+        "held_out_size": held,
+        "fitted_sizes": fitted,
+        "rows": out_rows,
+        "mean_abs_error": sum(abs(r["error"]) for r in out_rows) / len(out_rows),
+        "mean_seed_spread": sum(spreads) / len(spreads) if spreads else None,
+        "rank_correlation": ranks,
+    }
+
+
+def build_report(
+    study: optuna.Study,
+    source: str,
+    seq_len: int | None,
+    target_flops: float | None = None,
+    target_size: float | None = None,
+    form: str = "chinchilla",
+    samples: int = 200,
+    check: bool = False,
+) -> dict[str, Any]:
+    """Everything a ladder reports, as plain data, from the ladder study and the plan it records."""
+    plan = LadderPlan.from_dict(study.user_attrs.get(LADDER) or {})
+    entries = {e.index: e for e in (Entry.from_dict(d) for d in study.user_attrs.get(ARCHS) or [])}
+    rows = run_rows(study, plan, entries)
+    fams = _families(study, plan, rows, seq_len, form, samples)
+    measured = [p.flops for f in fams for p in f.points]
+    target = target_flops or (DEFAULT_TARGET_FACTOR * max(measured) if measured else None)
+    preds: dict[str, dict[str, Any]] = {}
+    if target is not None:
+        for f in fams:
+            if f.fit is not None:
+                preds[f.name] = _prediction(f, target, target_size)
+        _p_best(fams, preds)
+    families = []
+    for f in fams:
+        pred = preds.get(f.name)
+        families.append(
+            {
+                "name": f.name,
+                "role": f.role,
+                "label": f.label,
+                "runs": len({p.run for p in f.points}),
+                "points": len(f.points),
+                "sizes": len(f.sizes),
+                "fit": f.fit.to_dict() if f.fit is not None else None,
+                "why_not": f.why_not,
+                "prediction": {k: v for k, v in pred.items() if k != "draws"} if pred else None,
+                "measured": [
+                    {"params": p.params, "tokens": p.tokens, "flops": p.flops, "loss": p.loss}
+                    for p in f.points
+                ],
+                "curve": _curve(f, min(measured), target)
+                if f.fit is not None and measured and target
+                else None,
+            }
+        )
+    ranking = sorted(preds, key=lambda k: preds[k]["loss"])
+    done = sum(r["state"] == "COMPLETE" for r in rows)
+    return {
+        "study": source,
+        "ladder_study": study.study_name,
+        "form": form,
+        "samples": samples,
+        "interval": [LOW, HIGH],
+        "sizes": plan.sizes(),
+        "seeds": list(plan.seeds),
+        "scale": plan.scale,
+        "tokens": plan.tokens,
+        "target": {
+            "flops": target,
+            "size": target_size,
+            "given": target_flops is not None,
+            "allocation": "at size" if target_size is not None else "compute-optimal per fit",
+        },
+        "runs": {"planned": len(rows), "complete": done, "rows": rows},
+        "families": families,
+        "ranking": ranking,
+        "crossovers": crossovers(fams, min(measured), target) if measured and target else [],
+        "check": _check(study, plan, rows, seq_len, form, samples) if check else None,
+    }
+
+
+def _curve(f: Family, lo: float, hi: float, steps: int = 25) -> dict[str, list[float]]:
+    """The compute-optimal fitted loss from ``lo`` to ``hi`` FLOPs, and its bootstrap band."""
+    top = max(hi, max(p.flops for p in f.points))
+    grid = [lo * (top / lo) ** (i / (steps - 1)) for i in range(steps)]
+    loss, low, high = [], [], []
+    for c in grid:
+        loss.append(optimal(f.fit, f.curve, c, f.n_range())[0])  # type: ignore[arg-type]
+        draws = [optimal(d, f.curve, c, f.n_range())[0] for d in f.draws]
+        low.append(percentile(draws, LOW))
+        high.append(percentile(draws, HIGH))
+    return {"flops": grid, "loss": loss, "low": low, "high": high}
