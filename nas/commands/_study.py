@@ -45,6 +45,12 @@ def study_kind_note(study: optuna.Study) -> str | None:
     from nas.search.storage.records import CONFIRM_OF, SETTINGS
 
     attrs = study.user_attrs
+    if CONFIRM_OF in attrs and "ladder_plan" in attrs:
+        return (
+            f"study {study.study_name!r} is the ladder of study {attrs[CONFIRM_OF]!r}: each trial is one "
+            f"ladder run (an architecture at a size and seed); `{prog_name()} ladder --study "
+            f"{attrs[CONFIRM_OF]} --no-train` summarises them"
+        )
     if CONFIRM_OF in attrs:
         return (
             f"study {study.study_name!r} is the confirmation of study {attrs[CONFIRM_OF]!r}: each trial is "

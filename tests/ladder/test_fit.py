@@ -1,0 +1,101 @@
+"""The scaling fit recovers known coefficients, its bootstrap resamples runs, its allocation is optimal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, resample_weights
+
+#: Chinchilla's published fit (Eq. 10)
+TRUE = Fit(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)
+
+
+def _ladder(law: Fit, noise: float = 0.0, seeds: int = 2, seed: int = 0) -> list[Point]:
+    """Five sizes, each run giving three rungs (a quarter, half and all of 20 tokens per parameter)."""
+    g = torch.Generator().manual_seed(seed)
+    points, run = [], 0
+    for n in (1e7, 3e7, 1e8, 3e8, 1e9):
+        for _ in range(seeds):
+            for f in (0.25, 0.5, 1.0):
+                d = 20 * n * f
+                loss = law.loss(n, d) * math.exp(noise * float(torch.randn(1, generator=g)))
+                points.append(Point(n, d, 6 * n * d, loss, run))
+            run += 1
+    return points
+
+
+def test_recovers_the_coefficients_of_noiseless_points() -> None:
+    got, _ = fit(_ladder(TRUE))
+    assert got.alpha == pytest.approx(TRUE.alpha, abs=0.02)
+    assert got.beta == pytest.approx(TRUE.beta, abs=0.02)
+    assert got.E == pytest.approx(TRUE.E, abs=0.05)
+    assert got.rms_log < 1e-4
+    # and it predicts beyond the points: 10x the largest model at 20 tokens per parameter
+    assert got.loss(1e10, 2e11) == pytest.approx(TRUE.loss(1e10, 2e11), rel=1e-3)
+
+
+def test_the_shared_form_ties_the_exponents() -> None:
+    law = Fit(E=2.0, A=300.0, alpha=0.3, B=500.0, beta=0.3)
+    got, _ = fit(_ladder(law), form="shared")
+    assert got.alpha == got.beta == pytest.approx(0.3, abs=0.02)
+    assert got.form == "shared"
+    with pytest.raises(ValueError, match="unknown fit form"):
+        fit(_ladder(law), form="kaplan")
+
+
+def test_exponents_stay_non_negative() -> None:
+    """Losses that grow with size are no scaling law: alpha is held at 0, not fitted negative."""
+    points = [
+        Point(n, 1e6 * f, 1.0, 2.0 + 1e-8 * n - 0.1 * f, run)
+        for run, n in enumerate((1e6, 1e7, 1e8))
+        for f in (0.5, 1.0)
+    ]
+    got, _ = fit(points)
+    assert got.alpha >= 0 and got.beta >= 0
+
+
+def test_the_bootstrap_resamples_whole_runs_and_repeats_itself() -> None:
+    points = _ladder(TRUE, noise=0.01)
+    weights = resample_weights(points, 50, torch.Generator().manual_seed(3))
+    for row in weights:
+        by_run: dict[int, set[float]] = {}
+        for p, w in zip(points, row.tolist(), strict=True):
+            by_run.setdefault(p.run, set()).add(w)
+        assert all(len(ws) == 1 for ws in by_run.values())  # a run's points move together
+        assert sum(ws.pop() for ws in by_run.values()) == 10  # ten runs drawn with replacement
+        sizes = {p.params for p, w in zip(points, row.tolist(), strict=True) if w > 0}
+        assert len(sizes) >= 3
+    best, starts = fit(points)
+    one = bootstrap(points, starts, samples=40, seed=0)
+    two = bootstrap(points, starts, samples=40, seed=0)
+    assert [f.alpha for f in one] == [f.alpha for f in two]
+    predictions = sorted(f.loss(1e10, 2e11) for f in one)
+    # the draws spread around the truth (1% noise per point)
+    assert predictions[1] < TRUE.loss(1e10, 2e11) * 1.02 and predictions[-2] > TRUE.loss(1e10, 2e11) * 0.98
+    assert len({round(p, 6) for p in predictions}) > 10
+
+
+def test_compute_optimal_allocation_matches_chinchillas_closed_form() -> None:
+    """With 6N FLOPs per token, N_opt = G (C/6)^(beta/(alpha+beta)),
+    G = (alpha A / (beta B))^(1/(alpha+beta))."""
+    c = 1e21
+    curve = CostCurve.through([(1e7, 6e7), (1e9, 6e9)])
+    assert curve.slope == pytest.approx(1.0) and float(curve.per_token(3e8)) == pytest.approx(1.8e9)
+    loss, n, d = optimal(TRUE, curve, c, (1e6, 1e13))
+    a, b = TRUE.alpha, TRUE.beta
+    g = (a * TRUE.A / (b * TRUE.B)) ** (1 / (a + b))
+    n_opt = g * (c / 6) ** (b / (a + b))
+    assert n == pytest.approx(n_opt, rel=0.02)  # the grid's step is 0.35% of N
+    assert d == pytest.approx(c / (6 * n), rel=1e-9)
+    assert loss == pytest.approx(TRUE.loss(n_opt, c / (6 * n_opt)), rel=1e-5)
+
+
+def test_cost_curve_is_exact_at_two_sizes_and_one_size_is_proportional() -> None:
+    curve = CostCurve.through([(1e5, 7e5), (4e5, 2.3e6)])
+    assert float(curve.per_token(1e5)) == pytest.approx(7e5)
+    assert float(curve.per_token(4e5)) == pytest.approx(2.3e6)
+    one = CostCurve.through([(1e5, 7e5)])
+    assert float(one.per_token(2e5)) == pytest.approx(1.4e6)

@@ -1,0 +1,203 @@
+"""``ladder`` end to end on a tiny study: predictions, intervals, its plot, resume after Ctrl-C, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from nas.cli import main
+from nas.confirm.runner import existing_runs
+
+# end to end: a real search and a fresh interpreter (the full suite runs it)
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = """
+name: ladder-tiny
+globals: {d_model: 32, n_heads: 4, n_layers: 2, max_len: 16}
+layers:
+  attention: {mha: {}, mdha: {kernel: 3}}
+  ffn: {activation: [relu, squared_relu], mult: 2}
+recipe: {batch_size: 4, eval_batches: 2, log_every: 4}
+budget: {steps: 24}
+"""
+#: d16 L1, d24 L2, d32 L2 (the search's shape) and d48 L3
+SIZES = "0.125,0.42,1,3.4"
+
+
+def _search(root: Path, corpus: Path, study: str, budget: str = "") -> str:
+    space = root / f"{study}.yaml"
+    text = SPACE.replace("budget: {steps: 24}\n", budget) if budget else SPACE
+    space.write_text(text, encoding="utf-8")
+    url = f"sqlite:///{root}/{study}.db"
+    argv = [
+        "search",
+        "--space",
+        str(space),
+        "--study",
+        study,
+        "--storage",
+        url,
+        "--data",
+        str(corpus),
+        "--trials",
+        "2",
+        "--local",
+        "--no-tensorboard",
+        "--objective",
+        "loss",
+        "--sampler",
+        "random",
+    ]
+    assert main(argv) == 0
+    return url
+
+
+def _ladder(url: str, study: str, *extra: str) -> list[str]:
+    return [
+        "ladder",
+        "--study",
+        study,
+        "--storage",
+        url,
+        "--local",
+        "--no-tensorboard",
+        "--baseline",
+        "vanilla",
+        "--sizes",
+        SIZES,
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, corpus_dir):
+    root = tmp_path_factory.mktemp("ladder")
+    return root, _search(root, corpus_dir, "s")
+
+
+def test_a_ladder_predicts_with_intervals_and_p_best_and_writes_its_plot(searched, capsys):
+    root, url = searched
+    report = root / "ladder.md"
+    assert main(_ladder(url, "s", "--check", "--json", "--report", str(report), "--samples", "50")) == 0
+    out = json.loads(capsys.readouterr().out)
+    fams = {f["name"]: f for f in out["families"]}
+    assert len(fams) == 2 and {f["role"] for f in fams.values()} == {"finalist", "baseline"}
+    assert out["runs"]["complete"] == out["runs"]["planned"] == 2 * 4
+    p_best = 0.0
+    for f in fams.values():
+        assert f["sizes"] == 4 and f["runs"] == 4 and f["points"] == 4 * 3  # two rungs and the end
+        assert set(f["fit"]) >= {"E", "A", "alpha", "B", "beta"}
+        pred = f["prediction"]
+        assert pred["low"] <= pred["high"] and 0 <= pred["p_best"] <= 1
+        assert pred["beyond"]["compute"] == pytest.approx(10.0, rel=0.6)  # the default target: 10x
+        p_best += pred["p_best"]
+    assert p_best == pytest.approx(1.0)
+    assert out["ranking"] == sorted(fams, key=lambda k: fams[k]["prediction"]["loss"])
+    # each point is a run's rung or its end, as the trial recorded it
+    study = optuna.load_study(study_name="s-ladder", storage=url)
+    t = next(t for t in study.trials if t.state == TrialState.COMPLETE)
+    row = next(r for r in out["runs"]["rows"] if r["trial"] == t.number)
+    rungs = [r["val_loss"] for r in t.user_attrs["rungs"]]
+    assert [p["val_loss"] for p in row["points"]] == [*rungs, t.values[0]]
+    check = out["check"]
+    assert check["held_out_size"] == 3.4 and check["fitted_sizes"] == [0.125, 0.42, 1.0]
+    assert {r["family"] for r in check["rows"]} <= set(fams)
+    text = report.read_text(encoding="utf-8")
+    assert "| rank | architecture |" in text and "## Held out: size 3.4" in text
+    assert "![ladder_ladder](ladder_ladder.png)" in text
+    assert (root / "ladder_ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_new_target_reports_again_without_training(searched, capsys):
+    root, url = searched
+    assert main(_ladder(url, "s", "--json")) == 0  # the runs are there: nothing trains
+    capsys.readouterr()
+    before = len(optuna.load_study(study_name="s-ladder", storage=url).trials)
+    assert main(_ladder(url, "s", "--json", "--target-flops", "1e12", "--target-size", "8")) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(optuna.load_study(study_name="s-ladder", storage=url).trials) == before
+    assert out["target"] == {"flops": 1e12, "size": 8.0, "given": True, "allocation": "at size"}
+    for f in out["families"]:
+        assert f["prediction"]["params"] > max(p["params"] for p in f["measured"])  # size 8 > 3.4
+    assert main([*_ladder(url, "s", "--no-train"), "--json", "--form", "shared"]) == 0
+    shared = json.loads(capsys.readouterr().out)
+    assert all(f["fit"]["alpha"] == f["fit"]["beta"] for f in shared["families"])
+
+
+def test_ctrl_c_then_again_trains_only_what_is_missing(tmp_path, corpus_dir):
+    url = _search(tmp_path, corpus_dir, "k")
+    argv = [sys.executable, str(ROOT / "run_search.py"), *_ladder(url, "k", "--seeds", "2")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        states: list[TrialState] = []
+        while proc.poll() is None and states.count(TrialState.COMPLETE) < 3:
+            time.sleep(0.1)
+            try:
+                states = [t.state for t in optuna.load_study(study_name="k-ladder", storage=url).trials]
+            except KeyError:  # not created yet
+                pass
+        assert proc.poll() is None, "the ladder finished before it could be interrupted"
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first = optuna.load_study(study_name="k-ladder", storage=url).trials
+    before = {t.number: t.values for t in first if t.state == TrialState.COMPLETE}
+    assert 3 <= len(before) < 16
+    assert main(_ladder(url, "k", "--seeds", "2")) == 0
+    study = optuna.load_study(study_name="k-ladder", storage=url)
+    runs = existing_runs(study)
+    assert len(runs) == 2 * 4 * 2 and all(t.state == TrialState.COMPLETE for t in runs.values())
+    assert sum(t.state == TrialState.COMPLETE for t in study.trials) == len(runs)  # none trained twice
+    assert all(study.trials[n].values == v for n, v in before.items())
+
+
+def _exit(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--sizes", "0.5,1"], "a ladder needs 3 sizes or more"),
+        (["--sizes", "1,2,2"], "lists 2 twice"),
+        (["--rungs", "0.5,0.25"], "--rungs"),
+        (["--rungs", "1.5"], "--rungs"),
+        (["--target-flops", "-1"], "--target-flops -1: must be a number > 0"),
+        (["--target-size", "1000"], "--target-size 1000: must be a number > 0 and at most 64"),
+        (["--scale", "0"], "--scale 0: must be a number > 0"),
+        (["--sizes", "0.125,1,100"], "each value must be in [1e-06, 64], got 100"),
+    ],
+)
+def test_bad_flags_are_one_line_and_write_nothing(searched, capsys, flags, message):
+    root, url = searched
+    names = sorted(s.study_name for s in optuna.get_all_study_summaries(url))
+    assert _exit([*_ladder(url, "s", "--no-train"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert sorted(s.study_name for s in optuna.get_all_study_summaries(url)) == names
+
+
+def test_no_train_without_a_ladder_and_a_seconds_budget_are_refused(tmp_path, corpus_dir, capsys):
+    url = _search(tmp_path, corpus_dir, "t", "budget: {seconds: 1}\n")
+    assert _exit(_ladder(url, "t", "--no-train")) == 2
+    assert "needs a steps, tokens or flops budget" in capsys.readouterr().err
+    url = _search(tmp_path, corpus_dir, "u")
+    assert _exit(_ladder(url, "u", "--no-train")) == 2
+    assert "there is no ladder study 'u-ladder' yet" in capsys.readouterr().err
+    assert "u-ladder" not in {s.study_name for s in optuna.get_all_study_summaries(url)}

@@ -1,0 +1,98 @@
+"""What a ladder trains: each architecture's sizes, their budgets, and what is refused before any run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from nas.archfile import load_arch
+from nas.confirm.plan import Entry, Run
+from nas.cost import compute
+from nas.errors import UserError
+from nas.ladder.plan import LadderPlan, build_ladder
+from nas.models.sizes import resize
+from nas.shipped import arch_path
+from nas.spec.training import Budget, TrainRecipe
+
+RECIPE = TrainRecipe(batch_size=4, schedule="wsd")
+
+
+def _entry(name: str = "vanilla", index: int = 0, role: str = "baseline") -> Entry:
+    return Entry(index, load_arch(arch_path(name)), name, role)
+
+
+def test_every_size_is_the_resized_architecture_and_size_one_is_the_entry_itself() -> None:
+    e = _entry()
+    every, plan, notes = build_ladder([], [e], [0.125, 1.0, 3.375], (0, 1), 1.0, Budget("steps", 200), RECIPE)
+    assert notes == []
+    by_size = {m.size: every[m.entry] for m in plan.members}
+    assert by_size[1.0].arch_id == e.arch_id
+    for size, entry in by_size.items():
+        assert entry.arch == resize(e.arch, size)
+        assert entry.name == f"vanilla x{size:g}" and entry.label == "vanilla"
+    # one run per member and seed, the small sizes first
+    runs = plan.runs()
+    assert len(runs) == 3 * 2 and [r.scale for r in runs] == sorted(r.scale for r in runs)
+    assert LadderPlan.from_dict(plan.to_dict()) == plan
+
+
+@pytest.mark.parametrize("kind", ["steps", "tokens", "flops"])
+def test_tokens_follow_the_parameters_or_stay_the_same(kind: str) -> None:
+    """per-param: a member's tokens are size 1's times its parameter ratio; same: size 1's tokens.
+    A FLOPs budget scales by the FLOPs per token as well, so the tokens follow the same rule."""
+    e = _entry()
+    budget = Budget(kind, {"steps": 400, "tokens": 400 * 4 * 128, "flops": 1e13}[kind])
+    c1 = compute(e.arch, 128)
+    for rule in ("per-param", "same"):
+        every, plan, _ = build_ladder([], [e], [0.125, 1.0, 8.0], (0,), 0.5, budget, RECIPE, rule)
+        for m in plan.members:
+            c = compute(every[m.entry].arch, 128)
+            tokens = m.scale / 0.5  # size 1's tokens times this
+            if kind == "flops":
+                tokens *= c1.train_flops_per_token / c.train_flops_per_token
+            want = c.params / c1.params if rule == "per-param" else 1.0
+            assert tokens == pytest.approx(want, rel=1e-5)
+
+
+def test_sizes_that_round_to_one_architecture_are_trained_once_with_a_note() -> None:
+    e = _entry()  # 4 heads, 4 layers: 0.5 and 0.6 both give 3 heads and 3 layers
+    every, plan, notes = build_ladder([], [e], [0.5, 0.6, 1.0], (0,), 1.0, Budget("steps", 200), RECIPE)
+    assert [m.size for m in plan.members] == [0.5, 1.0]
+    assert len(notes) == 1 and "size 0.6 rounds to the same architecture as size 0.5" in notes[0]
+
+
+def test_known_entries_keep_their_index_and_a_shared_architecture_is_one_entry() -> None:
+    e = _entry()
+    every, plan, _ = build_ladder([], [e], [0.125, 1.0, 3.375], (0,), 1.0, Budget("steps", 200), RECIPE)
+    again, plan2, _ = build_ladder(
+        every, [e], [0.125, 1.0, 3.375, 8.0], (0,), 1.0, Budget("steps", 200), RECIPE
+    )
+    assert again[: len(every)] == every and len(again) == len(every) + 1
+    assert {m.entry for m in plan.members} <= {m.entry for m in plan2.members}
+    twin = dataclasses.replace(e, index=1, name="copy", role="finalist")  # the same architecture again
+    both, plan3, _ = build_ladder([], [e, twin], [0.125, 1.0, 3.375], (0,), 1.0, Budget("steps", 200), RECIPE)
+    assert len(both) == 3 and len(plan3.members) == 6 and len(set(plan3.runs())) == 3
+
+
+def test_a_size_whose_rungs_cannot_be_placed_is_refused_naming_it() -> None:
+    budget = Budget("steps", 8, (0.25, 0.5))
+    warm = dataclasses.replace(RECIPE, warmup_frac=0.5)
+    with pytest.raises(UserError, match=r"vanilla x\S+ trains on \d+ steps.*rung 0.25 of \d+ steps.*--scale"):
+        build_ladder([], [_entry()], [0.5, 1.0, 2.0], (0,), 1.0, budget, warm)
+    flops = Budget("flops", 1e9)
+    with pytest.raises(UserError, match=r"x0.5 trains on .*less than one training step"):
+        build_ladder([], [_entry()], [0.5, 1.0, 2.0], (0,), 1.0, flops, RECIPE)
+
+
+def test_a_size_the_architecture_refuses_is_refused_naming_it() -> None:
+    with pytest.raises(UserError, match=r"--sizes 100: vanilla cannot take it"):
+        build_ladder([], [_entry()], [1.0, 2.0, 100.0], (0,), 1.0, Budget("steps", 200), RECIPE)
+
+
+def test_runs_are_confirm_runs_at_the_recipe_lr() -> None:
+    every, plan, _ = build_ladder(
+        [], [_entry()], [0.125, 1.0, 3.375], (4,), 2.0, Budget("steps", 200), RECIPE
+    )
+    assert all(isinstance(r, Run) and r.seed == 4 and r.lr == RECIPE.lr for r in plan.runs())
+    assert {r.scale for r in plan.runs() if every[r.arch].name == "vanilla x1"} == {2.0}
