@@ -202,6 +202,23 @@ def cases() -> list[Any]:
             ).read_text()
         },
     )
+    # -- values that would be recorded but change nothing (issue 36): refused, not recorded
+    probes = [a for a in search() if a != "proxy:params"]
+    probes[probes.index("--evaluator") + 1 : probes.index("--evaluator") + 1] = ["probes@5"]
+    case("search-probes-recipe-flag", [*probes, "--recipe.lr", "0.01"], ("recipe.lr", "probes evaluator"))
+    case("search-probes-steps-flag", [*probes, "--steps", "30"], ("--steps", "probes evaluator"))
+    case(
+        "search-local-fractional-cpus",
+        search("--cpus-per-trial", "1.5"),
+        ("--cpus-per-trial", "whole number"),
+    )
+    # -- ladder: checked before the ladder study is written
+    ladder = ["ladder", "--study", "s", "--storage", "{url}", "--local", "--no-tensorboard"]
+    case("ladder-two-sizes", [*ladder, "--sizes", "1,2"], ("--sizes", "3 sizes or more"))
+    case("ladder-rungs-not-increasing", [*ladder, "--rungs", "0.5,0.25"], "--rungs")
+    case("ladder-target-flops-negative", [*ladder, "--target-flops", "-5"], "--target-flops")
+    case("ladder-report-someone-elses-file", [*ladder, "--report", "notes.txt"],
+         ("--report", "notes.txt", "this tool did not write"))  # fmt: skip
     return c
 
 

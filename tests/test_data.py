@@ -99,6 +99,17 @@ def _binary_only(p: Path) -> Path:
     return p / "d"
 
 
+def _binary_file(p: Path) -> Path:
+    """A single binary file: refused as the same file in a directory is left out (issue 36)."""
+    (p / "x.bin").write_bytes(b"\xff\x00\xfe" * 100)
+    return p / "x.bin"
+
+
+def _latin1_file(p: Path) -> Path:
+    (p / "x.txt").write_bytes("caf\xe9 ".encode("latin-1") * 100)  # every fifth byte invalid UTF-8
+    return p / "x.txt"
+
+
 @pytest.mark.parametrize(
     "make, expected",
     [
@@ -106,8 +117,10 @@ def _binary_only(p: Path) -> Path:
         (_empty_file, "is empty"),
         (_empty_dir, "no text files"),
         (_binary_only, "no text files"),
+        (_binary_file, "is not a text corpus (binary: holds NUL bytes"),
+        (_latin1_file, "is not a text corpus (not UTF-8 text"),
     ],
-    ids=["missing", "empty-file", "empty-dir", "binary-only"],
+    ids=["missing", "empty-file", "empty-dir", "binary-only", "binary-file", "latin1-file"],
 )
 def test_user_errors_are_one_line_naming_the_path(tmp_path: Path, make, expected: str) -> None:
     path = make(tmp_path)

@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seeds",
         type=positive_int,
         default=DEFAULT_SEEDS,
-        help=f"seeds per architecture and scale, from the study's seed up (default {DEFAULT_SEEDS})",
+        help=f"seeds per architecture and scale, from the study's training seed (recipe.seed) up "
+        f"(default {DEFAULT_SEEDS})",
     )
     p.add_argument(
         "--scales",
@@ -229,7 +230,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
         ]
     every, wanted, baselines = build_entries(known, p.finals, p.bases)
-    seed0 = int(p.record.get("seed", 0))
+    seed0 = int(p.spec.recipe.seed)  # the seed the search trained every trial with (not its sampler's)
     _check_size(args.seeds, seed0, len(wanted) + len(baselines), len(scales), len(lrs))
     plan = Plan(
         tuple(e.index for e in wanted),
@@ -247,8 +248,9 @@ def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int)
     from nas.validate import MAX_SEED
 
     if seed0 + seeds - 1 > MAX_SEED:
-        raise UserError(f"--seeds {seeds}: seeds start at the study's seed {seed0} and end at most at "
-                        f"{MAX_SEED}")  # fmt: skip
+        raise UserError(
+            f"--seeds {seeds}: seeds start at the study's training seed {seed0} and end at most at {MAX_SEED}"
+        )
     runs = n_archs * n_scales * (seeds + max(n_lrs - 1, 0))
     if runs > MAX_RUNS:
         raise UserError(f"--seeds {seeds}: {runs:,} runs ({n_archs} architectures x {n_scales} scale(s) x "

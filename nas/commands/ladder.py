@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seeds",
         type=positive_int,
         default=DEFAULT_SEEDS,
-        help=f"seeds per size, from the study's seed up (default {DEFAULT_SEEDS})",
+        help=f"seeds per size, from the study's training seed (recipe.seed) up (default {DEFAULT_SEEDS})",
     )
     p.add_argument(
         "--scale",
@@ -218,10 +218,11 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         spec.replace(recipe=recipe, budget=budget)  # the spec's own checks (warmup + cooldown <= 1, ...)
     except ConfigError as err:
         raise UserError(f"the ladder's recipe (the study's, with schedule wsd and --rungs): {err}") from None
-    seed0 = int(p.record.get("seed", 0))
+    seed0 = int(p.spec.recipe.seed)  # the seed the search trained every trial with (not its sampler's)
     if seed0 + args.seeds - 1 > MAX_SEED:
         raise UserError(
-            f"--seeds {args.seeds}: seeds start at the study's seed {seed0} and end at most at {MAX_SEED}"
+            f"--seeds {args.seeds}: seeds start at the study's training seed {seed0} and end at most at "
+            f"{MAX_SEED}"
         )
     name = ladder_study_name(args.study)
     storage = open_storage(p.url, read_only=True)

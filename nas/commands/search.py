@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nas.commands.common import data_or_default, non_empty
 from nas.commands.stopping import sigterm_stops_the_driver
@@ -95,6 +95,7 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
             )
             spec, space = load_spec(resolve_space_path("seq2seq"))
             spec = apply(spec, given)
+    _refuse_unused_flags(spec, given)
     if args.study is None:  # the space's name names the study: an error points at the file
         try:
             check_study_name(space.name, "name")
@@ -103,6 +104,22 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
             raise ConfigError(msg, err.path, space.source) from None
     study = args.study if args.study is not None else space.name
     return spec, space, study, args.storage or default_storage(runs, study)
+
+
+def _refuse_unused_flags(spec: Spec, given: dict[str, dict[str, Any]]) -> None:
+    """A recipe or budget flag under the probes evaluator changes nothing (each probe task trains with
+    its own fixed recipe and steps, so scores compare across studies): refused, not recorded as if used."""
+    from nas.spec.sections import named
+
+    if not str(spec.search.evaluator or "").startswith("probes"):
+        return
+    for section in ("recipe", "budget"):
+        for name in given.get(section) or {}:
+            raise UserError(
+                f"{named(section, name)}: the probes evaluator trains every task with its own fixed recipe "
+                "and steps (docs/probes.md), so it would change nothing; drop it (the probes' steps: "
+                "--evaluator probes@STEPS)"
+            )
 
 
 def _stored_spec(args: argparse.Namespace) -> Spec | None:

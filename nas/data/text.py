@@ -111,6 +111,9 @@ def _load_path(path: Path) -> Corpus:
         data = _read(path)
         if not data:
             raise UserError(f"{path}: corpus file is empty; --data takes {_VALID_SPECS}")
+        why = _not_text(data)  # the rule a directory's files follow (there such a file is left out)
+        if why is not None:
+            raise UserError(f"{path}: is not a text corpus ({why}); --data takes {_VALID_SPECS}")
         return _corpus_from_docs(path, [(path.name, data)])
     if not path.is_dir():
         raise UserError(f"{path}: is neither a file nor a directory; --data takes {_VALID_SPECS}")

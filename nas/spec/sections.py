@@ -278,6 +278,12 @@ class Resources(Section):
                     f"without Ray; drop {named('resources', 'workers')}",
                     named("resources", "workers"),
                 )
+            if not float(self.cpus_per_trial).is_integer():  # threads are whole; only Ray packs fractions
+                raise ConfigError(
+                    f"{self.cpus_per_trial:g} with {named('resources', 'local')}: a trial there runs on "
+                    "whole threads; give a whole number (fractions pack several trials per CPU on Ray)",
+                    named("resources", "cpus_per_trial"),
+                )
 
     def worker_count(self, cpus: int | None) -> int:
         """``workers``, or the default for this machine (``cpus`` CPUs)."""

@@ -527,3 +527,18 @@ def test_confirm_refuses_a_study_whose_data_changed(studies, tmp_path, capsys):
     assert len(err.splitlines()) == 1, err
     assert "--study 'd' was run on other data" in err and "needs the data the search ran on" in err, err
     assert _snapshot(url) == before
+
+
+def test_the_first_seed_is_the_searchs_training_seed_not_its_samplers(tmp_path, corpus_dir, capsys):
+    """With ``search.seed`` set, the sampler's seed differs from the seed every trial trained with
+    (``recipe.seed``); confirm's first seed is the training seed, so its first run repeats the search's."""
+    seeds = ["--search.seed", "7", "--recipe.seed", "3"]
+    url = _search(tmp_path, corpus_dir, "sd", "--objective", "loss", "--sampler", "random", *seeds)
+    flags = ["--top", "1", "--seeds", "1", "--scales", "1", "--baseline", "vanilla"]
+    assert main(_confirm(url, "sd", *flags)) == 0
+    capsys.readouterr()
+    conf = _load(url, "sd-confirm")
+    assert conf.user_attrs["confirm_plan"]["seeds"] == [3]
+    search = {t.user_attrs["arch_id"]: t.values[0] for t in _load(url, "sd").trials if t.values}
+    finalist = next(t for t in conf.trials if t.user_attrs["role"] == "finalist")
+    assert finalist.values[0] == search[finalist.user_attrs["arch_id"]]

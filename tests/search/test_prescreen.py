@@ -181,6 +181,16 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
         assert a["probe_steps"] == 2 and a["probe_tasks"] == "memorization,selective_copying"
         assert t.value == pytest.approx(1 - a["probe_score"])
         assert a["probe_score"] == pytest.approx((a["probe_memorization"] + a["probe_selective_copying"]) / 2)
+    # its value is 1 - score: no perplexity or bits per byte derived from it (issue 36, output hygiene)
+    capsys.readouterr()
+    assert main(["best", "--study", "pr", "--storage", f"sqlite:///{tmp_path}/pr.db", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["val_ppl"] is None and r["val_bpb"] is None for r in rows)
+    assert main(["best", "--study", "pr", "--storage", f"sqlite:///{tmp_path}/pr.db"]) == 0
+    line = next(
+        ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith(str(rows[0]["trial"]))
+    )
+    assert line.split()[2:4] == ["-", "-"]
 
 
 def test_confirm_of_a_probes_search_trains_the_lm(tmp_path, text_corpus, capsys) -> None:

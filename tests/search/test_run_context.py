@@ -80,6 +80,8 @@ def test_a_rule_between_sections_holds_wherever_a_spec_is_made() -> None:
         ({"local": True, "dashboard": True}, ["resources.local", "resources.dashboard"]),
         ({"local": True, "workers": 2}, ["resources.local", "resources.workers"]),
         ({"local": True, "trial_timeout": 5.0}, ["resources.local", "resources.trial_timeout"]),
+        ({"local": True, "cpus_per_trial": 1.5}, ["resources.cpus_per_trial", "whole number", "--local"]),
+        ({"local": True, "cpus_per_trial": 0.5}, ["resources.cpus_per_trial", "whole number"]),
         ({"prescreen": "lm"}, ["search.prescreen", "twice"]),
         ({"prescreen": "proxy:params", "evaluator": "proxy:params"}, ["search.prescreen", "evaluator too"]),
         ({"evaluator": "nope"}, ["search.evaluator"]),

@@ -20,14 +20,17 @@ from nas.search.reports.trial import (
 from nas.search.storage.records import settings_of, trained
 
 
-def _row(t: FrozenTrial, pareto: bool) -> dict[str, Any]:
+def _row(t: FrozenTrial, pareto: bool, lm: bool = True) -> dict[str, Any]:
+    """One trial as a row; ``lm``: its value is a language model's loss (not a probe score or a proxy's
+    value, whose perplexity and bits per byte would mean nothing: None there)."""
     ua = t.user_attrs
     loss = t.values[0] if t.values else ua.get("val_loss")
     return {
         "trial": t.number,
         "val_loss": loss,
-        "val_ppl": math.exp(loss) if loss is not None else None,
-        "val_bpb": loss / math.log(2) if loss is not None else None,
+        "val_ppl": math.exp(min(loss, 700.0)) if lm and loss is not None else None,
+        # as the trainer measured it, with the corpus's bytes per token (loss / ln 2 is bits per *token*)
+        "val_bpb": ua.get("val_bpb") if lm else None,
         "flops_per_token": ua.get("flops_per_token"),
         "state_bytes": ua.get("state_bytes"),
         "params": ua.get("params"),
@@ -51,6 +54,7 @@ def leaderboard(study: optuna.Study, top: int | None = None) -> list[dict[str, A
     """
     complete = trained(study)  # a candidate over the caps has no result to rank
     multi = len(study.directions) > 1
+    lm = str(settings_of(study).get("evaluator") or "lm") == "lm"
     if multi:
         # Optuna's best_trials leaves infeasible trials out of constrained studies already.
         front = {t.number for t in study.best_trials}
@@ -61,7 +65,7 @@ def leaderboard(study: optuna.Study, top: int | None = None) -> list[dict[str, A
         if key in rows:
             rows[key]["also"].append(t.number)
         else:
-            rows[key] = {**_row(t, multi), "also": []}
+            rows[key] = {**_row(t, multi, lm), "also": []}
     out = list(rows.values())
     return out[:top] if top else out
 
@@ -73,6 +77,10 @@ def _human(n: float | None) -> str:
         if abs(n) >= div:
             return f"{n / div:.2f}{unit}"
     return f"{n:.0f}"
+
+
+def _num(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
 
 
 def format_table(rows: list[dict[str, Any]], with_origin: bool = False, with_state: bool = False) -> str:
@@ -91,7 +99,8 @@ def format_table(rows: list[dict[str, Any]], with_origin: bool = False, with_sta
         state = f"  {_human(r.get('state_bytes')):>8}" if with_state else ""
         also = f"  (also trial {', '.join(map(str, r['also']))})" if r.get("also") else ""
         lines.append(
-            f"{r['trial']:>5}  {r['val_loss']:>7.4f}  {r['val_ppl']:>7.2f}  {r['val_bpb']:>6.3f}  "
+            f"{r['trial']:>5}  {r['val_loss']:>7.4f}  {_num(r['val_ppl'], '.2f'):>7}  "
+            f"{_num(r['val_bpb'], '.3f'):>6}  "
             f"{_human(r['flops_per_token']):>9}{state}  {_human(r['params']):>8}{mid}  {r['summary']}{also}"
         )
     return "\n".join(lines)
