@@ -136,6 +136,11 @@ def plan_output(
     shown = f"{what} {str(path)!r}"
     replaces = None
     if p.exists():
+        if _is_database(p):  # a study's storage (perhaps the one this command reads): never an output
+            raise UserError(
+                f"{shown}: is an SQLite database (a study's storage, perhaps the one this command reads); "
+                "an output never replaces one, even with --force: choose another path"
+            )
         own = written_here(p)
         if not (force or (own and replace_own)):
             if own:
@@ -151,6 +156,24 @@ def plan_output(
         replaces = _digest(p)
     check_writable_dir(p.parent, what)
     return Planned(p, what, replaces)
+
+
+#: the first 16 bytes of every SQLite 3 database file
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _is_database(path: Path) -> bool:
+    """``path`` is an SQLite database, or the write-ahead log or shared memory beside one."""
+    if (
+        path.name.endswith(("-wal", "-shm", "-journal"))
+        and path.with_name(path.name.rsplit("-", 1)[0]).exists()
+    ):
+        return _is_database(path.with_name(path.name.rsplit("-", 1)[0]))
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _mode_for(path: Path) -> int:

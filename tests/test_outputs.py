@@ -81,6 +81,31 @@ def test_a_command_replaces_what_it_wrote_itself(kind, study, tmp_path):
     assert written.read_bytes().endswith(b"# edited by the user\n")
 
 
+def test_the_study_in_use_is_never_an_output_even_with_force(study, tmp_path, capsys):
+    """``export --out`` / ``confirm --report`` / ``plot`` pointed at the study database they read (or its
+    write-ahead log): refused with --force too, the database byte for byte as it was (issue 36)."""
+    import shutil
+
+    db = tmp_path / "copy.db"
+    shutil.copy(study["url"].removeprefix("sqlite:///"), db)
+    url = f"sqlite:///{db}"
+    before = db.read_bytes()
+    (tmp_path / "copy.db-wal").write_bytes(b"")  # a log beside it (SQLite's WAL mode)
+    s = ["--study", "s", "--storage", url]
+    for argv in (
+        ["export", *s, "--best", "--out", str(db), "--force"],
+        ["confirm", *s, "--local", "--top", "1", "--seeds", "1", "--scales", "1", "--no-tensorboard",
+         "--report", str(db), "--force"],
+        ["export", *s, "--best", "--out", str(tmp_path / "copy.db-wal"), "--force"],
+    ):  # fmt: skip
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "SQLite database" in err[0] and "even with --force" in err[0], err
+    assert db.read_bytes() == before
+    assert not (tmp_path / "s-confirm").exists()
+
+
 def test_a_directory_or_a_link_to_nothing_in_the_way_is_one_line(study, tmp_path, capsys):
     (tmp_path / "figs" / "pareto.png").mkdir(parents=True)
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
