@@ -373,13 +373,18 @@ def parse_tasks(value: str | Sequence[str] | None) -> tuple[str, ...]:
     if value is None:
         return tuple(TASKS)
     names = [n.strip() for n in value.split(",")] if isinstance(value, str) else [str(n) for n in value]
-    names = [n for n in names if n]
-    if not names:
+    if not any(names):
         return tuple(TASKS)
+    # an empty or repeated item is a typo (tasks,,x or x,x): refused, never silently dropped or merged
+    if "" in names:
+        raise ConfigError(f"an empty item in {value!r}; give task names separated by commas", "tasks")
     bad = [n for n in names if n not in TASKS]
     if bad:
         raise ConfigError(f"unknown probe task {bad[0]!r}; valid: {', '.join(TASKS)}", "tasks")
-    return tuple(dict.fromkeys(names))  # in the order given, each once
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"lists {twice} twice in {value!r}; give each task once", "tasks")
+    return tuple(names)
 
 
 def make_dataset(task: Task, n: int, train: bool, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -217,6 +217,8 @@ def test_probe_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     "argv, expect",
     [
         (["--tasks", "recall"], "--tasks: unknown probe task 'recall'; valid: in_context_recall"),
+        (["--tasks", "memorization,memorization"], "--tasks: lists memorization twice"),
+        (["--tasks", "memorization,,compression"], "--tasks: an empty item in 'memorization,,compression'"),
         (["--arch", "nowhere.yaml"], "nowhere.yaml"),
     ],
 )
