@@ -249,3 +249,53 @@ def test_a_bad_prescreen_is_one_line(tmp_path, text_corpus, capsys, flag: str, m
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs" / "bad").exists()  # nothing half-written
+
+
+def test_the_screen_bound_covers_every_candidate_of_the_space(tmp_path) -> None:
+    """Before a candidate is sampled its screen's cost is unknown: a launch reserves the most any
+    candidate can cost, which is at least every candidate's (here: exactly the largest one's)."""
+    import itertools
+
+    from nas.search.driver.allowance import screen_bound
+    from nas.search.space.load import load_spec
+
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(copy.deepcopy(RAW)))
+    _, space = load_spec(space_file)
+    name = "probes:memorization@3"
+    bound = screen_bound(space, name)
+    layers = [{"attention": a, "ffn": {"activation": f, "mult": m}}
+              for a in ("mha", "synth_fixed_random", "synth_random") for f in ("relu", "squared_relu")
+              for m in (2, 4)]  # fmt: skip
+    costs = [
+        screen_flops(
+            name, ArchConfig.from_dict({"d_model": 32, "n_heads": 2, "max_len": 16, "layers": [one, two]})
+        )
+        for one, two in itertools.product(layers, repeat=2)
+    ]
+    assert max(costs) == pytest.approx(bound) and bound > min(costs) > 0
+    assert screen_bound(space, None) == 0.0
+
+
+def test_a_flops_limit_is_never_passed_by_a_prescreen(tmp_path, text_corpus, capsys) -> None:
+    """``--max-flops`` with a pre-screen: every launch reserved its budget and the most its screen can
+    cost, so what the study spent stays under the limit; a limit below one trial's is refused at once."""
+    from nas.search.driver.allowance import screen_bound, spent_flops
+    from nas.search.space.load import load_spec
+
+    raw = {**copy.deepcopy(RAW), "budget": {"flops": 1e8}}
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(raw))
+    bound = screen_bound(load_spec(space_file)[1], "probes:memorization@3")
+    limit = 2 * (1e8 + bound)
+    argv = ["search", "--space", str(space_file), "--runs-dir", str(tmp_path / "runs"), "--data",
+            str(text_corpus), "--trials", "6", "--local", "--no-tensorboard", "--prescreen",
+            "probes:memorization@3"]  # fmt: skip
+    assert main([*argv, "--study", "lim", "--max-flops", f"{limit:.6g}"]) == 0
+    study = optuna.load_study(study_name="lim", storage=f"sqlite:///{tmp_path}/runs/lim/study.db")
+    assert 1 <= len(study.trials) <= 2 and spent_flops(study.trials) <= limit
+    capsys.readouterr()
+    assert main([*argv, "--study", "low", "--max-flops", f"{1e8 + bound / 2:.6g}"]) == 2
+    err = capsys.readouterr().err
+    assert "no trial could start" in err and err.count("\n") == 1
+    assert not (tmp_path / "runs" / "low").exists()

@@ -17,11 +17,11 @@ trials and was run again alone (it fails at its first steps).
 With a FLOPs budget per candidate (``--budget-flops``) the limit is never
 passed: a trial starts only if its whole budget fits beside what was spent and
 what the running trials may still spend.  A pre-screen (``--prescreen``) adds
-its own FLOPs, known only once the candidate is sampled: each trial reserves
-its screen's, and the next must fit beside the costliest screen reserved so
-far (candidates of one space screen at similar cost), so only the first
-screen, or one costlier than every earlier one, can pass the limit (by at
-most its own cost).  With a steps or tokens budget a
+its own FLOPs, known exactly only once the candidate is sampled: before it is,
+a launch reserves the most any candidate of the space can screen for
+(:func:`screen_bound`, from the space's largest stand-ins, as the memory checks
+bound a candidate), so the limit is never passed; once sampled, a trial
+reserves its own screen's.  With a steps or tokens budget a
 candidate's FLOPs depend on its architecture, known only once it is sampled:
 a trial starts while the spent and reserved FLOPs are below the limit, so the
 last one may pass it by up to its own budget (with a seconds budget, whose
@@ -76,6 +76,26 @@ def planned_flops(budget: Budget, cost: Compute, tokens_per_step: int) -> float:
     if budget.kind == "steps":
         return float(budget.value) * tokens_per_step * cost.train_flops_per_token
     return 0.0
+
+
+def screen_bound(space: Any, prescreen: str | None) -> float:
+    """The most training FLOPs the pre-screen ``prescreen`` can spend on any candidate of ``space``:
+    the largest screen of the space's largest one-layer stand-ins, each at the space's greatest depth
+    (a screen's cost grows with width, depth and every option's size; 0 without a screen)."""
+    if not prescreen:
+        return 0.0
+    import dataclasses
+
+    from evaluators.prescreen import planned_flops as screen_flops
+    from nas.search.space.combinations import one_layer_archs
+
+    most = 0.0
+    for arch, n_layers, n_encoder in one_layer_archs(space, largest=True):
+        deep = dataclasses.replace(
+            arch, layers=arch.layers * n_layers, encoder_layers=arch.encoder_layers * n_encoder
+        )
+        most = max(most, screen_flops(prescreen, deep))
+    return most
 
 
 class Allowance:

@@ -101,6 +101,23 @@ class RunContext:
             return None
         return tensorboard_dir(self.runs_dir, self.study, self.storage)
 
+    def _check_screen_fits(self) -> None:
+        """With a FLOPs budget, ``--max-flops`` and a pre-screen, every launch reserves its budget and
+        the most its screen can cost (:func:`nas.search.driver.allowance.screen_bound`): a limit below
+        that would start nothing, so it is refused now."""
+        s, b = self.spec.search, self.spec.budget
+        if s.max_flops is None or not s.prescreen or b.kind != "flops":
+            return
+        from nas.search.driver.allowance import screen_bound
+
+        bound = screen_bound(self.space, s.prescreen)
+        if s.max_flops < b.value + bound:
+            raise UserError(
+                f"search.max_flops (--max-flops) {s.max_flops:g} is less than one candidate's budget "
+                f"({b.value:g} flops) and the most its pre-screen {s.prescreen} can cost ({bound:.3g}): "
+                f"no trial could start; give at least {b.value + bound:.3g}"
+            )
+
     def check_environment(self) -> Any:
         """Refuse a run whose corpus, directories, storage or Ray address cannot work now;
         returns the corpus.  Creates nothing; the default corpus is fetched (once per process) here.
@@ -120,6 +137,7 @@ class RunContext:
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
         check_search(self.space, self.spec.recipe, self.spec.budget, corpus,
                      trains=self.spec.search.evaluator == "lm")  # fmt: skip
+        self._check_screen_fits()
         if self.runs_dir is not None:
             check_writable_dir(self.runs_dir, "--runs-dir")
         tb = self.tb_dir

@@ -35,7 +35,7 @@ from nas.errors import ConfigError, UserError
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
 from nas.execution.worker import OUT_OF_MEMORY
 from nas.models import ArchConfig
-from nas.search.driver.allowance import Allowance, planned_flops, spent_flops
+from nas.search.driver.allowance import Allowance, planned_flops, screen_bound, spent_flops
 from nas.search.driver.console import Reporter
 from nas.search.driver.context import RunContext
 from nas.search.driver.inflight import Running, Waiting, default_pool
@@ -101,6 +101,9 @@ class Driver:
         self.twins = Twins(METRIC_KEYS)  # the architectures measured so far (read from the study in _search)
         self.sampler = run.spec.search.sampler  # the sampler the study runs with, ``auto`` resolved (by run)
         self.allowance = Allowance.of(run.spec, self.trials)  # a continued study's spent FLOPs: read in run()
+        if run.spec.search.max_flops is not None and run.spec.search.prescreen:
+            # until a candidate is sampled its screen's cost is unknown: reserve the most any can cost
+            self.allowance.screen = screen_bound(run.space, run.spec.search.prescreen)
 
     def run(self) -> optuna.Study:
         """Search until ``self.trials`` finished trials or ``search.max_flops``; returns the study.
