@@ -147,3 +147,53 @@ def test_a_causal_only_block_on_an_encoder_at_entry_is_refused_at_load() -> None
         parse_space(space(encoder=encoder))
     assert err.value.path == "encoder.at.0.attention.gated_linear", err.value
     assert "only runs causally" in err.value.message and "valid in the encoder: " in err.value.message
+
+
+@pytest.mark.parametrize("where", ["menu", "at"])
+def test_an_encoders_centered_mdha_is_checked_as_an_encoder_layer(where: str) -> None:
+    """A centered convolution sees later positions: valid in an encoder layer (``train`` takes it), so
+    the load-time check must not refuse it as if the layer were causal; a decoder's still is."""
+    block = {"mdha": {"kernel": 3, "centered": True}}
+    encoder = (
+        {"attention": block}
+        if where == "menu"
+        else {"attention": {"mha": {}}, "at": [{"layers": 0, "attention": block}]}
+    )
+    s = parse_space(space(encoder=encoder))
+    rng = random.Random(0)
+    archs = [s.random_arch(rng) for _ in range(12)]
+    assert any(layer.attention.options.centered for a in archs for layer in a.encoder_layers)
+    with pytest.raises(ConfigError) as err:
+        parse_space(space(layers={"attention": block}))
+    assert err.value.path == "layers.attention.mdha.centered" and "causal" in err.value.message
+
+
+def test_the_encoder_does_not_copy_the_decoders_at_entries() -> None:
+    """Without ``encoder:`` the encoder offers the decoder's menu; the decoder's ``at`` entries place the
+    decoder's layers (a pinned last layer), so they are not applied to the encoder's."""
+    raw = space(
+        layers={"attention": {"mha": {}, "synth_random": {}}, "at": [{"layers": -1, "attention": "mha"}]}
+    )
+    del raw["encoder"]
+    s = parse_space(raw)
+    assert s.encoder is not None and s.encoder.at == () and s.layer_choices.at != ()
+    rng = random.Random(0)
+    archs = [s.random_arch(rng) for _ in range(40)]
+    assert all(a.layers[-1].attention.type == "mha" for a in archs)
+    assert any(a.encoder_layers[-1].attention.type == "synth_random" for a in archs)
+
+
+def test_an_at_entrys_bad_option_is_named_at_that_entry() -> None:
+    from nas.search.space.load import parse_space as parse
+
+    raw = {
+        "globals": {"d_model": 32, "n_heads": 2, "n_layers": 2, "max_len": 16},
+        "layers": {"attention": {"mha": {}}, "at": [{"layers": -1, "attention": {"mha": {"kv_heads": 3}}}]},
+    }
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    assert err.value.path == "layers.at.0.attention.mha.kv_heads", err.value
+    enc = {"attention": {"mha": {}}, "at": [{"layers": 0, "attention": {"mha": {"kv_heads": 3}}}]}
+    with pytest.raises(ConfigError) as err:
+        parse(space(encoder=enc))
+    assert err.value.path == "encoder.at.0.attention.mha.kv_heads", err.value

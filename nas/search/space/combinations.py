@@ -53,16 +53,24 @@ def check_combinations(space: SearchSpace, choices: LayerChoices, stem: str) -> 
     both ends), so a sampled trial never fails for a reason the space could have caught.
     """
     sizes = {k: p for k, p in space.globals.items() if k not in ("n_layers", "n_encoder_layers")}
+    # each menu under its own name: an `at` entry's error points at that entry, not the main menu
+    named = list(zip([stem] + [f"{stem}.at.{p.index}" for p in choices.at], choices.menus(), strict=True))
+    # an encoder layer is checked as one (bidirectional: a centered convolution is valid there), beside
+    # the decoder's first layer
+    decoder = next(_layer_combos(space.layer_choices)) if stem == "encoder" else None
     checked = 0
     for g in product(sizes):
-        for raw_layer in (layer for menu in choices.menus() for layer in _layer_combos(menu)):
+        for where, raw_layer in ((w, layer) for w, menu in named for layer in _layer_combos(menu)):
             checked += 1
             if checked > _MAX_CHECKS:
                 return
+            raw = {**g, "layers": [raw_layer]}
+            if decoder is not None:
+                raw = {**g, "task": space.task, "encoder_layers": [raw_layer], "layers": [decoder]}
             try:
-                ArchConfig.from_dict({**g, "layers": [raw_layer]})
+                ArchConfig.from_dict(raw)
             except ConfigError as err:
-                raise _combination_error(space, err, g, raw_layer, stem) from None
+                raise _combination_error(space, err, g, raw_layer, where) from None
 
 
 #: the sizes whose largest (smallest) values make a space's largest (cheapest) candidates
@@ -110,7 +118,7 @@ def _combination_error(
     opts = dict(raw_layer["attention"])
     block = opts.pop("type")
     act, mult = raw_layer["ffn"]["activation"], raw_layer["ffn"]["mult"]
-    inner = err.path
+    inner = err.path.replace("encoder_layers.0", "layers.0", 1)  # an encoder layer's: the same parts
     if inner.startswith("layers.0.attention."):
         path = f"{stem}.attention.{block}.{inner[len('layers.0.attention.') :]}"
     elif inner.startswith("layers.0.ffn"):

@@ -12,6 +12,7 @@ cannot be built, before a single trial runs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -97,6 +98,8 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     if task == "seq2seq":  # the encoder offers what `encoder:` lists, else what the decoder's layers do
         where = "encoder" if "encoder" in raw else "layers"
         encoder = _parse_layer_choices(raw[where], where)
+        if where == "layers":  # the decoder's menu, not its `at` entries: they place the decoder's layers
+            encoder = dataclasses.replace(encoder, at=())
         _refuse_causal_only(encoder, where)
     elif "encoder" in raw:
         raise ConfigError("only a task: seq2seq space has an encoder", "encoder")
