@@ -62,6 +62,30 @@ def test_a_creation_stopped_by_ctrl_c_leaves_no_study(tmp_path, corpus, monkeypa
     assert search(tmp_path, corpus, "--trials", "3") == 0
 
 
+def test_ctrl_c_while_the_tables_are_created_leaves_no_file(tmp_path, corpus, monkeypatch, capsys):
+    """Ctrl-C while Optuna creates a new database's tables: the half-made file used to stay and be refused
+    for good as someone else's database; it is removed, and the same command then starts the study."""
+    real = optuna.storages.RDBStorage
+
+    def interrupted(url: str, *args: Any, **kwargs: Any) -> Any:
+        import sqlite3
+
+        with sqlite3.connect(tmp_path / "s.db") as db:  # part of a schema, as an interrupted creation leaves
+            db.execute("CREATE TABLE IF NOT EXISTS studies (study_id INTEGER PRIMARY KEY)")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", interrupted)
+    assert search(tmp_path, corpus, "--trials", "3") == 130
+    assert list(tmp_path.glob("s.db*")) == []
+    monkeypatch.setattr(optuna.storages, "RDBStorage", real)
+    assert search(tmp_path, corpus, "--trials", "3") == 0
+    # an existing study's file is never removed, whatever stops the open
+    monkeypatch.setattr(optuna.storages, "RDBStorage", interrupted)
+    assert search(tmp_path, corpus, "--trials", "4") == 130
+    monkeypatch.setattr(optuna.storages, "RDBStorage", real)
+    assert len(load(tmp_path).trials) == 3
+
+
 def test_a_creation_cut_by_a_killed_driver_is_replaced_by_the_next_start(tmp_path, corpus):
     # SIGKILL-like: the process ends after the study and its seeds, before the settings record
     argv = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",

@@ -225,10 +225,41 @@ def open_storage(
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}}
     else:
         kwargs = {"pool_pre_ping": True}
+    fresh = path is not None and not read_only and not path.exists()
+    try:
+        storage = _create(url, target, kwargs)
+    except BaseException:
+        if fresh:  # Ctrl-C (or an error) while Optuna created the tables of a new file: no half-made file
+            _remove_unfinished(path)  # type: ignore[arg-type]
+        raise
+    if writer:
+        fast_sqlite_commits(storage)
+    return storage
+
+
+def _remove_unfinished(path: Path) -> None:
+    """Delete the SQLite file ``path`` (and its journals) when Optuna's schema in it is unfinished:
+    such a file holds nothing, and left there it would be refused for good as someone else's database."""
+    if not path.exists():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            version = db.execute("SELECT 1 FROM alembic_version") if "alembic_version" in tables else None
+            done = version is not None and version.fetchone() is not None
+    except sqlite3.Error:
+        done = False
+    if done:
+        return
+    for p in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def _create(url: str, target: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
     for attempt in range(5):
         try:
-            storage = optuna.storages.RDBStorage(target, engine_kwargs=kwargs)
-            break
+            return optuna.storages.RDBStorage(target, engine_kwargs=kwargs)
         except Exception as err:  # noqa: BLE001 - SQLAlchemy raises many kinds
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             # Two processes opening a new database at once (a search starting while a dashboard
@@ -240,9 +271,7 @@ def open_storage(
                 f"--storage {url!r}: cannot open it ({first}); valid: sqlite:///path/study.db, "
                 "postgresql://user:password@host/db"
             ) from None
-    if writer:
-        fast_sqlite_commits(storage)
-    return storage
+    raise AssertionError("unreachable")
 
 
 def fast_sqlite_commits(storage: optuna.storages.RDBStorage) -> None:
