@@ -252,3 +252,37 @@ def test_corpus_defaults_keep_byte_corpora_as_they_were() -> None:
         and corpus.fingerprint.startswith("sha256:")
     )
     assert DTYPES["uint16"].itemsize == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_full_disk_while_tokenizing_is_one_line_and_leaves_no_entry(
+    tmp_path: Path, corpus_dir: Path
+) -> None:
+    """The token cache written under a file-size limit (as a full disk): one line, exit 2, no half-made
+    entry; once there is room the same command tokenizes and trains (it used to end in a traceback)."""
+    import os
+    import subprocess
+
+    tok = train_tiny_bpe(tmp_path / "tok.json")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "NAS_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(root)}
+    argv = ["train", "--arch", "vanilla", "--data", str(corpus_dir), "--tokenizer", str(tok), "--steps", "1",
+            "--threads", "1"]  # fmt: skip
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000))\n"
+        "from nas.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    full = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert full.returncode == 2, full.stderr
+    lines = full.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no room left to write" in lines[0] and "Traceback" not in full.stderr
+    entries = [p for p in (tmp_path / "cache" / "tokens").iterdir() if not p.name.endswith(".lock")]
+    assert entries == []  # nothing half-written (the temporary directory removed)
+    ok = subprocess.run([sys.executable, "-m", "nas.cli", *argv], capture_output=True, text=True, env=env,
+                        timeout=300)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr

@@ -177,7 +177,11 @@ def write_token_dir(path: Path, train: np.ndarray, val: np.ndarray, vocab_size: 
     dtype_name = "uint16" if vocab_size <= 1 << 16 else "uint32"
     with written_whole(path) as tmp:
         for name, ids in zip(FILES, (train, val), strict=True):
-            np.asarray(ids).astype(DTYPES[dtype_name]).tofile(tmp / name)
+            # a Python file, not ndarray.tofile: a full disk then raises OSError with its errno (ENOSPC,
+            # EFBIG), which the CLI turns into one line; tofile's says only "N requested and M written"
+            data = np.ascontiguousarray(np.asarray(ids).astype(DTYPES[dtype_name]))
+            with open(tmp / name, "wb") as f:
+                f.write(data.data)
         doc = {"vocab_size": vocab_size, "dtype": dtype_name, **meta}
         (tmp / META).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return path
