@@ -17,7 +17,7 @@ import math
 import os
 from typing import Any
 
-from evaluators.budget import check_arch_fits, check_windows, plan_steps, plan_training
+from evaluators.budget import check_arch_fits, check_windows, plan_rungs, plan_steps, plan_training
 from nas.cost import check_fits, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
@@ -140,12 +140,18 @@ def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus
     if trains:
         check_not_degenerate(corpus)
     try:
+        costliest = None  # the largest candidate: the fewest steps under a FLOPs budget
         for arch, n_layers, n_encoder in one_layer_archs(space, largest=True):
             arch = arch.with_vocab(corpus.vocab_size)
             seq_len = recipe.seq_len or arch.max_len
             check_fits(arch, recipe.batch_size, seq_len, n_layers=n_layers + n_encoder)
             if trains:
                 check_windows(corpus, seq_len)
+                deep = dataclasses.replace(arch, layers=arch.layers * n_layers,
+                                           encoder_layers=arch.encoder_layers * n_encoder)  # fmt: skip
+                cost = compute(deep, seq_len)
+                if costliest is None or cost.train_flops_per_token > costliest[0].train_flops_per_token:
+                    costliest = (cost, seq_len)
         cheapest, least = None, [math.inf, math.inf]  # least params and FLOPs/token of any candidate
         for arch, n_layers, n_encoder in one_layer_archs(space, largest=False):
             arch = dataclasses.replace(arch, layers=arch.layers * n_layers, vocab_size=corpus.vocab_size,
@@ -161,6 +167,12 @@ def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus
                               "raise the cap or offer smaller choices", "constraints")  # fmt: skip
         if cheapest is not None and trains:
             plan_steps(budget, cheapest[0], recipe.batch_size, cheapest[1])
+            # rungs every candidate can place (a FLOPs budget gives the largest the fewest steps): else
+            # every trial whose run is too short for them would fail
+            for cost, seq_len in (cheapest, costliest or cheapest):
+                steps = plan_steps(budget, cost, recipe.batch_size, seq_len)
+                if steps is not None:
+                    plan_rungs(budget, recipe, steps)
     except ConfigError as err:
         raise ConfigError(err.message, _space_path(err.path, space, corpus), space.source) from None
 

@@ -212,6 +212,13 @@ def cases() -> list[Any]:
         search("--cpus-per-trial", "1.5"),
         ("--cpus-per-trial", "whole number"),
     )
+    # -- a check that trials would fail (the lm evaluator): the flag that caused it is named, not the file
+    lm = [a for a in search() if a not in ("--evaluator", "proxy:params")]
+    case("search-flag-budget-too-small-names-the-flag", [*lm, "--budget-flops", "10"],
+         ("error: budget.flops (--budget-flops): 10 flops buys less than one training step",))  # fmt: skip
+    case("search-rungs-every-trial-would-fail",
+         [*lm, "--steps", "8", "--recipe.schedule", "wsd", "--budget.rungs", "0.25", "--recipe.warmup_frac", "0.5"],
+         ("budget.rungs", "inside the warmup"))  # fmt: skip
     # -- ladder: checked before the ladder study is written
     ladder = ["ladder", "--study", "s", "--storage", "{url}", "--local", "--no-tensorboard"]
     case("ladder-two-sizes", [*ladder, "--sizes", "1,2"], ("--sizes", "3 sizes or more"))

@@ -151,7 +151,10 @@ def build_run(args: argparse.Namespace) -> RunContext:
     spec, space, study, storage = resolve_spec(args)
     # with a tokenizer: the cached token files, made once here
     data = resolve_data(data_or_default(spec.data.corpus, space.task), spec.data.tokenizer)
-    return RunContext(spec, space, study=study, storage=storage, data=data, runs_dir=args.runs_dir)
+    flags = frozenset(f"{section}.{name}" for section, fields in overrides(args).items() for name in fields)
+    return RunContext(
+        spec, space, study=study, storage=storage, data=data, runs_dir=args.runs_dir, flags=flags
+    )
 
 
 def run(args: argparse.Namespace) -> int:

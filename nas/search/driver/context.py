@@ -51,6 +51,9 @@ class RunContext:
     data: str | None = None
     #: where the study's files go by default (checked writable before anything starts)
     runs_dir: str | None = None
+    #: the spec fields the command line gave (``budget.flops``, ``recipe.seq_len``): an error about one
+    #: of them names the flag, not the space file
+    flags: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         check_study_name(self.study, "--study")
@@ -101,6 +104,17 @@ class RunContext:
             return None
         return tensorboard_dir(self.runs_dir, self.study, self.storage)
 
+    def blame_flag(self, err: ConfigError) -> ConfigError:
+        """``err`` about a spec field the command line gave, naming the flag instead of the space file."""
+        from nas.spec.sections import named
+
+        path = err.path
+        given = [f for f in sorted(self.flags) if f == path or f.startswith(f"{path}.")]
+        if not given or not path.startswith(("recipe", "budget", "data")):
+            return err
+        section, _, field = given[0].partition(".")
+        return ConfigError(err.message, named(section, field))
+
     def _check_screen_fits(self) -> None:
         """With a FLOPs budget, ``--max-flops`` and a pre-screen, every launch reserves its budget and
         the most its screen can cost (:func:`nas.search.driver.allowance.screen_bound`): a limit below
@@ -135,8 +149,11 @@ class RunContext:
 
         corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
-        check_search(self.space, self.spec.recipe, self.spec.budget, corpus,
-                     trains=self.spec.search.evaluator == "lm")  # fmt: skip
+        try:
+            check_search(self.space, self.spec.recipe, self.spec.budget, corpus,
+                         trains=self.spec.search.evaluator == "lm")  # fmt: skip
+        except ConfigError as err:
+            raise self.blame_flag(err) from None
         self._check_screen_fits()
         if self.runs_dir is not None:
             check_writable_dir(self.runs_dir, "--runs-dir")
