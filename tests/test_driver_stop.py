@@ -74,3 +74,12 @@ def test_sigterm_requeues_the_running_trial_and_the_search_continues(tmp_path: P
     assert len(rerun) == 1 and rerun[0].params == stopped[0].params and rerun[0].state == TrialState.COMPLETE
     counted = [t for t in trials if not t.user_attrs.get("requeued_as")]
     assert len(counted) == 4
+    # the interrupted trial is not a failure of a candidate: `best` and `show` say what happened to it
+    best = subprocess.run([*argv[:2], "best", "--study", "s", "--storage", url], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert best.returncode == 0, best.stderr
+    assert "1 interrupted and run again" in best.stdout and " fail" not in best.stdout
+    which = ["--trial", str(stopped[0].number)]
+    show = subprocess.run([*argv[:2], "show", "--study", "s", "--storage", url, *which],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert f"run again as trial {rerun[0].number}" in show.stdout and "failed:" not in show.stdout

@@ -183,7 +183,10 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(
         f"{title} of study {settings.study!r}: "
-        + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
+        + ", ".join(
+            f"{v} {k.lower() if k != 'REQUEUED' else 'interrupted and run again'}"
+            for k, v in sorted(counts.items())
+        )
     )
     print(format_table(rows, with_state=n_obj > 2) if rows else "(no completed trials)")
     print()

@@ -120,8 +120,9 @@ def format_leaderboard(study: optuna.Study, rows: list[dict[str, Any]]) -> str:
     settings = settings_of(study)
     counts = state_counts(study)
     total = sum(counts.values())
-    order = ("COMPLETE", "PRUNED", "FAIL", "INFEASIBLE", "RUNNING", "WAITING")
-    states = ", ".join(f"{counts[s]} {s.lower()}" for s in order if counts.get(s))
+    order = ("COMPLETE", "PRUNED", "FAIL", "INFEASIBLE", "REQUEUED", "RUNNING", "WAITING")
+    shown = {"REQUEUED": "interrupted and run again"}
+    states = ", ".join(f"{counts[s]} {shown.get(s, s.lower())}" for s in order if counts.get(s))
     facts = [f"{total} trials ({states or 'none finished'})"]
     if settings.get("objective"):
         facts.append(f"objective {settings['objective']}")

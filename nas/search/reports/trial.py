@@ -68,6 +68,13 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     }
     for key in ORIGIN_KEYS + ("fail_reason", "pruned_at", INFEASIBLE):
         out[key] = ua.get(key)
+    if out["state"] == "REQUEUED":  # the trial that ran it again (None: not run yet)
+        again = [
+            r.number
+            for r in study.get_trials(deepcopy=False)
+            if r.user_attrs.get("requeued_from") == t.number
+        ]
+        out["requeued_as"] = again[0] if again else None
     out["metrics"] = metrics_of(t)
     out["intermediate"] = dict(sorted((ua.get(INTERMEDIATE) or {}).items(), key=lambda kv: float(kv[0])))
     out["optuna_params"] = dict(t.params)
@@ -139,6 +146,10 @@ def _header_lines(d: dict[str, Any]) -> list[str]:
         lines.append(f"  re-run of trial {d['requeued_from']} (its driver stopped while it ran)")
     if d["state"] == "FAIL":
         lines.append(f"  failed: {d.get('fail_reason') or 'no reason recorded'}")
+    if d["state"] == "REQUEUED":
+        again = d.get("requeued_as")
+        then = f"run again as trial {again}" if again is not None else "queued to run again"
+        lines.append(f"  interrupted ({d.get('fail_reason') or 'its driver stopped'}); {then}")
     if d["state"] == "INFEASIBLE":
         lines.append(f"  not trained: {d.get(INFEASIBLE) or 'over the space constraints'}")
     if d["state"] == "PRUNED":
@@ -226,7 +237,9 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
     elif "val_loss" in m:
         lines.append(f"  {label:<16} {loss} (not a finite number: training diverged)")
     if "tokens" in m or "steps" in m:
-        until = "  (until it failed)" if d["state"] == "FAIL" else ""
+        until = {"FAIL": "  (until it failed)", "REQUEUED": "  (until it was interrupted)"}.get(
+            d["state"], ""
+        )
         lines.append(
             f"  {'trained':<16} {_num(m.get('steps'))} steps, {_num(m.get('tokens'))} tokens, "
             f"{m.get('train_flops', float('nan')):.3g} FLOPs{until}"

@@ -65,8 +65,14 @@ def is_infeasible(t: FrozenTrial) -> bool:
 
 
 def state_name(t: FrozenTrial) -> str:
-    """The trial's state as the commands say it: INFEASIBLE for a candidate over the caps (never trained)."""
-    return "INFEASIBLE" if is_infeasible(t) else t.state.name
+    """The trial's state as the commands say it: INFEASIBLE for a candidate over the caps (never trained),
+    REQUEUED for one a stopped driver interrupted and queued again (Optuna's FAIL: no failure of the
+    candidate's, and its run again is another trial)."""
+    if is_infeasible(t):
+        return "INFEASIBLE"
+    if t.state == TrialState.FAIL and t.user_attrs.get(REQUEUED) is not None:
+        return "REQUEUED"
+    return t.state.name
 
 
 def trained(study: optuna.Study) -> list[FrozenTrial]:
