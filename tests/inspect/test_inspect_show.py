@@ -36,7 +36,9 @@ def test_layer_table_matches_compute(cli, multi: optuna.Study, runs) -> None:
 
 def test_hurdles_and_final_loss(cli, multi: optuna.Study, runs) -> None:
     _, out, _ = cli("show", "--study", "multi", "--trial", "0", "--runs-dir", runs)
-    assert "seeded as the known architecture 'vanilla'" in out
+    # the space's sizes, not vanilla's: said so, with what vanilla itself is (issue 36, seed labels)
+    assert "seeded with the blocks of the known architecture 'vanilla'" in out
+    assert "(not 'vanilla' itself, which is d128 h4 L4: 4x[mha relux4])" in out
     hurdles = out[out.index("hurdles") :].splitlines()[1:]
     assert [line.split()[:2] for line in hurdles] == [["0.25", "3.9000"], ["0.5", "3.1000"], ["1", "2.5000"]]
 
@@ -111,3 +113,17 @@ def test_a_failed_trial_shows_the_training_it_spent(cli, runs) -> None:
     assert rc == 0 and "failed: diverged" in out and "val loss" not in out
     assert "trained          2 steps, 128 tokens, 3.5e+06 FLOPs  (until it failed)" in out
     assert "time             0.5 s" in out
+
+
+def test_a_seed_trial_is_called_the_seed_only_when_it_is_the_seed_itself() -> None:
+    import dataclasses
+
+    from nas.search.reports.trial import _seed_itself
+    from nas.search.space.sampling import seed_arch
+
+    vanilla = seed_arch("vanilla")
+    assert _seed_itself("vanilla", dataclasses.replace(vanilla, vocab_size=300).to_dict()) == (
+        True,
+        vanilla.summary(),
+    )
+    assert _seed_itself("vanilla", dataclasses.replace(vanilla, d_model=64, n_heads=2).to_dict())[0] is False

@@ -50,6 +50,22 @@ def origin(t: FrozenTrial) -> str:
     return ", ".join(parts)
 
 
+def _seed_itself(name: str, raw: Any) -> tuple[bool | None, str | None]:
+    """Whether a seeded trial's architecture is the shipped seed ``name`` itself (its vocabulary aside),
+    and the seed's own summary; (None, None) when the seed is not known here any more."""
+    import dataclasses
+
+    from nas.errors import ConfigError
+    from nas.models import ArchConfig
+    from nas.search.space.sampling import seed_arch
+
+    try:
+        arch, seed = ArchConfig.from_dict(raw), seed_arch(name)
+    except (ConfigError, OSError, KeyError):
+        return None, None
+    return dataclasses.replace(seed, vocab_size=arch.vocab_size).arch_id == arch.arch_id, seed.summary()
+
+
 def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     """Everything ``show`` says about one trial, as plain data (its ``--json``)."""
     from nas.cost import compute, layer_rows  # torch: imported when needed
@@ -68,6 +84,8 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     }
     for key in ORIGIN_KEYS + ("fail_reason", "pruned_at", INFEASIBLE):
         out[key] = ua.get(key)
+    if ua.get("seed_arch") and ua.get("arch"):  # the seed's layer at this space's sizes, or the seed itself?
+        out["seed_itself"], out["seed_summary"] = _seed_itself(str(ua["seed_arch"]), ua["arch"])
     if out["state"] == "REQUEUED":  # the trial that ran it again (None: not run yet)
         again = [
             r.number
@@ -135,7 +153,13 @@ def _header_lines(d: dict[str, Any]) -> list[str]:
     ]
     if d.get("summary"):
         lines.append(f"  {d['summary']}")
-    if d.get("seed_arch"):
+    if d.get("seed_arch") and d.get("seed_itself") is False:  # the space reshaped it: not the seed itself
+        lines.append(
+            f"  seeded with the blocks of the known architecture {d['seed_arch']!r} (attention, activation, "
+            f"positions, norm) at this space's sizes and widths (not {d['seed_arch']!r} itself, which is "
+            f"{d.get('seed_summary')})"
+        )
+    elif d.get("seed_arch"):
         lines.append(f"  seeded as the known architecture {d['seed_arch']!r}")
     if d.get("parent") is not None:
         gene = f", mutated gene {d['mutated']}" if d.get("mutated") else ""
