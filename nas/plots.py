@@ -180,17 +180,22 @@ def plot_blocks(study: optuna.Study, path: Planned | str | os.PathLike[str], top
     """How often each attention block and FFN activation appears at each layer among the top trials
     (a seq2seq study: the encoder's layers, then the decoder's)."""
     ranked = top_trials(study, top)
-    slots = sorted({slot for t in ranked for slot, _, _ in layer_choices(t)})
+    # depths that vary: layers counted from the top (-1 the last), where a pinned last layer lines up
+    depths = {len(t.user_attrs["arch"].get("layers") or []) for t in ranked}
+    top_down = len(depths) > 1
+    slots = sorted({slot for t in ranked for slot, _, _ in layer_choices(t, from_top=top_down)})
     att: dict[tuple[int, int], Counter[str]] = {slot: Counter() for slot in slots}
     act: dict[tuple[int, int], Counter[str]] = {slot: Counter() for slot in slots}
     for t in ranked:
-        for slot, a, f in layer_choices(t):
+        for slot, a, f in layer_choices(t, from_top=top_down):
             att[slot][a] += 1
             act[slot][f] += 1
     labels = [slot_name(slot, any(stack == 0 for stack, _ in slots)) for slot in slots]
     fig = Figure(figsize=(8 + 0.3 * max(0, len(slots) - 8), 6.5), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1)
-    title = f"attention block by layer among the top {len(ranked)} trials by loss"
+    title = f"attention block by layer among the top {len(ranked)} trials by loss" + (
+        " (layers counted from the top: -1 is the last)" if top_down else ""
+    )
     _stacked(ax1, [att[s] for s in slots], labels, title)
     activations = [act[s] for s in slots]
     _stacked(ax2, activations, labels, "FFN activation by layer, same trials")

@@ -97,3 +97,27 @@ def test_by_layer_counts_the_top_trials_against_every_sampled_one(cli, multi: op
     rc, text, _ = cli("best", "--study", "multi", "--runs-dir", runs, "--by-layer", "--top", "3")
     assert text.splitlines()[0].split() == ["gene", "layer", "top", "3", "by", "loss", "all", "9", "sampled"]
     assert "mdha 2, mixture(mha+synth_random) 1" in text.splitlines()[1]
+
+
+def test_by_layer_counts_from_the_top_too_when_the_depth_varies() -> None:
+    """A pinned last layer is at index 1 in a 2-layer trial and 3 in a 4-layer one: counted from the top
+    (-1) it lines up (issue 36, new-user items); with one depth only the bottom-up count is shown."""
+    from nas.search.reports.layers import by_layer, format_by_layer
+
+    def layer(block: str) -> dict[str, object]:
+        return {"attention": {"type": block}, "ffn": {"activation": "relu", "mult": 2}}
+
+    study = optuna.create_study()
+    for depth, loss in ((2, 1.0), (4, 2.0), (3, 3.0)):
+        arch = {"layers": [layer("synth_dense")] * (depth - 1) + [layer("mha")]}
+        study.add_trial(optuna.trial.create_trial(value=loss, user_attrs={"arch": arch}))
+    table = by_layer(study, top=3)
+    rows = {(r["gene"], r["layer"]): r for r in table["rows"]}
+    assert table["depths_vary"] and rows[("attention", "-1")]["top"] == {"mha": 3}
+    assert rows[("attention", "1")]["top"] == {"mha": 1, "synth_dense": 2}
+    assert "counted from the bottom (0 is the first) and then from the top" in format_by_layer(table)
+    same = optuna.create_study()
+    same.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"arch": {"layers": [layer("mha")] * 2}}))
+    assert not by_layer(same)["depths_vary"] and all(
+        not r["layer"].startswith("-") for r in by_layer(same)["rows"]
+    )

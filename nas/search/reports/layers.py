@@ -19,16 +19,22 @@ from nas.search.storage.records import is_infeasible
 GENES = ("attention", "activation")
 
 
-def layer_choices(t: FrozenTrial, detail: bool = False) -> list[tuple[tuple[int, int], str, str]]:
+def layer_choices(
+    t: FrozenTrial, detail: bool = False, from_top: bool = False
+) -> list[tuple[tuple[int, int], str, str]]:
     """((stack, index), block, activation) per layer; stack 0 is a seq2seq encoder, 1 the LM or decoder.
 
     ``detail``: a mixture is named by its components (``mixture(mha+synth_random)``), since two
-    mixtures of different blocks are different choices.
+    mixtures of different blocks are different choices.  ``from_top``: indices count from the top
+    (-1 is the last layer), so that a pinned last layer has one index whatever the depth.
     """
     arch = t.user_attrs.get("arch") or {}
     out = []
     for stack, key in ((0, "encoder_layers"), (1, "layers")):
-        for i, layer in enumerate(arch.get(key) or []):
+        layers = arch.get(key) or []
+        for i, layer in enumerate(layers):
+            if from_top:
+                i -= len(layers)
             att = layer["attention"]
             name = att["type"]
             if detail and att.get("components"):
@@ -38,7 +44,8 @@ def layer_choices(t: FrozenTrial, detail: bool = False) -> list[tuple[tuple[int,
 
 
 def slot_name(slot: tuple[int, int], seq2seq: bool) -> str:
-    """``"2"`` for an LM's layer 2; ``"enc 2"`` / ``"dec 2"`` in a seq2seq study."""
+    """``"2"`` for an LM's layer 2 (``"-1"``: its last, counted from the top); ``"enc 2"`` / ``"dec 2"`` in a
+    seq2seq study."""
     stack, i = slot
     return f"{('enc', 'dec')[stack]} {i}" if seq2seq else str(i)
 
@@ -53,10 +60,12 @@ def top_trials(study: optuna.Study, top: int) -> list[FrozenTrial]:
     return sorted(done, key=lambda t: t.values[0])[:top]
 
 
-def _count(trials: Sequence[FrozenTrial]) -> dict[tuple[tuple[int, int], str], Counter[str]]:
+def _count(
+    trials: Sequence[FrozenTrial], from_top: bool = False
+) -> dict[tuple[tuple[int, int], str], Counter[str]]:
     counts: dict[tuple[tuple[int, int], str], Counter[str]] = {}
     for t in trials:
-        for slot, block, activation in layer_choices(t, detail=True):
+        for slot, block, activation in layer_choices(t, detail=True, from_top=from_top):
             for gene, name in zip(GENES, (block, activation), strict=True):
                 counts.setdefault((slot, gene), Counter())[name] += 1
     return counts
@@ -70,20 +79,27 @@ def by_layer(study: optuna.Study, top: int = 10) -> dict[str, Any]:
     """
     best = top_trials(study, top)
     sampled = [t for t in study.get_trials(deepcopy=False) if layer_choices(t)]
-    top_c, all_c = _count(best), _count(sampled)
-    seq2seq = any(slot[0] == 0 for slot, _ in all_c)
-    rows = [
-        {
-            "gene": gene,
-            "layer": slot_name(slot, seq2seq),
-            "top": dict(top_c.get((slot, gene), Counter()).most_common()),
-            "sampled": dict(all_c[(slot, gene)].most_common()),
-        }
-        for gene in GENES
-        for slot in sorted({s for s, _ in all_c})
-        if (slot, gene) in all_c
-    ]
-    return {"top": len(best), "sampled": len(sampled), "rows": rows}
+    # with depths that vary, layer i from the bottom is a different place in different trials: the
+    # counts from the top (-1: the last layer) follow as well, where a pinned last layer lines up
+    depths = {
+        tuple(len(t.user_attrs["arch"].get(k) or []) for k in ("encoder_layers", "layers")) for t in sampled
+    }
+    rows = []
+    for from_top in (False, True) if len(depths) > 1 else (False,):
+        top_c, all_c = _count(best, from_top), _count(sampled, from_top)
+        seq2seq = any(slot[0] == 0 for slot, _ in all_c)
+        rows += [
+            {
+                "gene": gene,
+                "layer": slot_name(slot, seq2seq),
+                "top": dict(top_c.get((slot, gene), Counter()).most_common()),
+                "sampled": dict(all_c[(slot, gene)].most_common()),
+            }
+            for gene in GENES
+            for slot in sorted({s for s, _ in all_c})
+            if (slot, gene) in all_c
+        ]
+    return {"top": len(best), "sampled": len(sampled), "depths_vary": len(depths) > 1, "rows": rows}
 
 
 def format_by_layer(table: dict[str, Any]) -> str:
@@ -96,7 +112,13 @@ def format_by_layer(table: dict[str, Any]) -> str:
         return ", ".join(f"{name} {n}" for name, n in counts.items()) or "-"
 
     body = [[r["gene"], r["layer"], cell(r["top"]), cell(r["sampled"])] for r in table["rows"]]
+    note = (
+        "\nThe depth varies: layers are counted from the bottom (0 is the first) and then from the top "
+        "(-1 is the last), where a layer pinned at the top lines up whatever the depth."
+        if table.get("depths_vary")
+        else ""
+    )
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(3)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + "  " + row[3]
              for row in [head, *body]]  # fmt: skip
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(line.rstrip() for line in lines) + note
