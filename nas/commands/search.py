@@ -106,6 +106,33 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
     return spec, space, study, args.storage or default_storage(runs, study)
 
 
+def _check_demo_study(settings: RunContext) -> None:
+    """The demo continues the study ``default`` under the runs directory; one an earlier search made with
+    other settings is refused before the demo starts, saying how to continue it or run the demo apart."""
+    import optuna
+
+    from nas.search.storage.records import study_exists
+    from nas.search.storage.study import check_spec
+    from nas.search.storage.urls import open_storage, sqlite_path
+
+    db = sqlite_path(settings.storage)
+    if db is not None and not db.exists():
+        return
+    storage = open_storage(settings.storage, read_only=True)
+    if not study_exists(storage, settings.study):
+        return
+    try:
+        check_spec(optuna.load_study(study_name=settings.study, storage=storage), settings.spec)
+    except UserError as err:
+        text = str(err)
+        why = text[text.find("with other values") : text.find("; continue")]
+        raise UserError(
+            f"the demo searches study {settings.study!r} in {settings.storage}, which an earlier search ran "
+            f"{why}; continue that one with `{prog_name()} search --study {settings.study}`, or run the demo "
+            "in another directory (or with --runs-dir DIR)"
+        ) from None
+
+
 def _refuse_unused_flags(spec: Spec, given: dict[str, dict[str, Any]]) -> None:
     """A recipe or budget flag under the probes evaluator changes nothing (each probe task trains with
     its own fixed recipe and steps, so scores compare across studies): refused, not recorded as if used."""
@@ -164,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = build_run(args)
     if args.demo:
+        _check_demo_study(settings)
         budget = settings.spec.budget
         print(
             f"Demo search: {settings.trials} candidate architectures from {settings.space.source}, each "

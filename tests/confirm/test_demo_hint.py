@@ -33,3 +33,21 @@ def test_demo_prints_a_confirm_command_that_parses(monkeypatch, tmp_path, capsys
         3,
         3,
     )
+
+
+def test_the_demo_over_a_study_run_otherwise_says_how_to_continue_it(monkeypatch, tmp_path, capsys):
+    """After a small search of the default space with other settings, a plain ``nas search`` (the demo)
+    is refused before its banner, naming the study and how to continue it; it used to print the banner
+    and then say to leave out --space, which was never given (issue 36, new-user items)."""
+    monkeypatch.chdir(tmp_path)
+    assert (
+        main(["search", "--trials", "1", "--evaluator", "proxy:params", "--local", "--no-tensorboard"]) == 0
+    )
+    monkeypatch.setattr(nas.search.driver.loop, "Driver", _NoSearch)
+    capsys.readouterr()
+    assert main(["search"]) == 2
+    out, err = capsys.readouterr()
+    assert "Demo search" not in out
+    assert err.count("\n") == 1 and "the demo searches study 'default'" in err
+    assert "search.evaluator: 'proxy:params' -> 'lm'" in err and "nas search --study default" in err
+    assert "--space" not in err

@@ -80,8 +80,9 @@ def check_spec(study: optuna.Study, spec: Spec | None) -> None:
     if fixed:
         raise UserError(
             f"--study {study.study_name!r} was run with other values of {len(fixed)} field(s) that decide "
-            f"what a trial measures: {describe(fixed)}; continue with the study's own spec (leave out "
-            "--space; `show --study S --spec` prints it) or choose a new --study name"
+            f"what a trial measures: {describe(fixed)}; continue it with its own spec (`search --study "
+            f"{study.study_name}` without --space or those flags; `show --study {study.study_name} --spec` "
+            "prints it) or choose a new --study name"
         )
 
 
