@@ -337,6 +337,7 @@ def test_done_when_train_primer_ez_then_export_loads_with_remote_code(tmp_path, 
     import transformers.dynamic_module_utils as dynamic
 
     monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "modules"))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader adds its cache to the path
     args = ["--arch", "primer_ez", "--budget.steps", "3", "--save", "w.safetensors", "--threads", "1"]
     assert main(["train", *args]) == 0
     assert main(["export", "--checkpoint", "w.safetensors", "--hf", "out"]) == 0
