@@ -340,3 +340,15 @@ def export_remote(doc: Mapping[str, Any], out: Path, source: str, *, force: bool
         (tmp / "README.md").write_text(model_card(arch, doc, source, which, remote=True), encoding="utf-8")
     names = sorted(p.name for p in out.iterdir())
     return {"max_logit_difference": diff, "tokenizer": which, "files": names, "code": sorted(files)}
+
+
+def export_hf(doc: Mapping[str, Any], out: Path, source: str, *, force: bool = False) -> dict[str, Any]:
+    """``doc`` (a loaded checkpoint) to the directory ``out`` by the path its architecture takes: a
+    plain Llama (:func:`nas.hf.export_llama`) when it is one, else with its modeling code
+    (:func:`export_remote`); an encoder-decoder is refused.  The result says which (``llama``)."""
+    from nas.hf import export_llama, not_a_llama
+
+    check_exportable(doc["arch"], source)
+    llama = not_a_llama(doc["arch"]) is None
+    done = (export_llama if llama else export_remote)(doc, out, source, force=force)
+    return {**done, "llama": llama}

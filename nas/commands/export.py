@@ -225,8 +225,8 @@ def _export_hf(args: argparse.Namespace) -> int:
     import time
 
     from nas.checkpoint import load_checkpoint
-    from nas.hf import export_llama, not_a_llama, plan_dir
-    from nas.hf_remote import check_exportable, export_remote
+    from nas.hf import plan_dir
+    from nas.hf_remote import check_exportable, export_hf
 
     if args.hf is None or args.checkpoint is None:
         missing = "--hf DIR" if args.hf is None else "--checkpoint FILE"
@@ -251,9 +251,8 @@ def _export_hf(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     doc = load_checkpoint(args.checkpoint)
     check_exportable(doc["arch"], args.checkpoint)  # before any work: nothing written
-    llama = not_a_llama(doc["arch"]) is None
-    export = export_llama if llama else export_remote
-    done = export(doc, out, args.checkpoint, force=args.force)
+    done = export_hf(doc, out, args.checkpoint, force=args.force)
+    llama = done["llama"]
     seconds = time.perf_counter() - start
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     code = done.get("code", [])
