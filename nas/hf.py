@@ -1,12 +1,12 @@
 """Hugging Face export: a trained checkpoint as a directory that ``transformers`` loads without nas-lm.
 
-Today an architecture that *is* a Llama (every layer ``mha``, with or without
+An architecture that *is* a Llama (every layer ``mha``, with or without
 grouped key/value heads, and a SwiGLU FFN of one width; RMSNorm; rotary
 positions; no biases, as every engine block) exports as a plain ``LlamaConfig``
 plus ``model.safetensors``: ``LlamaForCausalLM.from_pretrained(DIR)`` loads it
-with no remote code.  Any other architecture is refused naming the first part
-that is not a Llama (:func:`not_a_llama`); the remote-code path for those is a
-later step.
+with no remote code.  Any other decoder-only architecture (:func:`not_a_llama`
+names what makes it one) exports with its modeling code in the directory
+(:mod:`nas.hf_remote`, ``trust_remote_code=True``).
 
 The weights map over unpermuted: the engine's RoPE pairs channel c with
 c + d_head/2, Hugging Face's half-split convention (``nas.models.rotary``), so
@@ -79,8 +79,8 @@ def check_llama(arch: ArchConfig, source: str) -> None:
     if why is not None:
         raise UserError(
             f"{source}: architecture {arch.arch_id} is not a Llama: {why}; only Llama-shaped architectures "
-            "(every layer mha + swiglu, rmsnorm, rope) export with --hf today (the remote-code export for "
-            "the others is a later step)"
+            "(every layer mha + swiglu, rmsnorm, rope) export as a plain Llama (the others export with their "
+            "modeling code: nas.hf_remote.export_remote)"
         )
 
 
@@ -208,8 +208,11 @@ def tokenizer_for(data: Mapping[str, Any] | None, vocab_size: int, source: str) 
     return None, f"none (the data were token ids, vocabulary {vocab_size:,}, with no tokenizer recorded)"
 
 
-def model_card(arch: ArchConfig, doc: Mapping[str, Any], source: str, tokenizer: str) -> str:
-    """README.md for the exported directory: what the model is, how it was made, how to load it."""
+def model_card(
+    arch: ArchConfig, doc: Mapping[str, Any], source: str, tokenizer: str, *, remote: bool = False
+) -> str:
+    """README.md for the exported directory: what the model is, how it was made, how to load it
+    (``remote``: the remote-code directory of :mod:`nas.hf_remote`, else a plain Llama)."""
     m = doc.get("metrics") or {}
     recipe, budget, data = doc.get("recipe") or {}, doc.get("budget") or {}, doc.get("data") or {}
 
@@ -219,17 +222,36 @@ def model_card(arch: ArchConfig, doc: Mapping[str, Any], source: str, tokenizer:
 
     layer = arch.layers[0]
     kv = _kv_heads(arch, layer)
-    lines = [
-        f"# nas-lm {arch.arch_id}: a Llama-shaped decoder-only language model",
-        "",
-        f"Exported by nas-lm from the checkpoint `{Path(source).name}` (`train --save`). It is a plain "
-        "`LlamaForCausalLM`: Transformers loads it with no remote code.",
-        "",
-        "## Architecture",
-        "",
-        f"- {arch.n_layers} layers, d_model {arch.d_model}, {arch.n_heads} heads "
-        f"({kv} key/value heads), SwiGLU FFN width {_width(arch, layer)}, RMSNorm, rotary positions "
-        f"(base {arch.rope_base:g}), {'tied' if arch.tie_embeddings else 'untied'} embeddings",
+    tied = "tied" if arch.tie_embeddings else "untied"
+    if remote:
+        lines = [
+            f"# nas-lm {arch.arch_id}: a decoder-only language model (remote code)",
+            "",
+            f"Exported by nas-lm from the checkpoint `{Path(source).name}` (`train --save`). Its modeling "
+            "code is in this directory: `modeling_nas.py` (`NasConfig`, `NasForCausalLM`) and the `nas_*.py` "
+            "files it imports, nas-lm's own model code. Transformers loads it with `trust_remote_code=True`, "
+            "which runs that code; nas-lm need not be installed, only torch and transformers.",
+            "",
+            "## Architecture",
+            "",
+            f"- {arch.n_layers} layers, d_model {arch.d_model}, {arch.n_heads} heads, {arch.norm}, "
+            f"{arch.pos_encoding} positions, {tied} embeddings",
+            f"- layers: `{arch.summary()}`",
+        ]
+    else:
+        lines = [
+            f"# nas-lm {arch.arch_id}: a Llama-shaped decoder-only language model",
+            "",
+            f"Exported by nas-lm from the checkpoint `{Path(source).name}` (`train --save`). It is a plain "
+            "`LlamaForCausalLM`: Transformers loads it with no remote code.",
+            "",
+            "## Architecture",
+            "",
+            f"- {arch.n_layers} layers, d_model {arch.d_model}, {arch.n_heads} heads "
+            f"({kv} key/value heads), SwiGLU FFN width {_width(arch, layer)}, RMSNorm, rotary positions "
+            f"(base {arch.rope_base:g}), {tied} embeddings",
+        ]
+    lines += [
         f"- vocabulary {arch.vocab_size:,}; trained context {arch.max_len} tokens",
         f"- nas-lm arch_id `{arch.arch_id}`; the engine's architecture dict is `nas_arch` in config.json",
         "",
@@ -251,15 +273,34 @@ def model_card(arch: ArchConfig, doc: Mapping[str, Any], source: str, tokenizer:
         "## Use",
         "",
         "```python",
-        "from transformers import AutoTokenizer, LlamaForCausalLM",
-        "",
-        'model = LlamaForCausalLM.from_pretrained("DIR")',
-        'tokenizer = AutoTokenizer.from_pretrained("DIR")',
+    ]
+    if remote:
+        lines += [
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            'model = AutoModelForCausalLM.from_pretrained("DIR", trust_remote_code=True)',
+        ]
+    else:
+        lines += [
+            "from transformers import AutoTokenizer, LlamaForCausalLM",
+            "",
+            'model = LlamaForCausalLM.from_pretrained("DIR")',
+        ]
+    lines += [
+        'tokenizer = AutoTokenizer.from_pretrained("DIR"' + (", trust_remote_code=True)" if remote else ")"),
         'ids = tokenizer("To be", return_tensors="pt").input_ids',
         "print(tokenizer.decode(model.generate(ids, max_new_tokens=40, do_sample=False)[0]))",
         "```",
         "",
     ]
+    if remote:
+        lines += [
+            "`generate()` keeps no key/value cache (the model's blocks keep none): each new token reruns "
+            f"the model over the sequence so far, its last {arch.max_len} tokens. There is no padding mask: "
+            "a batch is sequences of one length. `AutoTokenizer` reads config.json first, so it too needs "
+            "`trust_remote_code=True` (else Transformers asks).",
+            "",
+        ]
     return "\n".join(lines)
 
 

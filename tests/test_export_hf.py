@@ -1,7 +1,8 @@
 """``export --checkpoint FILE --hf DIR``: a Llama-shaped checkpoint becomes a plain Llama directory that
 ``transformers`` loads with no remote code: logits equal to 1e-5 in float32, ``generate`` gives the
 engine's own greedy tokens, ``AutoTokenizer`` loads the byte vocabulary (or the user's tokenizer.json),
-config.json records the arch and metrics; anything else is refused in one line with nothing written."""
+config.json records the arch and metrics.  Any other decoder-only architecture exports with its
+modeling code (tests/test_export_hf_remote.py); errors are one line with nothing written."""
 
 from __future__ import annotations
 
@@ -108,13 +109,17 @@ def test_the_users_tokenizer_is_copied(tmp_path, capsys) -> None:
         ({"norm": "layernorm"}, "its norm is layernorm"),
     ],
 )  # fmt: skip
-def test_an_architecture_that_is_not_a_llama_is_refused_in_one_line(tmp_path, capsys, changes, words) -> None:
-    _checkpoint(tmp_path / "m.pt", _arch(**changes))
-    code, err = _export(capsys, "--checkpoint", str(tmp_path / "m.pt"), "--hf", str(tmp_path / "out"))
-    assert code == 2 and len(err) == 1, err
-    assert "not a Llama: " + words in err[0] and "only Llama-shaped" in err[0], err
-    assert not (tmp_path / "out").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]  # no temporary directory left either
+def test_what_is_not_a_llama_is_named_and_exports_with_its_code(tmp_path, capsys, changes, words) -> None:
+    from nas.hf import not_a_llama
+
+    arch = _arch(**changes)
+    assert (not_a_llama(arch) or "").startswith(words)
+    _checkpoint(tmp_path / "m.pt", arch)
+    code, _ = _export(capsys, "--checkpoint", str(tmp_path / "m.pt"), "--hf", str(tmp_path / "out"))
+    assert code == 0
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == "nas_lm" and "AutoModelForCausalLM" in config["auto_map"]
+    assert (tmp_path / "out" / "modeling_nas.py").is_file()
 
 
 def test_a_directory_with_files_needs_force_and_keeps_the_others(tmp_path, capsys) -> None:

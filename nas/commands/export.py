@@ -219,11 +219,14 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
 
 
 def _export_hf(args: argparse.Namespace) -> int:
-    """``--checkpoint FILE --hf DIR``: a Llama-shaped checkpoint as a plain Llama directory."""
+    """``--checkpoint FILE --hf DIR``: a Llama-shaped checkpoint as a plain Llama directory, any other
+    decoder-only one as a directory carrying its modeling code (``trust_remote_code``,
+    :mod:`nas.hf_remote`)."""
     import time
 
     from nas.checkpoint import load_checkpoint
-    from nas.hf import check_llama, export_llama, plan_dir
+    from nas.hf import plan_dir
+    from nas.hf_remote import check_exportable, export_hf
 
     if args.hf is None or args.checkpoint is None:
         missing = "--hf DIR" if args.hf is None else "--checkpoint FILE"
@@ -247,14 +250,26 @@ def _export_hf(args: argparse.Namespace) -> int:
     out = plan_dir(args.hf, "--hf", force=args.force)
     start = time.perf_counter()
     doc = load_checkpoint(args.checkpoint)
-    check_llama(doc["arch"], args.checkpoint)  # before any work: nothing written
-    done = export_llama(doc, out, args.checkpoint, force=args.force)
+    check_exportable(doc["arch"], args.checkpoint)  # before any work: nothing written
+    done = export_hf(doc, out, args.checkpoint, force=args.force)
+    llama = done["llama"]
     seconds = time.perf_counter() - start
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    code = done.get("code", [])
+    files = [f for f in done["files"] if f not in code]
+    if code:
+        files.append(f"modeling_nas.py with the {len(code) - 1} engine modules it imports")
+    what = "LlamaForCausalLM" if llama else "NasForCausalLM"
     print(
-        f"wrote {out}: {', '.join(done['files'])} ({size / 1e6:.2f} MB) in {seconds:.1f} s; "
-        f"LlamaForCausalLM logits equal the checkpoint's to {done['max_logit_difference']:.2g}; "
+        f"wrote {out}: {', '.join(files)} ({size / 1e6:.2f} MB) in {seconds:.1f} s; "
+        f"{what} logits equal the checkpoint's to {done['max_logit_difference']:.2g}; "
         f"tokenizer: {done['tokenizer']}"
     )
-    print(f'load it with: LlamaForCausalLM.from_pretrained("{out}") (transformers, no nas-lm needed)')
+    if llama:
+        print(f'load it with: LlamaForCausalLM.from_pretrained("{out}") (transformers, no nas-lm needed)')
+    else:
+        print(
+            f'load it with: AutoModelForCausalLM.from_pretrained("{out}", trust_remote_code=True) '
+            "(torch and transformers, no nas-lm needed)"
+        )
     return 0

@@ -83,6 +83,18 @@ def test_chunk_sizes() -> None:
     assert CHUNK == 64
 
 
+def test_a_build_on_the_meta_device_leaves_later_builds_real() -> None:
+    """Hugging Face's from_pretrained builds on the meta device; the gather indices were a cached
+    tensor, so every block built after it in the process got meta indices and could not run."""
+    with torch.device("meta"):
+        assert block("data", double=False).triangle_64.is_meta
+    b = block("data")
+    assert not any(t.is_meta for t in b.buffers())
+    x = seq(100)
+    with torch.no_grad():
+        torch.testing.assert_close(b(x), reference(b, x), atol=1e-10, rtol=1e-9)
+
+
 # -- the chunked form against the recurrence ----------------------------------------------------
 @pytest.mark.parametrize("gate", ["data", "fixed"])
 @pytest.mark.parametrize("rope", [False, True])

@@ -57,11 +57,17 @@ def chunk_size(T: int) -> int:
     return min(CHUNK, 1 << max(T - 1, 0).bit_length())
 
 
-@functools.cache
 def triangle_index(C: int) -> Tensor:
     """(C * C,) long: where entry (r, s) of a chunk's C x C matrix lies in the list
     [0, the diagonal (C), the halving blocks of h = 1 (C/2 blocks of 1 x 1), h = 2, .., h = C/2],
-    each block flattened row by row; entries above the diagonal point at the leading 0."""
+    each block flattened row by row; entries above the diagonal point at the leading 0.  A new tensor
+    on the default device each call (the numbers are cached, not the tensor: a cached tensor made
+    under ``torch.device("meta")``, as Hugging Face's ``from_pretrained`` builds, was meta ever after)."""
+    return torch.tensor(_triangle_entries(C), dtype=torch.long)
+
+
+@functools.cache
+def _triangle_entries(C: int) -> tuple[int, ...]:
     index = [[0] * C for _ in range(C)]
     for r in range(C):
         index[r][r] = 1 + r
@@ -73,7 +79,7 @@ def triangle_index(C: int) -> Tensor:
                     index[j * 2 * h + h + i][j * 2 * h + c] = offset + (j * h + i) * h + c
         offset += (C // (2 * h)) * h * h
         h *= 2
-    return torch.tensor(index, dtype=torch.long).flatten()
+    return tuple(i for row in index for i in row)
 
 
 def chunked_gated_linear(
@@ -172,7 +178,7 @@ class GatedLinearAttention(AttentionBlock):
             self.register_buffer("log_gamma", log_gamma, persistent=False)
         C = 1
         while True:  # the gather index of every chunk size a sequence up to max_len can take
-            self.register_buffer(f"triangle_{C}", triangle_index(C).clone(), persistent=False)
+            self.register_buffer(f"triangle_{C}", triangle_index(C), persistent=False)
             if C >= chunk_size(dims.max_len):
                 break
             C *= 2
