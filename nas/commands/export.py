@@ -64,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         type=non_empty,
         help="write the --checkpoint as a Hugging Face directory (config.json, model.safetensors, "
-        "tokenizer, README.md) that transformers loads without nas-lm; Llama-shaped architectures today",
+        "tokenizer, README.md) that transformers loads without nas-lm: a plain Llama for Llama-shaped "
+        "architectures, otherwise with its modeling code (trust_remote_code=True)",
     )
     p.add_argument("--force", action="store_true", help="overwrite --out (or write into a non-empty --hf)")
     p.set_defaults(func=run)
