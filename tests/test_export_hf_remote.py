@@ -101,7 +101,8 @@ LOADER = textwrap.dedent(
 
     sys.meta_path.insert(0, NoNas())
     repo = sys.argv[2]
-    sys.path = [p for p in sys.path if p not in ("", ".") and not p.startswith(repo)]
+    # the repository itself off the path (not what lies under it: a virtual environment may, as CI's .venv)
+    sys.path = [p for p in sys.path if p not in ("", ".", repo, repo + "/")]
     try:
         import nas
     except ImportError:
