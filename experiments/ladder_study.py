@@ -119,6 +119,34 @@ def variants(storage: str) -> list[dict[str, Any]]:
     return out
 
 
+def by_size(out: dict[str, Any]) -> tuple[str, list[str]]:
+    """The mean end loss of each architecture at each size (a table), and the pairs whose order reversed
+    between consecutive sizes and between the smallest and the largest."""
+    sizes = out["sizes"]
+    loss: dict[str, dict[float, list[float]]] = {}
+    for r in out["runs"]["rows"]:
+        if r["points"]:
+            loss.setdefault(r["family"], {}).setdefault(r["size"], []).append(r["points"][-1]["val_loss"])
+    mean = {f: {s: statistics.mean(v) for s, v in by.items()} for f, by in loss.items()}
+    names = sorted(mean, key=lambda f: mean[f].get(sizes[-1], float("inf")))
+    rows = [[f, *(f"{mean[f][s]:.4f}" if s in mean[f] else "-" for s in sizes)] for f in names]
+    table = _doc.markdown_table(["architecture", *(f"size {s:g}" for s in sizes)], rows)
+    notes = []
+    for a, b in [(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1)] + [(sizes[0], sizes[-1])]:
+        flips = [
+            f"{x} / {y}"
+            for i, x in enumerate(names)
+            for y in names[i + 1 :]
+            if all(s in mean[x] and s in mean[y] for s in (a, b))
+            and (mean[x][a] < mean[y][a]) != (mean[x][b] < mean[y][b])
+        ]
+        common = [f for f in names if a in mean[f] and b in mean[f]]
+        tau = kendall([mean[f][a] for f in common], [mean[f][b] for f in common])
+        notes.append(f"size {a:g} -> {b:g}: Kendall {tau:+.3f}; {len(flips)} pair(s) reversed"
+                     + (f" ({', '.join(flips)})" if flips else ""))  # fmt: skip
+    return table, notes
+
+
 def cheap_predictors(check: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
     """The search-scale (confirmed 1x) loss and the probe score of each held-out architecture, from the
     probe experiment (a higher score predicts a lower loss, so it is negated)."""
@@ -159,6 +187,7 @@ def stage_report(args: argparse.Namespace) -> None:
         [v["form"], v["points"], v["n"], f"{v['mae']:.4f}", f"{v['spearman']:+.3f}", f"{v['kendall']:+.3f}"]
         for v in variants(storage)
     ]
+    size_table, reversals = by_size(out)
     body = "\n".join([
         "    " + shown(ladder_cmd()),
         "    " + shown(ladder_cmd("--no-train", "--check", "--report", REPORT)),
@@ -171,6 +200,12 @@ def stage_report(args: argparse.Namespace) -> None:
         "size does (the parameter count: more parameters predicting a lower loss).",
         "",
         _doc.markdown_table(["predictor", "Spearman", "Kendall"], rank_rows),
+        "",
+        "#### The end loss at each size (mean over seeds), and the rankings that reversed",
+        "",
+        size_table,
+        "",
+        *(f"- {line}" for line in reversals),
         "",
         "#### Every variant tried (the held-out size's end point)",
         "",
