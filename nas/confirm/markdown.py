@@ -189,9 +189,12 @@ def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Pla
     """``targets``: where ``STEM_compute.png`` (loss vs training compute, min-max bars) and
     ``STEM_deltas.png`` (paired deltas) go (:func:`nas.commands.confirm.plan_report`)."""
     out = []
+    names = list(dict.fromkeys(r["name"] for r in report["summary"]))
+    # one colour per architecture in both figures (the default cycle follows each figure's own order)
+    colour = {name: f"C{i % 10}" for i, name in enumerate(names)}
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    for name in dict.fromkeys(r["name"] for r in report["summary"]):
+    for name in names:
         pts = [
             r for r in report["summary"] if r["name"] == name and r["mean"] is not None and r["train_flops"]
         ]
@@ -209,13 +212,18 @@ def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Pla
             marker="o",
             capsize=3,
             label=name,
+            color=colour[name],
             linestyle="--" if pts[0]["role"] == "baseline" else "-",
         )
     ax.set_xscale("log")
     xs_all = sorted(
         {r["train_flops"] for r in report["summary"] if r["mean"] is not None and r["train_flops"]}
     )
-    if xs_all and xs_all[-1] < 10 * xs_all[0]:  # under a decade (one scale): log minor labels overlap
+    if xs_all and xs_all[-1] < 1.5 * xs_all[0]:
+        # one scale (equal compute but for a few steps' rounding): a log axis over a fraction of a
+        # percent says nothing; a linear one with the values written does
+        ax.set_xscale("linear")
+    if xs_all and xs_all[-1] < 10 * xs_all[0]:  # under a decade: log minor labels overlap
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xticks(xs_all, [f"{x:.4g}" for x in xs_all], rotation=30, ha="right", fontsize=7)
     ax.set_xlabel("training FLOPs")
@@ -230,7 +238,12 @@ def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Pla
         for i, r in enumerate(rows):
             d = r["delta_vs_baseline"][baselines[0]]
             ax.errorbar(
-                [i], [d["mean"]], yerr=[[d["mean"] - d["min"]], [d["max"] - d["mean"]]], marker="o", capsize=4
+                [i],
+                [d["mean"]],
+                yerr=[[d["mean"] - d["min"]], [d["max"] - d["mean"]]],
+                marker="o",
+                capsize=4,
+                color=colour.get(r["name"]),
             )
             labels.append(f"{r['name']}\n{r['scale']:g}x")
         ax.axhline(0, color="grey", linewidth=1)
