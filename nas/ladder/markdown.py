@@ -173,7 +173,13 @@ def plot(report: dict[str, Any], target: Planned) -> Path:
         ax.axvline(report["target"]["flops"], color="grey", linestyle=":", label="target")
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs")
-    ax.set_ylabel("validation loss (points: measured; lines: fit, band: bootstrap interval)")
+    ax.set_ylabel("validation loss")
+    lo, hi = (int(100 * x) for x in report["interval"])
+    ax.set_title(
+        f"ladder of study {report['study']!r}\npoints: measured; lines: the fitted compute-optimal loss; "
+        f"bands: its {lo}-{hi}% bootstrap interval; diamonds: the prediction at the target",
+        fontsize=8,
+    )
     ax.legend(fontsize=7)
     FigureCanvasAgg(fig)
     fig.tight_layout()
