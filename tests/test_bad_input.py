@@ -688,9 +688,16 @@ def contract_cases(case: Any) -> None:
         {"space.yaml": space("recipe", {**RECIPE, "seq_len": 32})},
     )
     case(
-        "search-tokens-below-one-step", [*lm, "--tokens", "10"], ("space.yaml", "budget", "one training step")
+        # the flag gave the value: the line names the flag, not the space file (issue 36)
+        "search-tokens-below-one-step",
+        [*lm, "--tokens", "10"],
+        ("error: budget.tokens (--tokens)", "one training step"),
     )
-    case("search-flops-below-one-step", [*lm, "--budget-flops", "1000"], ("space.yaml", "budget"))
+    case(
+        "search-flops-below-one-step",
+        [*lm, "--budget-flops", "1000"],
+        ("error: budget.flops (--budget-flops)",),
+    )
     # -- output paths, checked before any work -------------------------------------------------
     case("train-save-a-directory", [*train, "--save", "emptydir"], ("--save", "emptydir"))
     case("train-save-under-a-file", [*train, "--save", "notes.txt/model.pt"], ("--save", "notes.txt"))
