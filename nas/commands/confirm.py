@@ -17,10 +17,11 @@ from typing import Any
 
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, non_empty, positive_int
-from nas.errors import UserError
+from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply, overrides
+from nas.spec.sections import named
 
 DEFAULT_TOP = 3
 DEFAULT_SEEDS = 3
@@ -301,6 +302,13 @@ def settings_for(args: argparse.Namespace, name: str, p: Picked, seed0: int, rec
 
     spec = p.spec
     resources = apply(spec.replace(resources=Resources()), overrides(args)).resources
+    if resources.keep_weights:
+        raise ConfigError(
+            f"{args.command} keeps no weights (a search's option); to keep a model, export it "
+            f"(`{prog_name()} export ... --out m.yaml`) and `{prog_name()} train --arch m.yaml --save "
+            "m.safetensors`",
+            named("resources", "keep_weights"),
+        )
     # Every run trains the LM in full: the search's hurdles and its pre-screen (a hurdle at fraction 0)
     # would stop finalists and baselines, leaving seeds out of the report; and a search scored by a proxy
     # or the probes is confirmed by the loss it stands in for (the same value on every seed otherwise).
