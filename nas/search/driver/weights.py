@@ -90,6 +90,15 @@ def record_of(t: FrozenTrial) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) and rec.get("file") and rec.get("sha256") else None
 
 
+def kept_file(rec: Mapping[str, Any], directory: str | os.PathLike[str] | None) -> Path:
+    """Where a trial's kept weights are: the recorded file, or the file of that name in ``directory``
+    (the study's weights directory, when the runs directory moved since)."""
+    path = Path(str(rec["file"]))
+    if not path.is_file() and directory is not None and (Path(directory) / path.name).is_file():
+        return Path(directory) / path.name
+    return path
+
+
 class KeptWeights:
     """The checkpoints one search run keeps: see the module docstring."""
 
@@ -139,7 +148,7 @@ class KeptWeights:
             rec = record_of(t)
             if rec is None:
                 continue
-            path = self._where(rec)
+            path = kept_file(rec, self.dir)
             if t.state == TrialState.COMPLETE and not is_infeasible(t):
                 if path.is_file() and path.stat().st_size == rec.get("bytes"):
                     self.kept[t.number] = Kept(
@@ -229,7 +238,7 @@ class KeptWeights:
             return None
         total = sum(k.size for k in self.kept.values())
         order = sorted(self.kept.values(), key=lambda k: (k.values[0], k.number))
-        which = f" (trial {', '.join(str(k.number) for k in order)})" if order else ""
+        which = f" (trial {', '.join(str(k.number) for k in order)}, best first)" if order else ""
         where = self.dir if self.dir is not None else Path(order[0].path).parent
         text = f"{len(self.kept)} kept{which}: {total:,} bytes in {where}"
         if self.fetched:
@@ -251,14 +260,6 @@ class KeptWeights:
             every.append(new[1])
             available[new[0]] = new[1]
         return choose(available, every, self.k)
-
-    def _where(self, rec: Mapping[str, Any]) -> Path:
-        """The recorded file, or the file of that name in this run's weights directory (the runs
-        directory moved)."""
-        path = Path(str(rec["file"]))
-        if not path.is_file() and self.dir is not None and (self.dir / path.name).is_file():
-            return self.dir / path.name
-        return path
 
     def _drop(self, number: int, line: Line) -> None:
         kept = self.kept.pop(number, None)
