@@ -207,6 +207,18 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
     return Picked(study, url, record, spec, space, data, finals, bases)
 
 
+def refuse_keep_weights(args: argparse.Namespace) -> None:
+    """``--resources.keep_weights`` is a search's: confirm and ladder (whose resources are their flags)
+    refuse it in one line rather than ignore it."""
+    if overrides(args).get("resources", {}).get("keep_weights"):
+        raise ConfigError(
+            f"{args.command} keeps no weights (a search's option); to keep a model, export it "
+            f"(`{prog_name()} export ... --out m.yaml`) and `{prog_name()} train --arch m.yaml --save "
+            "m.safetensors`",
+            named("resources", "keep_weights"),
+        )
+
+
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
@@ -217,6 +229,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
     lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None
+    refuse_keep_weights(args)
     plan_report(args)  # before anything is read: a report that cannot be written is refused first
     p = pick(args, numbers)
     name = confirm_study_name(args.study)
@@ -302,13 +315,6 @@ def settings_for(args: argparse.Namespace, name: str, p: Picked, seed0: int, rec
 
     spec = p.spec
     resources = apply(spec.replace(resources=Resources()), overrides(args)).resources
-    if resources.keep_weights:
-        raise ConfigError(
-            f"{args.command} keeps no weights (a search's option); to keep a model, export it "
-            f"(`{prog_name()} export ... --out m.yaml`) and `{prog_name()} train --arch m.yaml --save "
-            "m.safetensors`",
-            named("resources", "keep_weights"),
-        )
     # Every run trains the LM in full: the search's hurdles and its pre-screen (a hurdle at fraction 0)
     # would stop finalists and baselines, leaving seeds out of the report; and a search scored by a proxy
     # or the probes is confirmed by the loss it stands in for (the same value on every seed otherwise).
