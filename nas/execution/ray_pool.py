@@ -14,6 +14,13 @@ left ``wait`` raises :class:`~nas.execution.pool.NoWorkersLeft`; a trial past
 ``trial_timeout`` has its actor killed and restarted (``ray.cancel`` cannot
 interrupt a running actor call, so the pool keeps the clock) and comes back
 failed with ``retry=False``.
+
+Weights (``resources.keep_weights``): a trial's call has two return values,
+its result and its model's checkpoint bytes (None unless the search keeps
+weights).  The driver owns both refs but fetches only the result; the bytes
+stay in the object store of the worker's node until the driver, having decided
+to keep the trial, calls ``Finished.weights`` (no shared file system needed),
+and are freed when it drops the ref.
 """
 
 from __future__ import annotations

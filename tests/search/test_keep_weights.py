@@ -9,6 +9,7 @@ is refused in one line naming the commands that rebuild them; Ray brings the wor
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 from pathlib import Path
@@ -140,6 +141,12 @@ def test_keep_2_keeps_exactly_the_two_best_and_deletes_the_dropped(
     assert CountingPool.fetched == entered and len(entered) > 2
     dropped = {t.number for t in study.trials if t.user_attrs.get(WEIGHTS)} - {t.number for t in best}
     assert dropped == set(entered) - {t.number for t in best}
+    # show --trial says where a trial's weights are, and whether they are still kept
+    for t, kept in ((best[0], True), *((study.trials[n], False) for n in dropped)):
+        capsys.readouterr()
+        assert main(["show", "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db", "--runs-dir",
+                     str(tmp_path / "runs"), "--trial", str(t.number), "--json"]) == 0  # fmt: skip
+        assert json.loads(capsys.readouterr().out)["weights"]["kept"] is kept
     size = sum((directory / n).stat().st_size for n in _files(directory))
     line = next(x for x in out.splitlines() if x.startswith("weights:"))
     assert f"2 kept (trial {best[0].number}, {best[1].number}, best first): {size:,} bytes" in line

@@ -244,7 +244,7 @@ class KeptWeights:
         if self.fetched:
             text += (
                 f"; this run fetched {self.fetched} from its workers ({self.fetched_bytes:,} bytes, "
-                f"{self.fetch_seconds:.2f} s) and wrote them in {self.write_seconds:.2f} s"
+                f"{self.fetch_seconds:.3f} s) and wrote them in {self.write_seconds:.3f} s"
             )
         if self.deleted:
             text += f"; deleted {self.deleted} that dropped out of the best {self.k}"
