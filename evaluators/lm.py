@@ -63,6 +63,7 @@ def train_lm(
     save_to: str | os.PathLike[str] | Planned | None = None,
     log: Callable[[str], None] | None = None,
     compile: bool = False,
+    checkpoint_to: Callable[[bytes], None] | None = None,
 ) -> Result:
     """Train ``arch`` on ``corpus`` (loaded, or a spec for :func:`nas.data.load_corpus`) for ``budget``.
 
@@ -74,7 +75,8 @@ def train_lm(
     ``save_to`` writes a checkpoint that ``nas.load_model`` reads; ``log``
     receives human-readable progress lines; ``compile`` trains through
     ``torch.compile`` (a model that fails to compile trains eager, and the
-    result says why in ``compile_error``).
+    result says why in ``compile_error``); ``checkpoint_to(data)`` receives the checkpoint as the bytes
+    ``save_to`` would write to a ``.safetensors`` name (a search worker sends them to its driver).
     """
     t_start = time.perf_counter()
     recipe = recipe if recipe is not None else TrainRecipe()
@@ -112,18 +114,20 @@ def train_lm(
         tlog.finish(arch, recipe, budget, result, log_hparams)
     finally:
         tlog.close()
-    if save_to is not None:
-        from nas.checkpoint import save_checkpoint
+    if save_to is not None or checkpoint_to is not None:
+        from nas.checkpoint import checkpoint_bytes, save_checkpoint
 
         record = getattr(corpus, "record", None)  # the data (and tokenizer) the weights were trained on
-        save_checkpoint(
-            save_to,
-            prep.model,
-            recipe=recipe.to_dict(),
-            budget=budget.to_dict(),
-            metrics=result.to_dict(),
-            data=record() if callable(record) else None,
-        )
+        extra = {
+            "recipe": recipe.to_dict(),
+            "budget": budget.to_dict(),
+            "metrics": result.to_dict(),
+            "data": record() if callable(record) else None,
+        }
+        if save_to is not None:
+            save_checkpoint(save_to, prep.model, **extra)
+        if checkpoint_to is not None:
+            checkpoint_to(checkpoint_bytes(prep.model, **extra))
     return result
 
 
@@ -189,22 +193,29 @@ class LMEvaluator:
         device: str = "auto",
         threads: int | None = None,
         compile: bool = False,
+        keep_checkpoint: bool = False,
     ) -> None:
         self.recipe = recipe if recipe is not None else TrainRecipe()
         self.data = data  # a loaded corpus or a spec, loaded (once per process) on first use
         self.device = device
         self.threads = threads
         self.compile = compile
+        self.keep_checkpoint = keep_checkpoint
+        #: with ``keep_checkpoint``: the last evaluated model as safetensors checkpoint bytes
+        #: (nas.checkpoint.checkpoint_bytes), None before or without it
+        self.checkpoint: bytes | None = None
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> LMEvaluator:
-        """From plain data: ``recipe`` (dict), ``data`` (corpus), ``device``, ``threads``, ``compile``."""
+        """From plain data: ``recipe`` (dict), ``data`` (corpus), ``device``, ``threads``, ``compile``,
+        ``keep_checkpoint`` (the worker's: the search keeps weights)."""
         return cls(
             TrainRecipe.from_dict(settings.get("recipe")),
             settings.get("data"),
             device=settings.get("device") or "auto",
             threads=settings.get("threads"),
             compile=bool(settings.get("compile", False)),
+            keep_checkpoint=bool(settings.get("keep_checkpoint", False)),
         )
 
     def evaluate(
@@ -218,6 +229,7 @@ class LMEvaluator:
         log_hparams: Mapping[str, Any] | None = None,
     ) -> Result:
         corpus = cached_corpus(self.data) if self.data is None or isinstance(self.data, str) else self.data
+        self.checkpoint = None
         return train_lm(
             arch,
             self.recipe,
@@ -230,4 +242,8 @@ class LMEvaluator:
             log_hparams=log_hparams,
             threads=self.threads,
             compile=self.compile,
+            checkpoint_to=self._keep if self.keep_checkpoint else None,
         )
+
+    def _keep(self, data: bytes) -> None:
+        self.checkpoint = data

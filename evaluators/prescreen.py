@@ -43,6 +43,11 @@ class Prescreened:
         self.screen = screen
         self.main = main
 
+    @property
+    def checkpoint(self) -> bytes | None:
+        """The main evaluator's checkpoint of the model it trained (None: screened out, or none kept)."""
+        return getattr(self.main, "checkpoint", None)
+
     def evaluate(
         self,
         arch: ArchConfig,

@@ -60,9 +60,7 @@ def save_checkpoint(
     assert isinstance(arch, ArchConfig)
     target = path.path if isinstance(path, Planned) else Path(path)
     if target.name.endswith(SAFETENSORS):
-        tensors, tied = _stored_once(model.state_dict())
-        meta = {"format": FORMAT, "arch": arch.to_dict(), "tied": tied, **_plain(extra)}
-        header = {k: json.dumps(v, allow_nan=True) for k, v in meta.items()}
+        tensors, header = _safetensors_parts(model, arch, extra)
 
         def save(tmp: Path) -> None:
             from safetensors.torch import save_file
@@ -79,6 +77,26 @@ def save_checkpoint(
             torch.save(doc, f)
 
     write_output(path, save_pt)  # a command's Planned path: nas.outputs' rule
+
+
+def checkpoint_bytes(model: nn.Module, *, arch: ArchConfig | None = None, **extra: Any) -> bytes:
+    """The safetensors checkpoint :func:`save_checkpoint` writes to a ``*.safetensors`` name, as bytes
+    (a search's worker sends them to the driver, which keeps the best: ``resources.keep_weights``)."""
+    from safetensors.torch import save
+
+    arch = arch if arch is not None else model.arch  # type: ignore[assignment]
+    assert isinstance(arch, ArchConfig)
+    tensors, header = _safetensors_parts(model, arch, extra)
+    return save(tensors, metadata=header)
+
+
+def _safetensors_parts(
+    model: nn.Module, arch: ArchConfig, extra: Mapping[str, Any]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors (each shared one once) and the metadata header of a safetensors checkpoint."""
+    tensors, tied = _stored_once(model.state_dict())
+    meta = {"format": FORMAT, "arch": arch.to_dict(), "tied": tied, **_plain(extra)}
+    return tensors, {k: json.dumps(v, allow_nan=True) for k, v in meta.items()}
 
 
 def _stored_once(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:

@@ -73,7 +73,8 @@ class Planned:
     replaces: str | None  # SHA-256 of the file there at the start (this tool's, or forced); None: none was
 
 
-def _digest(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The file's SHA-256, hex (how this module knows a file is still the one it wrote)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -97,7 +98,7 @@ def written_here(path: Path) -> bool:
     """Whether ``path`` holds exactly what this tool last wrote there."""
     try:
         doc = json.loads(_record(path).read_text(encoding="utf-8"))
-        return doc.get("path") == str(path.resolve()) and doc.get("sha256") == _digest(path)
+        return doc.get("path") == str(path.resolve()) and doc.get("sha256") == sha256_file(path)
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -110,7 +111,7 @@ def _remember(path: Path) -> None:
         record.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".record.", dir=record.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"path": str(path.resolve()), "sha256": _digest(path)}, f)
+            json.dump({"path": str(path.resolve()), "sha256": sha256_file(path)}, f)
         os.replace(tmp, record)
     except OSError:
         pass
@@ -153,7 +154,7 @@ def plan_output(
             )
         if not os.access(p, os.W_OK):
             raise UserError(f"{shown}: the file exists and is not writable")
-        replaces = _digest(p)
+        replaces = sha256_file(p)
     check_writable_dir(p.parent, what)
     return Planned(p, what, replaces)
 
@@ -225,7 +226,7 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
                     raise UserError(appeared) from None
                 os.replace(tmp, p)
         else:
-            if not p.is_file() or _digest(p) != planned.replaces:
+            if not p.is_file() or sha256_file(p) != planned.replaces:
                 raise UserError(
                     f"{shown}: the file there changed while this ran; it is left as it is ({HINT})"
                 )

@@ -17,10 +17,11 @@ from typing import Any
 
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import jsonable, non_empty, positive_int
-from nas.errors import UserError
+from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply, overrides
+from nas.spec.sections import named
 
 DEFAULT_TOP = 3
 DEFAULT_SEEDS = 3
@@ -207,6 +208,18 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
     return Picked(study, url, record, spec, space, data, finals, bases)
 
 
+def refuse_keep_weights(args: argparse.Namespace) -> None:
+    """``--resources.keep_weights`` is a search's: confirm and ladder (whose resources are their flags)
+    refuse it in one line rather than ignore it."""
+    if overrides(args).get("resources", {}).get("keep_weights"):
+        raise ConfigError(
+            f"{args.command} keeps no weights (a search's option); to keep a model, export it "
+            f"(`{prog_name()} export ... --out m.yaml`) and `{prog_name()} train --arch m.yaml --save "
+            "m.safetensors`",
+            named("resources", "keep_weights"),
+        )
+
+
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the confirmation needs; writes nothing."""
     from nas.confirm import ARCHS, Entry, Plan, confirm_study_name
@@ -217,6 +230,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
     lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None
+    refuse_keep_weights(args)
     plan_report(args)  # before anything is read: a report that cannot be written is refused first
     p = pick(args, numbers)
     name = confirm_study_name(args.study)

@@ -63,15 +63,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--hf",
         metavar="DIR",
         type=non_empty,
-        help="write the --checkpoint as a Hugging Face directory (config.json, model.safetensors, "
-        "tokenizer, README.md) that transformers loads without nas-lm: a plain Llama for Llama-shaped "
-        "architectures, otherwise with its modeling code (trust_remote_code=True)",
+        help="write the --checkpoint, or with --study and --best/--trial N the weights the search kept for "
+        "that trial (resources.keep_weights; no retraining), as a Hugging Face directory (config.json, "
+        "model.safetensors, tokenizer, README.md) that transformers loads without nas-lm: a plain Llama for "
+        "Llama-shaped architectures, otherwise with its modeling code (trust_remote_code=True)",
     )
     p.add_argument("--force", action="store_true", help="overwrite --out (or write into a non-empty --hf)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.hf is not None and args.checkpoint is None:
+        if args.study is None:
+            raise UserError(
+                "export --hf DIR needs --checkpoint FILE (train --save), or --study S with --best or "
+                "--trial N: a trial whose weights the search kept (resources.keep_weights)"
+            )
+        return _export_kept(args)
     if args.hf is not None or args.checkpoint is not None:
         return _export_hf(args)
     hf = "or --checkpoint FILE --hf DIR to write a Hugging Face directory"
@@ -85,14 +93,7 @@ def run(args: argparse.Namespace) -> int:
     study, url = open_study(args)
     if args.confirmed:
         return _export_confirmed(study, url, out, args)
-    trial = best_trial(study) if args.best else get_trial(study, args.trial)
-    if trial.state != TrialState.COMPLETE or is_infeasible(trial):
-        why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get(INFEASIBLE)
-        why = f" ({why})" if why else ""
-        raise UserError(
-            f"--trial {trial.number} of study {study.study_name!r} is {state_name(trial)}{why}; "
-            f"only COMPLETE trials can be exported (see: {prog_name()} best)"
-        )
+    trial = _complete_trial(study, args)
     if trial.user_attrs.get("arch") is None:
         raise UserError(f"--trial {trial.number} of study {study.study_name!r} has no architecture recorded")
     try:
@@ -140,6 +141,98 @@ def run(args: argparse.Namespace) -> int:
             "(on CPU, --threads equal to the search's --cpus-per-trial reproduces its loss exactly)"
         )
     return 0
+
+
+def _complete_trial(study: Any, args: argparse.Namespace) -> Any:
+    """The trial ``--best`` or ``--trial N`` names; refused unless it is COMPLETE and was trained."""
+    trial = best_trial(study) if args.best else get_trial(study, args.trial)
+    if trial.state != TrialState.COMPLETE or is_infeasible(trial):
+        why = trial.user_attrs.get("fail_reason") or trial.user_attrs.get(INFEASIBLE)
+        why = f" ({why})" if why else ""
+        raise UserError(
+            f"--trial {trial.number} of study {study.study_name!r} is {state_name(trial)}{why}; "
+            f"only COMPLETE trials can be exported (see: {prog_name()} best)"
+        )
+    return trial
+
+
+def _export_kept(args: argparse.Namespace) -> int:
+    """``--study S --best|--trial N --hf DIR``: the weights the search kept for that trial
+    (``resources.keep_weights``), exported exactly as ``--checkpoint FILE --hf DIR`` exports a file:
+    no retraining.  A trial without kept weights is refused in one line naming the commands that
+    rebuild them; nothing is written."""
+    import shlex
+
+    if args.confirmed or args.out is not None:
+        flag = "--confirmed" if args.confirmed else "--out"
+        raise UserError(
+            f"export --study --hf takes no {flag}: it exports a search trial's kept weights (--best or "
+            f"--trial N); write {flag}'s architecture file in a command of its own"
+        )
+    if args.trial is None and not args.best:
+        raise UserError(
+            "export --study S --hf DIR needs --best or --trial N (the trial whose kept weights to export)"
+        )
+    study, url = open_study(args)
+    if CONFIRM_OF in study.user_attrs:
+        raise UserError(f"--study {study.study_name!r} is a confirmation, which keeps no weights; {_REBUILD}")
+    trial = _complete_trial(study, args)
+    path = _kept_checkpoint(study, trial, url, args, shlex.quote)
+    # the very path of `export --checkpoint FILE --hf DIR`, given the kept file
+    plain = {"checkpoint": str(path), "study": None, "trial": None, "best": False, "confirmed": False}
+    code = _export_hf(argparse.Namespace(**{**vars(args), **plain}))
+    print(f"from trial {trial.number} of study {study.study_name!r}: the weights the search kept, {path} "
+          "(SHA-256 checked against the trial's record; nothing retrained)")  # fmt: skip
+    return code
+
+
+_REBUILD = "export the architecture (--out FILE.yaml) and train it with train --arch FILE.yaml --save"
+
+
+def _kept_checkpoint(study: Any, trial: Any, url: str, args: argparse.Namespace, quote: Any) -> Any:
+    """The checkpoint file the search kept for ``trial`` (a duplicate: its twin's), checked against the
+    trial's record (present, same SHA-256); else a UserError naming the commands that rebuild it."""
+    from nas.outputs import sha256_file
+    from nas.search.driver.context import weights_dir
+    from nas.search.driver.weights import kept_file, record_of
+    from nas.search.storage.records import stored_spec
+
+    n, name = trial.number, study.study_name
+    owner, rec = trial, record_of(trial)
+    twin = trial.user_attrs.get("duplicate_of")
+    if rec is None and twin is not None:  # it reused an earlier trial's result: that trial trained it
+        owner = get_trial(study, twin)
+        rec = record_of(owner)
+    whose = f"trial {n}" + (f" (a duplicate of trial {owner.number})" if owner is not trial else "")
+    path, why = None, None
+    if rec is None:
+        spec = stored_spec(study)
+        k = spec.resources.keep_weights if spec is not None else 0
+        why = f"its weights were not kept (the search ran with resources.keep_weights {k})"
+        if k:
+            why = f"its weights were not kept (not among the best {k} as it finished, resources.keep_weights)"
+    else:
+        path = kept_file(rec, weights_dir(args.runs_dir, name, url))
+        if not path.is_file():
+            why = (
+                f"its kept weights {path} are gone (the search deletes the file of a trial that drops out "
+                "of the best resources.keep_weights)"
+            )
+        elif sha256_file(path) != rec.get("sha256"):
+            why = f"its kept weights {path} changed since the search wrote them (SHA-256 differs)"
+    if why is None:
+        return path
+    where = (
+        f" --storage {quote(mask_url(args.storage))}"
+        if args.storage
+        else ("" if args.runs_dir == "runs" else f" --runs-dir {quote(args.runs_dir)}")
+    )
+    prog, stem = prog_name(), f"trial_{n}"
+    raise UserError(
+        f"{whose} of study {name!r}: {why}; rebuild them with `{prog} export --study {quote(name)}{where} "
+        f"--trial {n} --out {stem}.yaml && {prog} train --arch {stem}.yaml --save {stem}.safetensors`, then "
+        f"`{prog} export --checkpoint {stem}.safetensors --hf {quote(args.hf)}`"
+    )
 
 
 def _confirm_run(study: Any, trial: Any, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -193,7 +193,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the ladder needs; writes nothing."""
     import optuna
 
-    from nas.commands.confirm import pick, settings_for
+    from nas.commands.confirm import pick, refuse_keep_weights, settings_for
     from nas.confirm.plan import MAX_RUNS, Entry, build_entries
     from nas.confirm.runner import ARCHS
     from nas.ladder.plan import build_ladder, ladder_study_name
@@ -203,6 +203,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     from nas.validate import MAX_SEED
 
     sizes, rungs, numbers = parse_flags(args)
+    refuse_keep_weights(args)
     plan_report(args)
     args.top = args.top or DEFAULT_TOP
     p = pick(args, numbers)

@@ -201,8 +201,9 @@ def run(args: argparse.Namespace) -> int:
             f"vs FLOPs per token comes at the end.\nSee `{prog_name()} search --help` for the real thing.",
             flush=True,
         )
+    driver = Driver(settings)
     with sigterm_stops_the_driver():
-        study = Driver(settings).run()
+        study = driver.run()
     counts = state_counts(study)
     rows = leaderboard(study, top=10)
     n_obj = len(study.directions)
@@ -230,7 +231,14 @@ def run(args: argparse.Namespace) -> int:
         else f" --runs-dir {shlex.quote(args.runs_dir)}"
     )
     prog = prog_name()
+    kept = driver.kept.summary()
+    if kept:
+        print(f"weights:     {kept}")
     print(f"next:        {prog} best --study {settings.study}{where}")
+    if driver.kept.kept:
+        print(
+            f"export:      {prog} export --study {settings.study}{where} --best --hf out/   (no retraining)"
+        )
     if args.demo:  # a single-seed search rewards luck: say how to check the winner before trusting it
         print(
             f"confirm:     {prog} confirm --study {settings.study}{where} --top 3 --seeds 3 --scales 1,4 "

@@ -36,14 +36,30 @@ def run(args: argparse.Namespace) -> int:
     from nas.search.reports.lookup import get_trial
     from nas.search.reports.trial import format_trial, trial_detail
 
-    detail = trial_detail(study, get_trial(study, args.trial))
+    trial = get_trial(study, args.trial)
+    detail = trial_detail(study, trial)
     tb = Path(tensorboard_dir(args.runs_dir, args.study, url)) / f"trial_{args.trial:05d}"
     detail["tensorboard"] = str(tb) if tb.is_dir() else None
+    detail["weights"] = _kept_weights(trial, args.runs_dir, args.study, url)
     if args.json:
         print(json.dumps(jsonable(detail), indent=2))
     else:
         print(format_trial(detail))
     return 0
+
+
+def _kept_weights(trial: Any, runs_dir: str, study: str, url: str) -> dict[str, Any] | None:
+    """The trial's kept weights (``resources.keep_weights``) as recorded, with ``kept``: whether the
+    file is still there as the search wrote it (it is deleted when the trial drops out of the best K)."""
+    from nas.outputs import sha256_file
+    from nas.search.driver.context import weights_dir
+    from nas.search.driver.weights import kept_file, record_of
+
+    rec = record_of(trial)
+    if rec is None:
+        return None
+    path = kept_file(rec, weights_dir(runs_dir, study, url))
+    return {**rec, "file": str(path), "kept": path.is_file() and sha256_file(path) == rec["sha256"]}
 
 
 def _show_study(args: argparse.Namespace, study: Any) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from nas.execution.pool import Finished, PoolBase
-from nas.execution.worker import run_trial
+from nas.execution.worker import WEIGHTS, run_trial
 
 
 class LocalPool(PoolBase):
@@ -49,7 +49,8 @@ class LocalPool(PoolBase):
         finally:
             torch.set_num_threads(threads)
         result["node"] = "local"
-        return [Finished(tag, result)]
+        data = result.pop(WEIGHTS, None)  # in this process already: fetching it is handing it over
+        return [Finished(tag, result, weights=None if data is None else lambda: data)]
 
     def busy_pids(self) -> list[int]:
         """Worker processes running a trial: none, the trial runs in the driver's own process."""

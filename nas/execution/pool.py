@@ -9,7 +9,7 @@ hands back what happened to each.  Two exist: :class:`~nas.execution.ray_pool.Ra
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 
@@ -21,6 +21,10 @@ class Finished:
     result: dict[str, Any] | None
     error: str | None = None  # the worker (process or node) died, or could not be started
     retry: bool = True  # False: running it again would end the same way (it ran past --trial-timeout)
+    #: fetches the trained model the worker made (``resources.keep_weights``): safetensors checkpoint
+    #: bytes, or None when it made none.  Called only for a trial the driver keeps, so the weights of the
+    #: others never cross to the driver (a Ray object ref until then); may raise when they are lost.
+    weights: Callable[[], bytes | None] | None = None
 
 
 class NoWorkersLeft(RuntimeError):

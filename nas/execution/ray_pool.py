@@ -14,6 +14,13 @@ left ``wait`` raises :class:`~nas.execution.pool.NoWorkersLeft`; a trial past
 ``trial_timeout`` has its actor killed and restarted (``ray.cancel`` cannot
 interrupt a running actor call, so the pool keeps the clock) and comes back
 failed with ``retry=False``.
+
+Weights (``resources.keep_weights``): a trial's call has two return values,
+its result and its model's checkpoint bytes (None unless the search keeps
+weights).  The driver owns both refs but fetches only the result; the bytes
+stay in the object store of the worker's node until the driver, having decided
+to keep the trial, calls ``Finished.weights`` (no shared file system needed),
+and are freed when it drops the ref.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ __all__ = ["Finished", "NoWorkersLeft", "RayPool"]
 _SINGLE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 #: how many failed ``whoami`` calls in a row a (re)starting actor may give before its slot is dropped
 _PROBE_RETRIES = 5
+#: seconds the driver waits for a kept trial's checkpoint bytes to arrive from the worker's node
+WEIGHTS_TIMEOUT = 600.0
 
 
 def _import_ray(local: bool) -> Any:
@@ -75,19 +84,21 @@ class TrialActor:
         gpus = tuple(str(g) for g in ray.get_gpu_ids())
         return os.getpid(), ray.get_runtime_context().get_node_id(), gpus
 
-    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def run(self, payload: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        """The trial's result and, apart (a second return value: its own object ref), the trained
+        model's checkpoint bytes when the search keeps weights, else None."""
         import time
 
         import ray
 
-        from nas.execution.worker import run_trial
+        from nas.execution.worker import WEIGHTS, run_trial
 
         started = time.time()
         result = run_trial(payload)
         result["node"] = ray.get_runtime_context().get_node_id()
         result["gpus"] = [str(g) for g in ray.get_gpu_ids()]
         result["started_at"], result["finished_at"] = started, time.time()
-        return result
+        return result, result.pop(WEIGHTS, None)
 
 
 _ACTOR_CLASS: Any = None
@@ -197,7 +208,8 @@ class RayPool:
         slot = min(idle, key=lambda s: s.probe is not None)  # an actor known to be up first
         if slot.probe is None:
             self._probe(slot)  # answered just before the trial starts: says the actor is up, and its pid
-        slot.ref, slot.tag = slot.actor.run.remote(payload), tag
+        slot.ref, slot.weights = self._run(slot, payload)
+        slot.tag = tag
         slot.started = time.monotonic()  # reset when the probe is answered, if it is still out
 
     def wait(self, timeout: float) -> list[Finished]:
@@ -278,8 +290,25 @@ class RayPool:
                 return
             tag, payload = self.solo.pop(0)
             self._probe(runner)
-            runner.ref, runner.tag = runner.actor.run.remote(payload), tag
+            runner.ref, runner.weights = self._run(runner, payload)
+            runner.tag = tag
             runner.started = time.monotonic()
+
+    @staticmethod
+    def _run(slot: Slot, payload: dict[str, Any]) -> tuple[Any, Any]:
+        """Start ``payload`` on ``slot``'s actor: the refs of its result and of its checkpoint bytes.
+
+        Two return values, so that the result comes to the driver alone and the weights stay in the
+        object store of the worker's node until the driver asks for them (only for a trial it keeps;
+        Ray frees the others once their ref is dropped).  The driver owns both, as any return value.
+        """
+        result, weights = slot.actor.run.options(num_returns=2).remote(payload)
+        return result, weights
+
+    def _fetcher(self, ref: Any) -> Any:
+        """A call that fetches the checkpoint bytes behind ``ref`` (None: the worker made none)."""
+        ray = self.ray
+        return lambda: ray.get(ref, timeout=WEIGHTS_TIMEOUT)
 
     def _release(self, tag: Any) -> None:
         release(self.slots, tag)
@@ -310,7 +339,7 @@ class RayPool:
     def _time_out(self, slot: Slot) -> Finished:
         """Kill the actor running a trial past ``trial_timeout``; Ray restarts it for the next trial."""
         tag = slot.tag
-        slot.ref = slot.tag = None
+        slot.ref = slot.tag = slot.weights = None
         self._release(tag)
         slot.restarting = True
         slot.pid = slot.node = None
@@ -325,8 +354,8 @@ class RayPool:
 
     def _finished(self, slot: Slot) -> Finished:
         exc = self.ray.exceptions
-        ref, tag = slot.ref, slot.tag
-        slot.ref = slot.tag = None
+        ref, tag, weights = slot.ref, slot.tag, slot.weights
+        slot.ref = slot.tag = slot.weights = None
         self._release(tag)
         try:
             result = self.ray.get(ref, timeout=60)
@@ -340,7 +369,7 @@ class RayPool:
             return Finished(tag, None, f"worker died: {type(err).__name__}{why_died(err)}")
         if result.get("pid"):
             slot.pid = result["pid"]
-        return Finished(tag, result)
+        return Finished(tag, result, weights=self._fetcher(weights))
 
     def _give_up(self, slot: Slot, reason: str) -> list[Finished]:
         """Drop ``slot`` and kill its actor; the trial it held (if any) comes back with ``reason``."""
@@ -355,7 +384,7 @@ class RayPool:
         if slot.ref is None:
             return []
         tag = slot.tag
-        slot.ref = slot.tag = None
+        slot.ref = slot.tag = slot.weights = None
         return [Finished(tag, None, reason)]
 
     def _gone_message(self) -> str:

@@ -16,6 +16,7 @@ class Slot:
     pid: int | None = None
     node: str | None = None
     ref: Any = None  # ObjectRef of the running trial
+    weights: Any = None  # ObjectRef of its checkpoint bytes (the actor's second return value; often None)
     tag: Any = None
     started: float = 0.0  # when the trial started (the actor answered the probe sent with it)
     restarting: bool = False  # died; gets no work until the restarted actor answers

@@ -2,7 +2,9 @@
 
 The payload carries the evaluator's name and settings (architecture, recipe,
 budget, data, device, compile) as plain data, plus the hurdle thresholds the
-driver computed at launch.  Every way a candidate can fail (divergence, out of
+driver computed at launch.  When the search keeps weights (``resources.keep_weights``)
+a trial that finished returns its model too, as safetensors checkpoint bytes
+under :data:`WEIGHTS`.  Every way a candidate can fail (divergence, out of
 memory, an exception inside a block) comes back as ``status: failed`` with a
 reason, so one bad candidate never stops the search.  A failed trial still
 reports the training it did before it failed (``spent``: steps, tokens,
@@ -30,6 +32,9 @@ from nas.spec.training import Budget
 OUT_OF_MEMORY = "out of memory"
 #: why a trial failed whose losses went non-finite: its own outcome (same seed, same data: same again)
 DIVERGED = "diverged"
+#: the result's key for the trained model as safetensors checkpoint bytes (``resources.keep_weights``);
+#: the pools take it out of the result (:class:`nas.execution.pool.Finished` ``weights``)
+WEIGHTS = "weights"
 
 
 def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
@@ -49,10 +54,14 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         intermediate[fraction_key(key)] = float(p.val_loss)
         return missed(thresholds, key, p.val_loss)
 
+    resources = (payload.get("spec") or {}).get("resources") or {}
+    keep = bool(resources.get("keep_weights"))  # the search keeps its best trials' weights
     try:
         arch = ArchConfig.from_dict(payload["arch"])
         budget = Budget.from_dict(payload["budget"])
-        evaluator = registry.build(str(payload.get("evaluator") or "lm"), payload)
+        evaluator = registry.build(
+            str(payload.get("evaluator") or "lm"), {**payload, "keep_checkpoint": keep}
+        )
         if payload.get("prescreen"):
             evaluator = Prescreened(registry.build(str(payload["prescreen"]), payload), evaluator)
         result = evaluator.evaluate(
@@ -65,6 +74,9 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         )
         out["metrics"] = result.to_dict()  # plain data from here on: it crosses to the driver and Optuna
         out["status"] = "pruned" if result.stopped_early else "ok"
+        checkpoint = getattr(evaluator, "checkpoint", None) if keep and not result.stopped_early else None
+        if checkpoint is not None:  # the pool hands these bytes to the driver apart from the result
+            out[WEIGHTS] = checkpoint
     except Diverged as err:
         out.update(_failed(err), reason=DIVERGED, detail=str(err))
     except torch.OutOfMemoryError as err:

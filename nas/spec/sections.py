@@ -251,6 +251,11 @@ class Resources(Section):
                         alias="--local")  # fmt: skip
     dashboard: bool = field(False, "start the Ray dashboard", alias="--ray-dashboard")
     tensorboard: bool = field(True, "write per-trial TensorBoard runs")
+    keep_weights: int = field(
+        0, "keep the trained weights of the K best trials as they finish, as safetensors checkpoints in "
+        "RUNS_DIR/STUDY/weights (several objectives: trials on the Pareto front, lowest loss first); files "
+        "that drop out of the best K are deleted; `export --best --hf DIR` exports one (docs/export.md)",
+        alias="--keep-weights", check=integer(0), metavar="K")  # fmt: skip
 
     def check(self) -> None:
         if self.gpus_per_trial > 0 and self.device == "cpu":

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError, UserError
-from nas.spec.sections import DataSpec, Resources, SearchSection
+from nas.spec.sections import DataSpec, Resources, SearchSection, named
 from nas.spec.training import Budget, TrainRecipe, rungs_need_wsd
 from nas.validate import short_repr
 
@@ -61,6 +61,12 @@ class Spec:
             )
         if b.rungs and self.recipe.schedule != "wsd":
             raise ConfigError(rungs_need_wsd(self.recipe.schedule), "budget.rungs")
+        if self.resources.keep_weights and s.evaluator.partition(":")[0] != "lm":
+            raise ConfigError(
+                f"keeps the weights of trained language models, and {named('search', 'evaluator')} "
+                f"{s.evaluator} trains none; drop it or use the lm evaluator",
+                named("resources", "keep_weights"),
+            )
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "") -> Spec:

@@ -33,9 +33,10 @@ from nas.search.samplers.hurdles import Hurdles
 from nas.search.space.load import SearchSpace
 from nas.search.storage.urls import check_storage_url, default_storage, is_memory_sqlite, sqlite_path
 from nas.spec import Spec
+from nas.spec.sections import named
 from nas.validate import check_output_file, check_study_name, check_writable_dir
 
-__all__ = ["RunContext", "check_address", "tensorboard_dir"]
+__all__ = ["RunContext", "check_address", "tensorboard_dir", "weights_dir"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +133,12 @@ class RunContext:
                 f"no trial could start; give at least {b.value + bound:.3g}"
             )
 
+    @property
+    def weights_dir(self) -> str | None:
+        """Where the study keeps its best trials' weights (``resources.keep_weights``); None: no runs
+        directory."""
+        return None if self.runs_dir is None else weights_dir(self.runs_dir, self.study, self.storage)
+
     def check_environment(self) -> Any:
         """Refuse a run whose corpus, directories, storage or Ray address cannot work now;
         returns the corpus.  Creates nothing; the default corpus is fetched (once per process) here.
@@ -160,6 +167,10 @@ class RunContext:
         tb = self.tb_dir
         if tb is not None:
             check_writable_dir(tb, "--runs-dir")
+        if r.keep_weights:
+            if self.weights_dir is None:
+                raise UserError(f"{named('resources', 'keep_weights')} needs a runs directory (--runs-dir)")
+            check_writable_dir(self.weights_dir, "--runs-dir")
         check_storage_url(self.storage)
         db = sqlite_path(self.storage)
         if db is not None:  # the database file and its directory, as every output path
@@ -186,10 +197,20 @@ def tensorboard_dir(runs_dir: str, study: str, storage: str) -> str:
     """``RUNS_DIR/STUDY/tb``, the study's TensorBoard runs; a study kept in another storage than
     the default gets a subdirectory of its own (``tb/storage-HASH``), so that two studies of one
     name in two databases never write into the same runs."""
-    tb = Path(runs_dir) / study / "tb"
+    return _study_dir(runs_dir, study, storage, "tb")
+
+
+def weights_dir(runs_dir: str, study: str, storage: str) -> str:
+    """``RUNS_DIR/STUDY/weights``, the study's kept weights (``trial_N.safetensors``); another storage
+    than the default gets a subdirectory of its own (``weights/storage-HASH``), as :func:`tensorboard_dir`."""
+    return _study_dir(runs_dir, study, storage, "weights")
+
+
+def _study_dir(runs_dir: str, study: str, storage: str, kind: str) -> str:
+    out = Path(runs_dir) / study / kind
     if storage != default_storage(runs_dir, study):
-        tb = tb / f"storage-{hashlib.sha256(storage.encode()).hexdigest()[:8]}"
-    return str(tb)
+        out = out / f"storage-{hashlib.sha256(storage.encode()).hexdigest()[:8]}"
+    return str(out)
 
 
 def check_address(address: str) -> None:

@@ -39,9 +39,10 @@ from nas.search.driver.allowance import Allowance, planned_flops, screen_bound, 
 from nas.search.driver.console import Reporter
 from nas.search.driver.context import RunContext
 from nas.search.driver.inflight import Running, Waiting, default_pool
-from nas.search.driver.outcome import fail, finish_now, tell_result
+from nas.search.driver.outcome import fail, finish_now, objective_values, tell_result
 from nas.search.driver.payload import trial_payload
 from nas.search.driver.twins import Twins
+from nas.search.driver.weights import Admission, KeptWeights
 from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible
 from nas.search.storage.lease import DriverLease, LeaseLost
 from nas.search.storage.study import (
@@ -104,6 +105,10 @@ class Driver:
         if run.spec.search.max_flops is not None and run.spec.search.prescreen:
             # until a candidate is sampled its screen's cost is unknown: reserve the most any can cost
             self.allowance.screen = screen_bound(run.space, run.spec.search.prescreen)
+        # the best trials' weights (resources.keep_weights); a confirmation keeps none (commands refuse it)
+        keep = 0 if self.CONFIRMATION else run.spec.resources.keep_weights
+        self.kept = KeptWeights(keep, run.weights_dir)
+        self.stop: UserError | None = None  # a failure that ends the search once the trial it hit is told
 
     def run(self) -> optuna.Study:
         """Search until ``self.trials`` finished trials or ``search.max_flops``; returns the study.
@@ -134,6 +139,7 @@ class Driver:
                         "--search.max_flops) to continue it, or give a new --study name to start afresh"
                     )
                     return study
+            self.kept.check_files(study)  # before the pool and the study: a refusal leaves nothing behind
             pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
             try:
                 for note in pool.notes:
@@ -165,6 +171,7 @@ class Driver:
         s = self.s
         self.done = count_done(study)
         self.twins = Twins.of(study.get_trials(deepcopy=False), METRIC_KEYS)
+        self.kept.load(study, report.line)
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             report.seen(t.values[0] if t.values else None)  # the progress line's best is the study's
         workers = pool.size or s.workers
@@ -198,6 +205,8 @@ class Driver:
                     ) from None
                 for fin in finished:
                     self._collect(study, fin, report, pool)
+                if self.stop is not None:  # every finished trial is told; the running ones are re-queued
+                    raise self.stop
         except LeaseLost:
             raise  # the trials are the new driver's now
         except BaseException as err:
@@ -373,7 +382,10 @@ class Driver:
             self.retry.append(fin.tag)
             return
         else:
+            admitted = self._keep_weights(study, r, fin, report)  # before the tell: recorded on the trial
             state, text, loss = self._tell(study, r, fin.result)
+            if admitted is not None:
+                self.kept.settle(admitted, state == "COMPLETE", report.line)
         del self.running[fin.tag]
         # one read of the trial's attributes, only when the compute is counted
         self.allowance.settle(fin.tag, r.trial.user_attrs if self.s.spec.search.max_flops is not None else {})
@@ -390,6 +402,25 @@ class Driver:
             r.work,
         )
         self._release_waiting(study, pool, r.arch_id, report)
+
+    def _keep_weights(
+        self, study: optuna.Study, r: Running, fin: Finished, report: Reporter
+    ) -> Admission | None:
+        """Keep the trial's weights when it is among the best K (nas.search.driver.weights); a file that
+        cannot be written stops the search once the trial is told (``self.stop``)."""
+        if not self.kept.active or fin.weights is None or fin.result is None or self.stop is not None:
+            return None
+        values = objective_values(fin.result, self.s.spec.search.objective)
+        if values is None:
+            return None
+        try:
+            return self.kept.offer(study, r.trial, values, fin.weights, report.line)
+        except UserError as err:
+            self.stop = UserError(
+                f"{err}; trial {r.trial.number} is recorded without its weights; free some space (or "
+                "fix the directory) and run the same command again to continue"
+            )
+            return None
 
     def _out_of_memory_while_sharing(self, r: Running, result: dict[str, Any]) -> bool:
         """A trial that ran out of GPU memory beside others gets one more try with its GPU alone."""

@@ -51,6 +51,18 @@ def fail(
     return "FAIL", reason, None
 
 
+def objective_values(result: dict[str, Any], objective: str) -> list[float] | None:
+    """The values :func:`tell_result` will tell for a worker's result, when it will tell it COMPLETE
+    (a finished run with every objective metric finite); else None."""
+    metrics = result.get("metrics") or {}
+    if result.get("status") != "ok":
+        return None
+    values = [metrics.get(key) for key in OBJECTIVE_METRICS[objective]]
+    if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+        return None
+    return [float(v) for v in values]  # type: ignore[arg-type]
+
+
 def tell_result(
     study: optuna.Study, trial: Trial, result: dict[str, Any], objective: str, metric_keys: Sequence[str]
 ) -> tuple[str, str, float | None, FrozenTrial | None]:

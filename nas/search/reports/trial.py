@@ -143,6 +143,14 @@ def format_trial(detail: dict[str, Any]) -> str:
     lines += _hurdle_lines(detail)
     if detail.get("tensorboard"):
         lines += ["", f"TensorBoard run: {detail['tensorboard']}"]
+    weights = detail.get("weights")
+    if weights:
+        lines += [
+            f"kept weights: {weights['file']} ({weights['bytes']:,} bytes)"
+            if weights.get("kept")
+            else f"kept weights: gone or changed ({weights['file']}: deleted when the trial dropped out "
+            "of the best resources.keep_weights, or edited since)"
+        ]
     return "\n".join(lines)
 
 

@@ -28,6 +28,10 @@ UNRECORDED_SAMPLER = "nsga2"
 #: user attr of a candidate over the caps: why it was not trained
 INFEASIBLE = "infeasible"
 INTERMEDIATE = "intermediate"  # user attr: {"0.25": loss, ...}, the losses a trial reported at its hurdles
+#: user attr of a trial whose trained weights the search kept (``resources.keep_weights``):
+#: ``{"file": absolute path, "sha256": hex, "bytes": size}``, set before the trial is told; the file may
+#: since have been deleted (the trial dropped out of the best K) or changed: check it against the record
+WEIGHTS = "weights"
 #: user attributes an evaluator records beside the Result's fields (evaluators.probes: ``probe_*``;
 #: evaluators.prescreen: ``prescreen_*``); a twin copies them with the metrics
 EVALUATOR_PREFIXES = ("probe_", "prescreen_")
