@@ -208,6 +208,27 @@ def tokenizer_for(data: Mapping[str, Any] | None, vocab_size: int, source: str) 
     return None, f"none (the data were token ids, vocabulary {vocab_size:,}, with no tokenizer recorded)"
 
 
+def _found_text(found: Any) -> str:
+    """Where the model came from, for the model card: a search's kept trial, or a checkpoint."""
+    if not isinstance(found, Mapping):
+        return (
+            "From a checkpoint trained by `train --save`; how its architecture was found and confirmed "
+            "is in the study that produced it (`export --study S --best --hf`, from a search that kept "
+            "its weights, says so here)."
+        )
+    loss = found.get("search_loss")
+    origin = f" ({found['origin']})" if found.get("origin") else ""
+    return (
+        f"Trial {found.get('trial')}{origin} of the search study `{found.get('study')}` "
+        f"(`{found.get('storage')}`), whose weights the search kept as the trial finished "
+        f"(`resources.keep_weights`): not retrained"
+        + (f"; its search loss {loss:.4f} nats/token" if isinstance(loss, (int, float)) else "")
+        + ". It was not confirmed over seeds here: `nas confirm --study "
+        f"{found.get('study')}` re-trains the finalists and baselines over seeds and scales, and "
+        "`nas ladder` predicts them at a larger compute."
+    )
+
+
 def model_card(
     arch: ArchConfig, doc: Mapping[str, Any], source: str, tokenizer: str, *, remote: bool = False
 ) -> str:
@@ -267,8 +288,11 @@ def model_card(
         f"- {num('params', ',')} parameters; trained {num('steps', ',')} steps, {num('tokens', ',')} tokens, "
         f"{num('train_flops', '.4g')} FLOPs",
         "",
-        "These are the numbers of the one training run in the checkpoint (config.json: `nas_metrics`); "
-        "how the architecture was found and confirmed is in the study that produced it, not here.",
+        "These are the numbers of the one training run in the checkpoint (config.json: `nas_metrics`).",
+        "",
+        "## How it was found",
+        "",
+        _found_text(doc.get("found")),
         "",
         "## Use",
         "",
@@ -310,7 +334,7 @@ def export_llama(doc: Mapping[str, Any], out: Path, source: str, *, force: bool 
     model.safetensors, the tokenizer and README.md.  Returns what it wrote and measured."""
     model, arch = doc["model"], doc["arch"]
     check_llama(arch, source)
-    extra = {k: doc[k] for k in ("metrics", "data", "recipe", "budget") if doc.get(k) is not None}
+    extra = {k: doc[k] for k in ("metrics", "data", "recipe", "budget", "found") if doc.get(k) is not None}
     tokenizer, which = tokenizer_for(doc.get("data"), arch.vocab_size, source)
     hf = to_llama(model, extra)
     diff = logit_difference(model, hf)

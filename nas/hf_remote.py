@@ -317,7 +317,7 @@ def export_remote(doc: Mapping[str, Any], out: Path, source: str, *, force: bool
 
     model, arch = doc["model"], doc["arch"]
     check_exportable(arch, source)
-    extra = {k: doc[k] for k in ("metrics", "data", "recipe", "budget") if doc.get(k) is not None}
+    extra = {k: doc[k] for k in ("metrics", "data", "recipe", "budget", "found") if doc.get(k) is not None}
     tokenizer, which = tokenizer_for(doc.get("data"), arch.vocab_size, source)
     files = bundle(model)
     hf_logging.disable_progress_bar()

@@ -163,6 +163,8 @@ def _export_kept(args: argparse.Namespace) -> int:
     rebuild them; nothing is written."""
     import shlex
 
+    from nas.search.reports.trial import origin
+
     if args.confirmed or args.out is not None:
         flag = "--confirmed" if args.confirmed else "--out"
         raise UserError(
@@ -179,7 +181,15 @@ def _export_kept(args: argparse.Namespace) -> int:
     trial = _complete_trial(study, args)
     path = _kept_checkpoint(study, trial, url, args, shlex.quote)
     # the very path of `export --checkpoint FILE --hf DIR`, given the kept file
-    plain = {"checkpoint": str(path), "study": None, "trial": None, "best": False, "confirmed": False}
+    plain: dict[str, Any] = {"checkpoint": str(path), "study": None, "trial": None, "best": False,
+                             "confirmed": False}  # fmt: skip
+    plain["found"] = {  # the model card and config.json say where the model came from
+        "study": study.study_name,
+        "storage": mask_url(url),
+        "trial": trial.number,
+        "origin": origin(trial),
+        "search_loss": trial.values[0] if trial.values else None,
+    }
     code = _export_hf(argparse.Namespace(**{**vars(args), **plain}))
     print(f"from trial {trial.number} of study {study.study_name!r}: the weights the search kept, {path} "
           "(SHA-256 checked against the trial's record; nothing retrained)")  # fmt: skip
@@ -344,6 +354,8 @@ def _export_hf(args: argparse.Namespace) -> int:
     out = plan_dir(args.hf, "--hf", force=args.force)
     start = time.perf_counter()
     doc = load_checkpoint(args.checkpoint)
+    if getattr(args, "found", None):  # a search's kept trial (export --study S --best --hf)
+        doc = {**doc, "found": args.found}
     check_exportable(doc["arch"], args.checkpoint)  # before any work: nothing written
     done = export_hf(doc, out, args.checkpoint, force=args.force)
     llama = done["llama"]

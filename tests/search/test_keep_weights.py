@@ -224,6 +224,12 @@ def test_export_best_hf_writes_the_kept_model_as_a_llama_without_training(llama_
     idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (hf(input_ids=idx).logits - ours(idx)).abs().max().item() < 1e-5
+    # how it was found: the study and trial, in the model card and config.json
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert f"Trial {best.number}" in card and "of the search study `s`" in card and "not retrained" in card
+    found = json.loads((out / "config.json").read_text(encoding="utf-8"))["nas_found"]
+    assert (found["study"], found["trial"]) == ("s", best.number)
+    assert found["search_loss"] == pytest.approx(best.values[0])
 
 
 def test_a_trial_without_kept_weights_is_refused_in_one_line_naming_train(llama_study, capsys, monkeypatch):
