@@ -242,3 +242,30 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) in (0, 141)
     assert first.startswith(b"study 'modern'") and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="RLIMIT_FSIZE is POSIX")
+def test_a_healthy_wal_study_where_no_shm_can_be_made_is_read_not_called_damaged(study, tmp_path):
+    """A WAL-mode study needs its -shm beside it even to be read; under a file-size limit (as on a
+    read-only mount or a full disk) SQLite cannot make it. The study is read as the file holds it
+    (SQLite's immutable mode) when its -wal holds nothing, refused in one line saying why otherwise;
+    it used to be called damaged (issue 36)."""
+    import contextlib
+    import sqlite3
+
+    db = tmp_path / "copy.db"
+    src = sqlite3.connect(study["url"].removeprefix("sqlite:///"))
+    with contextlib.closing(src), contextlib.closing(sqlite3.connect(db)) as dst:
+        src.backup(dst)  # the whole study (a WAL study's latest commits may be in its -wal)
+    with contextlib.closing(sqlite3.connect(db)) as conn:  # closed: SQLite removes its -wal and -shm
+        assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    argv = ["best", "--study", "s", "--storage", f"sqlite:///{db}"]
+    run = _limited(tmp_path, 1000, argv)
+    assert run.returncode == 0, run.stderr
+    assert "damaged" not in run.stderr and "Pareto front" in run.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db"]  # no half-made -shm left
+    (tmp_path / "copy.db-wal").write_bytes(b"not checkpointed")
+    run = _limited(tmp_path, 1000, argv)
+    err = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(err) == 1, run.stderr
+    assert "the study is fine, but it cannot be read here" in err[0] and "damaged" not in err[0]

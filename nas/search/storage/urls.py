@@ -80,6 +80,24 @@ _OPTUNA_TABLES = frozenset(
 _OPTUNA_FILES: set[tuple[int, int]] = set()
 
 
+#: (device, inode) of study files that read fine but only in SQLite's immutable mode: the directory
+#: cannot take the -shm file WAL mode needs (a read-only mount, a file-size limit, a full disk)
+_NO_SHM: set[tuple[int, int]] = set()
+
+
+def _immutable_kind(path: Path) -> str:
+    """``sqlite_kind`` of ``path`` read in SQLite's immutable mode (no -shm, no -wal, no locks)."""
+    try:
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not _OPTUNA_TABLES <= tables:
+                return "foreign"
+            return "optuna" if db.execute("PRAGMA quick_check").fetchone()[0] == "ok" else "damaged"
+    except sqlite3.DatabaseError:
+        return "damaged"
+
+
 def sqlite_kind(path: Path) -> str:
     """What the SQLite file ``path`` is: ``"optuna"``, ``"foreign"`` or ``"damaged"``; reads only.
 
@@ -110,7 +128,13 @@ def sqlite_kind(path: Path) -> str:
     except sqlite3.OperationalError as err:
         if "locked" in str(err):  # held longer than the 60 s timeout: busy, not damaged
             raise UserError(f"{path}: the study database is locked by another process; try again") from None
-        kind = "damaged"
+        # a WAL-mode file needs its -shm (and -wal) beside it even to be read: on a read-only mount, under
+        # a file-size limit or a full disk, SQLite cannot make them, which says nothing of the file itself
+        kind = _immutable_kind(path)
+        if kind == "optuna":
+            _NO_SHM.add((st.st_dev, st.st_ino))
+            for p in new:  # what the failed probe began (a -shm it could not fill): never left behind
+                p.unlink(missing_ok=True)
     except sqlite3.DatabaseError:
         kind = "damaged"
     if kind != "optuna":
@@ -218,6 +242,17 @@ def open_storage(
     target = url  # what SQLAlchemy opens; messages keep the user's URL
     if read_only and path is not None:
         target = f"sqlite:///file:{urllib.parse.quote(str(path))}?mode=ro&uri=true"
+        st = path.stat()
+        if (st.st_dev, st.st_ino) in _NO_SHM:  # readable here only without its -shm: as the file is on disk
+            wal = Path(f"{path}-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise UserError(
+                    f"--storage {url!r}: the study is fine, but it cannot be read here: SQLite's WAL mode "
+                    f"needs to write {path.name}-shm beside it (a read-only mount, a file-size limit or a "
+                    f"full disk stops it), and {wal.name} holds changes not yet in {path.name}; read it "
+                    "where its directory is writable, or copy the file with its -wal there"
+                )
+            target += "&immutable=1"  # no -wal content: the file on disk is the whole study
     if url.startswith("sqlite:///"):
         if create_dirs and not read_only and path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
