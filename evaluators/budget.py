@@ -235,11 +235,13 @@ def check_windows(corpus: Any, seq_len: int) -> None:
     """
     if getattr(corpus, "task", "lm") != "lm":
         return
+    unit = "bytes" if getattr(corpus, "is_bytes", True) else "tokens"  # a token corpus counts tokens
     for part, data in (("training", corpus.train), ("validation", corpus.val)):
         if len(data) <= seq_len:
             raise UserError(
-                f"{corpus.name}: the {part} text ({len(data)} bytes) is shorter than one window of "
-                f"seq_len + 1 = {seq_len + 1} bytes; use a larger corpus or a smaller recipe.seq_len"
+                f"{corpus.name}: the {part} {'text' if unit == 'bytes' else 'data'} ({len(data)} {unit}) is "
+                f"shorter than one window of seq_len + 1 = {seq_len + 1} {unit}; use a larger corpus or a "
+                "smaller recipe.seq_len"
             )
 
 

@@ -179,5 +179,9 @@ def test_validation_windows_are_fixed_and_disjoint() -> None:
     assert torch.equal(x.flatten(), torch.arange(50))  # consecutive, each byte once
     assert torch.equal(y.flatten(), torch.arange(1, 51))
     assert validation_windows(stream, 100, 10)[0].shape == (9, 10)  # as many as fit
-    with pytest.raises(UserError, match="shorter than one window"):
-        validation_windows(stream[:5], 1, 10)
+    with pytest.raises(UserError, match=r"validation data \(5 bytes\) is shorter than one window"):
+        validation_windows(stream[:5], 1, 10)  # a text corpus counts bytes, not tokens (issue 36)
+    with pytest.raises(UserError, match=r"validation data \(5 tokens\) is shorter than one window"):
+        validation_windows(torch.arange(5, dtype=torch.int32), 1, 10)
+    with pytest.raises(UserError, match=r"training data \(5 bytes\) is shorter than one window of 11"):
+        get_batch(stream[:5], 1, 10, torch.Generator())

@@ -10,6 +10,11 @@ from torch import Tensor
 from nas.errors import UserError
 
 
+def _unit(data: Tensor) -> str:
+    """What ``data`` counts: bytes (a text corpus, uint8) or tokens."""
+    return "bytes" if data.dtype == torch.uint8 else "tokens"
+
+
 def get_batch(
     data: Tensor, batch_size: int, seq_len: int, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
@@ -22,7 +27,9 @@ def get_batch(
     """
     n_starts = len(data) - seq_len
     if n_starts < 1:
-        raise UserError(f"the training data ({len(data)} tokens) is shorter than one window of {seq_len + 1}")
+        raise UserError(
+            f"the training data ({len(data)} {_unit(data)}) is shorter than one window of {seq_len + 1}"
+        )
     starts = torch.randint(n_starts, (batch_size,), generator=generator)
     window = data.unfold(0, seq_len + 1, 1).index_select(0, starts).long()  # (B, T + 1)
     return window[:, :-1].contiguous(), window[:, 1:].contiguous()
@@ -34,7 +41,7 @@ def validation_windows(data: Tensor, n_windows: int, seq_len: int) -> tuple[Tens
     n = min(n_windows, (len(data) - 1) // seq_len)
     if n < 1:
         raise UserError(
-            f"the validation data ({len(data)} tokens) is shorter than one window of {seq_len + 1}; "
+            f"the validation data ({len(data)} {_unit(data)}) is shorter than one window of {seq_len + 1}; "
             "use a larger corpus or a smaller seq_len"
         )
     span = data[: n * seq_len + 1].long()
