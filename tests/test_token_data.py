@@ -226,6 +226,28 @@ def test_a_cache_entry_left_without_its_metadata_is_made_again(tokenizer: Path, 
     assert sorted(p.name for p in spec.parent.iterdir() if p.name.startswith(".")) == []  # nothing left aside
 
 
+def test_a_corrupt_cache_entry_says_deleting_it_fixes_it(
+    tokenizer: Path, corpus_dir: Path, tmp_path: Path
+) -> None:
+    """A cache entry whose files were damaged (its metadata intact): the line says it is the tool's
+    cache and that deleting it rebuilds it; the same damage in a user's token directory gets no such hint."""
+    import shutil
+
+    spec = Path(resolve_data(str(corpus_dir), str(tokenizer)))
+    (spec / "val.bin").write_bytes(b"")  # emptied by a disk fault, say
+    with pytest.raises(UserError) as info:
+        load_corpus(spec)
+    message = str(info.value)
+    assert "\n" not in message and f"{spec} is this tool's cache" in message and "delete it" in message
+    shutil.rmtree(spec)
+    assert load_corpus(resolve_data(str(corpus_dir), str(tokenizer))).fingerprint  # made again
+    mine = write_token_corpus(tmp_path / "mine")
+    (mine / "val.bin").write_bytes(b"")
+    with pytest.raises(UserError) as info:
+        load_corpus(mine)
+    assert "this tool's cache" not in str(info.value)
+
+
 def test_tokenizer_errors(tokenizer: Path, corpus_dir: Path, tmp_path: Path, monkeypatch) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

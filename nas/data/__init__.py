@@ -93,8 +93,26 @@ def load_corpus(spec: str | os.PathLike[str] | None = None) -> AnyCorpus:
     if spec is not None and str(spec) != DEFAULT_CORPUS:
         path = Path(spec).expanduser()
         if is_token_dir(path):
-            return load_token_dir(path)
+            try:
+                return load_token_dir(path)
+            except UserError as err:
+                raise _cache_hint(err, path) from None
     return load_text(spec)
+
+
+def _cache_hint(err: UserError, path: Path) -> UserError:
+    """``err`` about ``path``, with what fixes it when ``path`` is an entry of this tool's cache (a corpus
+    it tokenized): deleting the entry, which the next run makes again."""
+    from nas.outputs import cache_dir
+
+    try:
+        inside = path.resolve().is_relative_to(cache_dir().resolve())
+    except OSError:
+        inside = False
+    if not inside:
+        return err
+    return UserError(f"{err}; {path} is this tool's cache of a tokenized corpus: delete it and the next run "
+                     "tokenizes the corpus again")  # fmt: skip
 
 
 def resolve_data(
