@@ -82,8 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--scale",
         type=float,
         default=1.0,
-        help="size 1 trains on this multiple of the study's budget; every size on the same tokens "
-        "per parameter (default 1)",
+        help="size 1 trains on this multiple of the study's budget, the other sizes as --tokens says "
+        "(default 1)",
     )
     p.add_argument(
         "--tokens",
