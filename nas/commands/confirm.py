@@ -37,15 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "study's budget, on the same pool and storage as search, and report paired statistics, rank "
         "stability and a verdict per finalist. Running it again continues where it stopped.",
     )
-    add_study_args(p)
-    which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--top", type=positive_int, default=None, help=f"finalists to confirm (default {DEFAULT_TOP})"
-    )
-    which.add_argument(
-        "--trial", type=non_empty, default=None, metavar="N[,M...]",
-        help="confirm these trial numbers instead of the top K, e.g. 3,17,21",
-    )  # fmt: skip
+    add_selection_args(p, DEFAULT_TOP, "confirm")
     p.add_argument(
         "--seeds",
         type=positive_int,
@@ -58,23 +50,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=non_empty,
         default=DEFAULT_SCALES,
         help=f"multiples of the study's budget (default {DEFAULT_SCALES})",
-    )
-    p.add_argument(
-        "--baseline",
-        type=non_empty,
-        action="append",
-        default=None,
-        metavar="FILE",
-        help="a baseline architecture file or a shipped one's name, e.g. vanilla (repeatable; default: "
-        "the space's seed architectures as the search ran them, and Transformer++ for a language model)",
-    )
-    p.add_argument(
-        "--baseline-shape",
-        choices=("finalist", "own"),
-        default="finalist",
-        help="finalist (default): each baseline rebuilt at each finalist's width, heads, depth and context, "
-        "so that a comparison isolates the blocks (finalists of one shape share them); own: the baselines "
-        "as they are",
     )
     p.add_argument(
         "--lrs",
@@ -93,6 +68,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace --report and its figures even if this tool "
                    "did not write them")  # fmt: skip
     p.set_defaults(func=run)
+
+
+def add_selection_args(p: argparse.ArgumentParser, top: int, verb: str) -> None:
+    """The study and which of its architectures to take, as ``confirm`` and ``ladder`` both take them:
+    --study (and its storage), --top K or --trial N,M, --baseline FILE, --baseline-shape."""
+    add_study_args(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--top", type=positive_int, default=None, help=f"finalists to {verb} (default {top})")
+    which.add_argument(
+        "--trial", type=non_empty, default=None, metavar="N[,M...]",
+        help=f"{verb} these trial numbers instead of the top K, e.g. 3,17,21",
+    )  # fmt: skip
+    p.add_argument(
+        "--baseline",
+        type=non_empty,
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a baseline architecture file or a shipped one's name, e.g. vanilla (repeatable; default: "
+        "the space's seed architectures as the search ran them, and Transformer++ for a language model)",
+    )
+    p.add_argument(
+        "--baseline-shape",
+        choices=("finalist", "own"),
+        default="finalist",
+        help="finalist (default): each baseline rebuilt at each finalist's width, heads, depth and context, "
+        "so that a comparison isolates the blocks (finalists of one shape share them); own: the baselines "
+        "as they are",
+    )
 
 
 def _data_spec(record: Any) -> str | None:

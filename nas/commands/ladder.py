@@ -16,7 +16,6 @@ import shlex
 import sys
 from typing import Any
 
-from nas.commands._study import add_study_args
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
@@ -28,6 +27,7 @@ DEFAULT_SAMPLES = 200
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from nas.commands.confirm import add_selection_args
     from nas.ladder.fit import FORMS
     from nas.ladder.plan import DEFAULT_RUNGS, DEFAULT_SEEDS, DEFAULT_SIZES, TOKEN_RULES
 
@@ -39,33 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "B/D^beta per architecture with bootstrap intervals, and predict each one's loss at --target-flops "
         "with the probability that it is best. Running it again continues where it stopped.",
     )
-    add_study_args(p)
-    which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--top", type=positive_int, default=None, help=f"finalists to take (default {DEFAULT_TOP})"
-    )
-    which.add_argument(
-        "--trial",
-        type=non_empty,
-        default=None,
-        metavar="N[,M...]",
-        help="these trial numbers instead of the top K",
-    )
-    p.add_argument(
-        "--baseline",
-        type=non_empty,
-        action="append",
-        default=None,
-        metavar="FILE",
-        help="a baseline architecture file or a shipped one's name (repeatable; default: the space's "
-        "seed architectures and Transformer++, as confirm)",
-    )
-    p.add_argument(
-        "--baseline-shape",
-        choices=("finalist", "own"),
-        default="finalist",
-        help="finalist (default): each baseline at each finalist's shape; own: as they are",
-    )
+    add_selection_args(p, DEFAULT_TOP, "take")
     p.add_argument(
         "--sizes",
         type=non_empty,
