@@ -116,6 +116,12 @@ def whole_ladder(study_name: str, storage: str) -> tuple[list[list[Any]], list[l
     return flops, fits
 
 
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arch", default="vanilla")
@@ -141,7 +147,7 @@ def main() -> int:
             "",
             _doc.markdown_table(["runs", "n", "FLOPs / largest point alone"], flops),
             "",
-            "The fit's own time per architecture (one core's share of this machine, while nothing else ran):",
+            f"The fit's own time per architecture ({_threads()} torch threads, in this process):",
             "",
             _doc.markdown_table(["architecture", "points", "fit (s)", "bootstrap, 200 draws (s)"], fits),
         ]  # fmt: skip
