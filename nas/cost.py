@@ -159,8 +159,10 @@ def training_bytes(
 ) -> dict[str, float]:
     """A lower bound of the memory training ``arch`` needs, in bytes, by the size that drives each part.
 
-    16 bytes per parameter (fp32 weights, gradients and AdamW's two moments); each
-    layer's causal mask (a bool ``max_len x max_len`` buffer) and the position table;
+    16 bytes per parameter (fp32 weights, gradients and AdamW's two moments); the tensors a
+    block keeps beside its parameters (``AttentionBlock.buffer_bytes``: a fixed random
+    synthesizer's logits); each layer's causal mask (a bool ``max_len x max_len`` buffer)
+    and the position table;
     the logits of one batch (forward and gradient, fp32) and one saved residual
     stream per layer.  Real use is higher (more activations, the allocator), so a
     model over a limit by this count is over it for sure.  ``n_layers`` counts the
@@ -171,9 +173,13 @@ def training_bytes(
     own = arch.n_layers + len(arch.encoder_layers)  # a seq2seq model: both stacks
     d, n = arch.d_model, n_layers or own
     tokens = batch_size * T
+    layers = (*arch.encoder_layers, *arch.layers)
+    buffers = sum(
+        ATTENTION.get(x.attention.type).buffer_bytes(arch.dims, x.attention.options) for x in layers
+    )
     return {
         "embeddings": 16.0 * c.embedding_params,
-        "layers": 16.0 * c.non_embedding_params * n / own,
+        "layers": (16.0 * c.non_embedding_params + buffers) * n / own,
         "masks": float(n * arch.max_len**2 + 4 * arch.max_len * d),
         "activations": 4.0 * tokens * (2 * arch.vocab_size + n * d),
     }

@@ -263,6 +263,19 @@ def test_block_param_count_formula(variant: Variant) -> None:
     assert n == variant.cls.count_params(DIMS, variant.spec.options, FFN)
 
 
+def test_block_buffer_bytes_cover_its_quadratic_tensors(variant: Variant) -> None:
+    """What the memory checks add beside the parameters (``buffer_bytes``) covers every buffer the block
+    keeps that grows with max_len squared (a fixed random synthesizer's logits): a check that missed
+    it passed models that could not be built (issue 36)."""
+    block = variant.block()
+    big = sum(  # the layer's own causal mask is counted with the model's (``training_bytes``: masks)
+        b.numel() * b.element_size()
+        for name, b in block.named_buffers()
+        if b.numel() >= MAX_LEN * MAX_LEN and name != "causal_mask"
+    )
+    assert variant.cls.buffer_bytes(DIMS, variant.spec.options) >= big
+
+
 @pytest.mark.parametrize(
     "top", [{}, {"tie_embeddings": False, "pos_encoding": "sinusoidal"}], ids=["tied", "untied-sin"]
 )

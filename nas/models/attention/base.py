@@ -248,6 +248,13 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
         return Flops()
 
     @classmethod
+    def buffer_bytes(cls, dims: Dims, opts: BlockOptions) -> int:
+        """Bytes of the tensors the block keeps beside its trained parameters whose size its sizes or
+        options set (a fixed random synthesizer's logits): the memory checks add them to the
+        parameters'.  Small fixed tables (rotary angles, gather indices) are left out."""
+        return 0
+
+    @classmethod
     def state_elements(cls, dims: Dims, opts: BlockOptions, seq_len: int, with_values: bool = True) -> int:
         """Numbers one sequence keeps in this layer while generating, after ``seq_len`` tokens.
 

@@ -162,6 +162,16 @@ class GatedLinearAttention(AttentionBlock):
     has_dot_terms = False
     short_option_names = {"gate": ""}  # gated_linear(data), gated_linear(fixed)
 
+    @classmethod
+    def buffer_bytes(cls, dims: Dims, opts: BlockOptions) -> int:
+        """The gather index (int64, C x C) of every chunk size up to the one ``max_len`` takes."""
+        total, C = 0, 1
+        while True:
+            total += 8 * C * C
+            if C >= chunk_size(dims.max_len):
+                return total
+            C *= 2
+
     def __init__(
         self, dims: Dims, opts: GatedLinearOptions, *, ffn: FFNSpec, with_values: bool = True
     ) -> None:

@@ -284,6 +284,13 @@ class Mixture(ValueAttention):
         return parts + (len(opts.components) if opts.learned else 0) + cls.value_params(dims)
 
     @classmethod
+    def buffer_bytes(cls, dims: Dims, opts: MixtureOptions) -> int:
+        """Each component's own, and its causal mask (a bool max_len x max_len each: the layer's own
+        mask is counted with the model's)."""
+        parts = cls._parts(opts)
+        return sum(b.buffer_bytes(dims, o) for b, o in parts) + len(parts) * dims.max_len**2
+
+    @classmethod
     def state_elements(cls, dims: Dims, opts: MixtureOptions, seq_len: int, with_values: bool = True) -> int:
         """The shared values and what each component keeps besides them (mha: its keys)."""
         parts = sum(b.state_elements(dims, o, seq_len, with_values=False) for b, o in cls._parts(opts))

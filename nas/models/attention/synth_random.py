@@ -43,6 +43,11 @@ class RandomSynthesizer(ValueAttention):
         return self.R[:, :T, :T].clone()
 
     @classmethod
+    def buffer_bytes(cls, dims: Dims, opts: BlockOptions) -> int:
+        """The fixed variant keeps its (H, L, L) float32 logits as a buffer, not a parameter."""
+        return 0 if cls.trainable_logits else 4 * dims.n_heads * dims.max_len**2
+
+    @classmethod
     def count_params(cls, dims: Dims, opts: BlockOptions, ffn: FFNSpec, with_values: bool = True) -> int:
         own = dims.n_heads * dims.max_len**2 if cls.trainable_logits else 0
         return own + (cls.value_params(dims) if with_values else 0)
