@@ -22,9 +22,11 @@ def _f(v: float | None, digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _beyond(b: dict[str, float]) -> str:
-    """How far a prediction reaches past what was trained, e.g. ``compute 12x, params 2.1x``."""
+def _beyond(b: dict[str, float], below: dict[str, float] | None = None) -> str:
+    """How far a prediction reaches past what was trained, e.g. ``compute 12x, params 2.1x``, or under
+    it (``compute 0.001x the smallest``); ``inside`` when it does neither."""
     parts = [f"{k} {v:.3g}x" for k, v in b.items() if v > 1.0001]
+    parts += [f"{k} {v:.2g}x the smallest" for k, v in (below or {}).items() if v < 0.9999]
     return ", ".join(parts) if parts else "inside"
 
 
@@ -39,7 +41,7 @@ def prediction_table(report: dict[str, Any]) -> list[str]:
         f"Interval: the {lo}th to {hi}th percentile over {report['samples']} bootstrap draws of each "
         "architecture's runs; p(best): the share of joint draws in which it is the lowest. "
         "'beyond': how far past the largest trained point (compute, parameters, tokens) the prediction "
-        "reaches.",
+        "reaches, or under the smallest.",
         "",
         "| rank | architecture | role | predicted loss | interval | p(best) | params | tokens | beyond |",
         "|---:|---|---|---:|---|---:|---:|---:|---|",
@@ -50,7 +52,8 @@ def prediction_table(report: dict[str, Any]) -> list[str]:
         p = f["prediction"]
         lines.append(
             f"| {i} | {name} | {f['role']} | {p['loss']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] | "
-            f"{p['p_best']:.2f} | {_si(p['params'])} | {_si(p['tokens'])} | {_beyond(p['beyond'])} |"
+            f"{p['p_best']:.2f} | {_si(p['params'])} | {_si(p['tokens'])} | "
+            f"{_beyond(p['beyond'], p.get('below'))} |"
         )
     for f in report["families"]:
         if f["fit"] is None:

@@ -160,6 +160,12 @@ def _prediction(fam: Family, target: float, size: float | None) -> dict[str, Any
             "params": n / max(p.params for p in fam.points),
             "tokens": d / max(p.tokens for p in fam.points),
         },
+        # and below it: <1 is extrapolated downwards (a target under the smallest measured point)
+        "below": {
+            "compute": target / min(p.flops for p in fam.points),
+            "params": n / min(p.params for p in fam.points),
+            "tokens": d / min(p.tokens for p in fam.points),
+        },
     }
 
 

@@ -129,6 +129,12 @@ def test_a_new_target_reports_again_without_training(searched, capsys):
     assert out["target"] == {"flops": 1e12, "size": 8.0, "given": True, "allocation": "at size"}
     for f in out["families"]:
         assert f["prediction"]["params"] > max(p["params"] for p in f["measured"])  # size 8 > 3.4
+    # a target under every measured point is an extrapolation too: said as such, not "inside"
+    assert main(_ladder(url, "s", "--json", "--no-train", "--target-flops", "10")) == 0
+    low = json.loads(capsys.readouterr().out)
+    assert all(f["prediction"]["below"]["compute"] < 1e-3 for f in low["families"])
+    assert main(_ladder(url, "s", "--no-train", "--target-flops", "10")) == 0
+    assert "x the smallest" in capsys.readouterr().out
     assert main([*_ladder(url, "s", "--no-train"), "--json", "--form", "shared"]) == 0
     shared = json.loads(capsys.readouterr().out)
     assert all(f["fit"]["alpha"] == f["fit"]["beta"] for f in shared["families"])
