@@ -18,6 +18,10 @@ experiments' compute.  Nothing but ``run_search.py`` commands, each resumable:
    probe score, of each task, of the variants tried and of the parameter-count proxy with the
    confirmed losses, pasted into RESULTS.md's generated section.
 
+``experiments/results/probes_v1.jsonl`` keeps the results of the first protocol (before issue 36
+made ``compression`` MAD's bottleneck task and scored recall above its no-recall plateau), which
+docs/RESULTS.md's probe table still shows, marked stale; ``probes.jsonl`` holds the re-measurement.
+
 Run::
 
     .venv/bin/python experiments/probe_study.py                      # all stages
