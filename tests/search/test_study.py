@@ -170,3 +170,29 @@ def test_a_search_that_fails_before_its_first_result_leaves_no_study(tmp_path, c
     with pytest.raises(RuntimeError):
         search(tmp_path, corpus, "--trials", "5")
     assert len([t for t in load(tmp_path).trials if t.state == TrialState.COMPLETE]) == 2
+
+
+def test_a_requeued_trial_keeps_all_its_fixed_parameters() -> None:
+    """A confirm or ladder run (queued with fixed parameters) stopped while its parameters were being read
+    holds only some of them; queued again, it must get all of them, or the sampler fills in the rest at
+    random (a run at a random scale and seed: the ladder's Ctrl-C test caught one under load)."""
+    from optuna.trial import TrialState
+
+    from nas.search.storage.records import CONFIRM_OF
+    from nas.search.storage.study import requeue
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.set_user_attr(CONFIRM_OF, "s")  # a confirmation's (or ladder's) study of fixed runs
+    study.enqueue_trial({"arch": 3, "scale": 0.5, "seed": 1})
+    trial = study.ask()
+    trial.suggest_int("arch", 0, 10)  # stopped here: scale and seed not read yet
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))[0]
+    requeue(study, running, "driver stopped (KeyboardInterrupt)")
+    again = study.ask()
+    params = {
+        "arch": again.suggest_int("arch", 0, 10),
+        "scale": again.suggest_float("scale", 1e-9, 1e9),
+        "seed": again.suggest_int("seed", 0, 100),
+    }
+    assert params == {"arch": 3, "scale": 0.5, "seed": 1}
+    assert again.user_attrs["requeued_from"] == trial.number

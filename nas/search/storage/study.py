@@ -383,7 +383,14 @@ def requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, reason: str) -
     study._storage.set_trial_user_attr(trial._trial_id, "fail_reason", reason)
     study._storage.set_trial_user_attr(trial._trial_id, REQUEUED, True)
     study.tell(trial.number, state=TrialState.FAIL)
-    study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number})
+    params = dict(trial.params)
+    if CONFIRM_OF in study.user_attrs:
+        # a confirm or ladder run (queued with all its parameters fixed) stopped while they were being
+        # read holds only some: queued again with all of them, or the sampler would fill in the rest at
+        # random (a run at a random scale and seed)
+        fixed = trial.system_attrs.get("fixed_params")
+        params = {**(fixed if isinstance(fixed, dict) else {}), **params}
+    study.enqueue_trial(params, user_attrs={"requeued_from": trial.number})
 
 
 def count_done(study: optuna.Study) -> int:
