@@ -89,6 +89,9 @@ def describe_range(
     if high is None and low == (1 if integer and not low_open else 0) and (integer or low_open):
         return "a positive integer" if integer else "a positive number"
     kind = "an integer" if integer else "a finite number"
+    if high == FP32_MAX and not high_open and low is not None:  # float32's largest: a limit nobody writes
+        lower = describe_range(integer, low, None, low_open)
+        return f"{lower} (at most {FP32_MAX:.4g}, float32's largest)"
     if low is not None and high is not None:
         return f"{kind} in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
     if low is not None:

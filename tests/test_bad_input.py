@@ -691,12 +691,12 @@ def contract_cases(case: Any) -> None:
         # the flag gave the value: the line names the flag, not the space file (issue 36)
         "search-tokens-below-one-step",
         [*lm, "--tokens", "10"],
-        ("error: budget.tokens (--tokens)", "one training step"),
+        ("error: --budget.tokens (--tokens)", "one training step"),
     )
     case(
         "search-flops-below-one-step",
         [*lm, "--budget-flops", "1000"],
-        ("error: budget.flops (--budget-flops)",),
+        ("error: --budget.flops (--budget-flops)",),
     )
     # -- output paths, checked before any work -------------------------------------------------
     case("train-save-a-directory", [*train, "--save", "emptydir"], ("--save", "emptydir"))

@@ -215,7 +215,7 @@ def cases() -> list[Any]:
     # -- a check that trials would fail (the lm evaluator): the flag that caused it is named, not the file
     lm = [a for a in search() if a not in ("--evaluator", "proxy:params")]
     case("search-flag-budget-too-small-names-the-flag", [*lm, "--budget-flops", "10"],
-         ("error: budget.flops (--budget-flops): 10 flops buys less than one training step",))  # fmt: skip
+         ("error: --budget.flops (--budget-flops): 10 flops buys less than one training step",))  # fmt: skip
     case("search-rungs-every-trial-would-fail",
          [*lm, "--steps", "8", "--recipe.schedule", "wsd", "--budget.rungs", "0.25", "--recipe.warmup_frac", "0.5"],
          ("budget.rungs", "inside the warmup"))  # fmt: skip

@@ -40,7 +40,7 @@ from nas.outputs import Planned, plan_output
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
-from nas.spec.flags import add_spec_flags, apply, overrides
+from nas.spec.flags import add_spec_flags, apply, blame_flag, flag_texts, overrides
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_THREADS, check_number, check_writable_dir
 
@@ -102,7 +102,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
         budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
     except ConfigError as err:
         raise err.in_file(source) from None
-    spec = apply(Spec(space={}, recipe=recipe, budget=budget), overrides(args))
+    spec = apply(Spec(space={}, recipe=recipe, budget=budget), overrides(args), flag_texts(args))
     return doc["arch"], spec, data
 
 
@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
         arch = arch.with_vocab(corpus.vocab_size)
         check_training(arch, recipe, budget, corpus, device)
-    except ConfigError as err:
-        raise err.in_file(args.arch) from None
+    except ConfigError as err:  # a flag's value is the flag's fault, not the file's
+        raise blame_flag(err, spec, flag_texts(args)) or err.in_file(args.arch) from None
     if threads is not None and args.threads is None:
         stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
     stderr_log(corpus.describe())

@@ -65,11 +65,68 @@ class _OneName(argparse.Action):
         if earlier is not None and earlier != option_string:
             parser.error(f"{earlier} and {option_string} both set {self.dest}; give it once")
         given[self.dest] = option_string
+        texts = namespace.__dict__.setdefault(GIVEN_TEXT, {})
+        if isinstance(values, _Typed):
+            texts[self.dest], values = values.text, values.value
+        else:
+            texts[self.dest] = str(values)
         setattr(namespace, self.dest, values)
 
 
 #: the namespace attribute where :class:`_OneName` keeps which name set each field
 GIVEN_AS = "_spec_flag_names"
+#: ... and the text the user typed for each (``2``, which the field holds as ``2.0``)
+GIVEN_TEXT = "_spec_flag_texts"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Typed:
+    """A flag's value and the text it was read from, from ``type=`` to :class:`_OneName`, which keeps the
+    text so that an error quotes what the user wrote (``got 2``), not its conversion (``got 2.0``)."""
+
+    value: Any
+    text: str
+
+
+def flag_texts(args: argparse.Namespace) -> dict[str, str]:
+    """``{"recipe.lr": "-1"}``: the text of each spec flag given, as typed."""
+    return dict(vars(args).get(GIVEN_TEXT, {}))
+
+
+def as_written(err: ConfigError, value: Any, text: str | None, where: str) -> ConfigError:
+    """``err`` about a flag's value, at ``where`` (the flag), quoting ``text`` (what was typed) where the
+    message quotes the value converted: ``got 2.0`` for ``--recipe.warmup_frac 2`` reads ``got 2``."""
+    message = err.message
+    if text is not None:
+        for shown in _shown(value):
+            if f"got {shown}" in message:
+                message = message.replace(f"got {shown}", f"got {text}", 1)
+                break
+    return ConfigError(message, where)
+
+
+def blame_flag(err: ConfigError, spec: Spec, texts: Mapping[str, str]) -> ConfigError | None:
+    """``err`` about a ``recipe``/``budget``/``data`` field the command line gave (``texts``:
+    :func:`flag_texts`), naming the flag instead of the file and quoting what was typed; None when the
+    field came from the file."""
+    path = err.path
+    given = [f for f in sorted(texts) if f == path or f.startswith(f"{path}.")]
+    if not given or not path.startswith(("recipe", "budget", "data")):
+        return None
+    section, _, field_ = given[0].partition(".")
+    part = getattr(spec, section)
+    value = part.value if section == "budget" and field_ != "rungs" else getattr(part, field_, None)
+    return as_written(err, value, texts[given[0]], "--" + named(section, field_))
+
+
+def _shown(value: Any) -> list[str]:
+    """How messages show ``value``: its repr (cut short or not), its str, a tuple as a list."""
+    from nas.validate import short_repr
+
+    out = [short_repr(value), repr(value), str(value)]
+    if isinstance(value, tuple):
+        out += [repr(list(value)), short_repr(list(value))]
+    return list(dict.fromkeys(out))
 
 
 def add_spec_flags(
@@ -154,8 +211,9 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
-def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
-    """``spec`` with the fields ``given`` replaced; the sections check the new values."""
+def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]], texts: Mapping[str, str] | None = None) -> Spec:
+    """``spec`` with the fields ``given`` replaced; the sections check the new values.  An error about
+    one of them names its flag and quotes ``texts`` (:func:`flag_texts`), the values as typed."""
     changes: dict[str, Any] = {}
     for section, fields_ in given.items():
         try:
@@ -167,10 +225,9 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]]) -> Spec:
                 changes[section] = dataclasses.replace(getattr(spec, section), **fields_)
         except ConfigError as err:  # a flag's value: name the flag (a file's value keeps the file's name)
             field_ = err.path.split(".", 1)[1] if err.path.startswith(f"{section}.") else ""
-            if (
-                field_ in fields_
-            ):  # e.g. --search.trials (--trials): the flag, and the alias the user may have typed
-                raise ConfigError(err.message, "--" + named(section, field_)) from None
+            if field_ in fields_:  # --search.trials (--trials): the flag and the alias one may have typed
+                text = (texts or {}).get(f"{section}.{field_}")
+                raise as_written(err, fields_[field_], text, "--" + named(section, field_)) from None
             raise
     return dataclasses.replace(spec, **changes)
 
@@ -198,16 +255,16 @@ def _parser(kind: type) -> Any:
             value = BOOLS.get(text.lower())
             if value is None:
                 raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-            return value
+            return _Typed(value, text)
         if kind is tuple:  # a list of numbers: 0.25,0.5
             items = [x.strip() for x in text.split(",")]
             if not all(items):
                 raise argparse.ArgumentTypeError(
                     f"an empty item in {text!r}; give comma-separated numbers like 0.25,0.5"
                 )
-            return tuple(_number(x, float) for x in items)
+            return _Typed(tuple(_number(x, float) for x in items), text)
         if kind in (int, float):
-            return _number(text, kind)
+            return _Typed(_number(text, kind), text)
         return text
 
     parse.__name__ = getattr(kind, "__name__", "value")  # argparse names the type in its messages
@@ -233,4 +290,7 @@ def _show(value: Any) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
 
 
-__all__ = ["ALL_SECTIONS", "DataSpec", "Resources", "SearchSection", "add_spec_flags", "apply", "overrides"]
+__all__ = [
+    "ALL_SECTIONS", "DataSpec", "Resources", "SearchSection", "add_spec_flags", "apply", "as_written",
+    "blame_flag", "flag_texts", "overrides",
+]  # fmt: skip

@@ -224,3 +224,46 @@ def test_fingerprint_follows_content_not_order():
     assert parse_space(raw).fingerprint == a.fingerprint
     raw["globals"]["max_len"] = 8
     assert parse_space(raw).fingerprint != a.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "named", "not_named"),
+    [
+        # an option wrong whatever else is chosen: no choice beside it is named as its cause
+        ({"attention": {"mha": {"kv_heads": [3, 2]}}}, "mha.kv_heads", "(with kv_heads=3)", "d_model="),
+        ({"attention": {"hyena": {"emb_dim": 2}}}, "hyena.emb_dim", None, "d_model="),
+        # a failure that depends on d_model names it, and only it
+        ({"globals": {"d_model": [16, 18], "n_heads": 4}}, "globals.n_heads", "(with d_model=18)", "mult="),
+        (
+            {"attention": {"synth_factorized_dense": {"a": [2, 16], "b": 4}}},
+            "synth_factorized_dense.b",
+            "(with a=2)",
+            "d_model=",
+        ),  # fmt: skip
+        (
+            {"attention": {"multi_branch": {}}, "ffn": {"activation": ["relu", "swiglu"], "mult": 2}},
+            "layers.ffn.activation",
+            "(with activation=swiglu)",
+            "d_model=",
+        ),  # fmt: skip
+    ],
+)
+def test_a_combination_error_names_only_the_choices_it_depends_on(change, path, named, not_named):
+    """`kv_heads: 3` (wrong at every size) was reported `(with d_model=64, attention=mha, kv_heads=3,
+    activation=relu, mult=2)`: d_model blamed for a block option. Only the choices whose other values
+    would build are named."""
+    raw = small_space()
+    raw["globals"].update(change.get("globals", {}))
+    if "attention" in change:
+        raw["layers"]["attention"] = change["attention"]
+    if "ffn" in change:
+        raw["layers"]["ffn"] = change["ffn"]
+    with pytest.raises(ConfigError) as info:
+        parse_space(raw)
+    message = str(info.value)
+    assert path in message, message
+    if named is None:
+        assert "(with" not in message, message
+    else:
+        assert named in message, message
+    assert not_named not in message, message

@@ -294,3 +294,42 @@ def test_a_field_given_through_two_of_its_names_is_refused(
         main(["search", *argv, "--evaluator", "proxy:params"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and names in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "quoted", "converted"),
+    [
+        (["--recipe.warmup_frac", "2"], "got 2", "2.0"),
+        (["--recipe.lr", "-1"], "got -1", "-1.0"),
+        (["--search.hurdle_percentile", "150"], "got 150", "150.0"),
+        (["--budget.seconds", "0"], "got 0", "0.0"),
+        (["--search.hurdles", "0.5,0.25"], "got 0.5,0.25", "[0.5, 0.25]"),
+        (["--recipe.weight_decay", "-1"], "float32's largest", "3.40282e+38"),
+    ],
+)
+def test_a_flags_bad_value_is_quoted_as_typed(
+    argv: list[str], quoted: str, converted: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--recipe.warmup_frac 2` was answered `got 2.0`: a value the user never wrote. The line quotes the
+    flag's text, and a float32 bound reads as one, not as a number nobody typed."""
+    storage = "sqlite:////nonexistent/x.db"
+    assert main(["search", *argv, "--evaluator", "proxy:params", "--storage", storage]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: {argv[0]}"), err
+    assert quoted in err and converted not in err, err
+
+
+def test_a_flags_value_refused_by_training_names_the_flag_not_the_file(tmp_path, capsys) -> None:
+    """`train --arch a.yaml --recipe.seq_len N` over the architecture's max_len blamed a.yaml."""
+    arch = {"vocab_size": 256, "d_model": 16, "n_heads": 2, "max_len": 16,
+            "layers": [{"attention": "mha", "ffn": {"activation": "relu", "mult": 2}}]}  # fmt: skip
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump({"arch": arch, "budget": {"steps": 1}}))
+    assert main(["train", "--arch", str(path), "--recipe.seq_len", "64", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: --recipe.seq_len: 64 exceeds the architecture's max_len 16"), err
+    assert str(path) not in err
+    path.write_text(yaml.safe_dump({"arch": arch, "recipe": {"seq_len": 64}, "budget": {"steps": 1}}))
+    assert main(["train", "--arch", str(path), "--threads", "1"]) == 2  # the file's value: the file
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert str(path) in err and "recipe.seq_len" in err and "--recipe" not in err, err

@@ -162,7 +162,8 @@ class Allowance:
         if self.trials is not None:
             parts.append(f"{max(0, self.trials - done)} more trial(s)")
         if self.max_flops is not None:
-            parts.append(f"{max(0.0, self.max_flops - self.spent):.3g} more training FLOPs (--max-flops)")
+            left = max(0.0, self.max_flops - self.spent)
+            parts.append(f"{left:.3g} more training FLOPs (search.max_flops)")
         return " or ".join(parts)
 
     def limits(self) -> str:

@@ -24,6 +24,7 @@ import hashlib
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,9 @@ class RunContext:
     data: str | None = None
     #: where the study's files go by default (checked writable before anything starts)
     runs_dir: str | None = None
-    #: the spec fields the command line gave (``budget.flops``, ``recipe.seq_len``): an error about one
-    #: of them names the flag, not the space file
-    flags: frozenset[str] = frozenset()
+    #: the spec fields the command line gave (``budget.flops``, ``recipe.seq_len``), each with the text
+    #: typed: an error about one of them names the flag, not the space file, and quotes that text
+    flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_study_name(self.study, "--study")
@@ -107,14 +108,9 @@ class RunContext:
 
     def blame_flag(self, err: ConfigError) -> ConfigError:
         """``err`` about a spec field the command line gave, naming the flag instead of the space file."""
-        from nas.spec.sections import named
+        from nas.spec.flags import blame_flag
 
-        path = err.path
-        given = [f for f in sorted(self.flags) if f == path or f.startswith(f"{path}.")]
-        if not given or not path.startswith(("recipe", "budget", "data")):
-            return err
-        section, _, field = given[0].partition(".")
-        return ConfigError(err.message, named(section, field))
+        return blame_flag(err, self.spec, self.flags) or err
 
     def _check_screen_fits(self) -> None:
         """With a FLOPs budget, ``--max-flops`` and a pre-screen, every launch reserves its budget and

@@ -175,7 +175,7 @@ class Driver:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             report.seen(t.values[0] if t.values else None)  # the progress line's best is the study's
         workers = pool.size or s.workers
-        where = "in this process (--local)" if s.spec.resources.local else f"on {workers} worker(s)"
+        where = "in this process (resources.local)" if s.spec.resources.local else f"on {workers} worker(s)"
         report.line(
             f"study {s.study!r}: {self.done} finished, running up to {self.allowance.describe(self.done)} "
             f"{where}; budget {s.spec.budget} per trial, objective {s.spec.search.objective}, "

@@ -35,14 +35,25 @@ def product(params: Mapping[str, Param]) -> Iterator[dict[str, Any]]:
         yield dict(zip(keys, combo, strict=True))
 
 
-def _layer_combos(choices: LayerChoices) -> Iterator[dict[str, Any]]:
-    """Every layer (as plain data) one stack's choices can make, ranges at both ends."""
+def _layer_picks(choices: LayerChoices) -> Iterator[tuple[str, dict[str, Any], Any, Any]]:
+    """Every (block, its option choices, activation, mult) one stack's choices can make."""
     for name, choice in choices.blocks.items():
         for combo in product(choice.options):
-            opts = chosen_options(ATTENTION.get(name), combo)
             for act in choices.activation.values():
                 for mult in choices.mult.values():
-                    yield {"attention": {"type": name, **opts}, "ffn": {"activation": act, "mult": mult}}
+                    yield name, combo, act, mult
+
+
+def _layer(name: str, combo: dict[str, Any], act: Any, mult: Any) -> dict[str, Any]:
+    """One layer as plain data (ranges at the end the combination holds)."""
+    opts = chosen_options(ATTENTION.get(name), combo)
+    return {"attention": {"type": name, **opts}, "ffn": {"activation": act, "mult": mult}}
+
+
+def _layer_combos(choices: LayerChoices) -> Iterator[dict[str, Any]]:
+    """Every layer (as plain data) one stack's choices can make, ranges at both ends."""
+    for pick in _layer_picks(choices):
+        yield _layer(*pick)
 
 
 def check_combinations(space: SearchSpace, choices: LayerChoices, stem: str) -> None:
@@ -58,19 +69,59 @@ def check_combinations(space: SearchSpace, choices: LayerChoices, stem: str) -> 
     # an encoder layer is checked as one (bidirectional: a centered convolution is valid there), beside
     # the decoder's first layer
     decoder = next(_layer_combos(space.layer_choices)) if stem == "encoder" else None
+
+    def fails(g: dict[str, Any], pick: tuple[str, dict[str, Any], Any, Any]) -> ConfigError | None:
+        raw_layer = _layer(*pick)
+        raw = {**g, "layers": [raw_layer]}
+        if decoder is not None:
+            raw = {**g, "task": space.task, "encoder_layers": [raw_layer], "layers": [decoder]}
+        try:
+            ArchConfig.from_dict(raw)
+        except ConfigError as err:
+            return err
+        return None
+
     checked = 0
     for g in product(sizes):
-        for where, raw_layer in ((w, layer) for w, menu in named for layer in _layer_combos(menu)):
-            checked += 1
-            if checked > _MAX_CHECKS:
-                return
-            raw = {**g, "layers": [raw_layer]}
-            if decoder is not None:
-                raw = {**g, "task": space.task, "encoder_layers": [raw_layer], "layers": [decoder]}
-            try:
-                ArchConfig.from_dict(raw)
-            except ConfigError as err:
-                raise _combination_error(space, err, g, raw_layer, where) from None
+        for where, menu in named:
+            for pick in _layer_picks(menu):
+                checked += 1
+                if checked > _MAX_CHECKS:
+                    return
+                err = fails(g, pick)
+                if err is not None:
+                    causes = _causes(space, menu, g, pick, fails)
+                    raise _combination_error(err, _layer(*pick), where, causes) from None
+
+
+def _causes(
+    space: SearchSpace,
+    menu: LayerChoices,
+    g: dict[str, Any],
+    pick: tuple[str, dict[str, Any], Any, Any],
+    fails: Any,
+) -> list[str]:
+    """The choices a failing combination's failure depends on, as ``key=value``: those for which
+    another value of the same choice (the rest held) builds.  A choice that fails whatever its value
+    is not named, so an option's own mistake is not blamed on ``d_model=64`` beside it."""
+    name, combo, act, mult = pick
+    out = []
+    for k, p in space.globals.items():
+        if k in g and p.searched and any(fails({**g, k: v}, pick) is None for v in p.values() if v != g[k]):
+            out.append(f"{k}={g[k]}")
+    if any(fails(g, (other, next(product(menu.blocks[other].options)), act, mult)) is None
+           for other in menu.blocks if other != name):  # fmt: skip
+        out.append(f"attention={name}")
+    options = menu.blocks[name].options
+    for k, v in combo.items():
+        alternatives = [x for x in options[k].values() if x != v]
+        if any(fails(g, (name, {**combo, k: x}, act, mult)) is None for x in alternatives):
+            out.append(f"{k}={label(v)}")
+    if any(fails(g, (name, combo, x, mult)) is None for x in menu.activation.values() if x != act):
+        out.append(f"activation={act}")
+    if any(fails(g, (name, combo, act, x)) is None for x in menu.mult.values() if x != mult):
+        out.append(f"mult={mult:g}")
+    return out
 
 
 #: the sizes whose largest (smallest) values make a space's largest (cheapest) candidates
@@ -112,12 +163,10 @@ def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchCon
 
 
 def _combination_error(
-    space: SearchSpace, err: ConfigError, g: dict[str, Any], raw_layer: dict[str, Any], stem: str
+    err: ConfigError, raw_layer: dict[str, Any], stem: str, causes: list[str]
 ) -> ConfigError:
-    """Point at the space's own YAML path and name the combination that fails."""
-    opts = dict(raw_layer["attention"])
-    block = opts.pop("type")
-    act, mult = raw_layer["ffn"]["activation"], raw_layer["ffn"]["mult"]
+    """Point at the space's own YAML path and name the choices the failure depends on."""
+    block = raw_layer["attention"]["type"]
     inner = err.path.replace("encoder_layers.0", "layers.0", 1)  # an encoder layer's: the same parts
     if inner.startswith("layers.0.attention."):
         path = f"{stem}.attention.{block}.{inner[len('layers.0.attention.') :]}"
@@ -127,7 +176,4 @@ def _combination_error(
         path = f"{stem}.attention.{block}"
     else:
         path = f"globals.{inner}" if inner else "globals"
-    combo = [f"{k}={v}" for k, v in g.items() if space.globals[k].searched]
-    combo += [f"attention={block}"] + [f"{k}={label(v)}" for k, v in opts.items()]
-    combo += [f"activation={act}", f"mult={mult:g}"]
-    return ConfigError(f"{err.message} (with {', '.join(combo)})", path)
+    return ConfigError(f"{err.message} (with {', '.join(causes)})" if causes else err.message, path)
