@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="learning rates to sweep at the first seed per architecture and scale; the best is "
         "used for the other seeds (default: the study's recipe lr)",
     )
-    add_spec_flags(p, ("resources",))
+    add_spec_flags(p, ("resources",), hidden=("resources.keep_weights",))  # refused: a search's
     p.add_argument(
         "--json",
         action="store_true",

@@ -105,7 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-train", action="store_true", help="report on the runs the ladder study holds; train nothing"
     )
-    add_spec_flags(p, ("resources",))
+    add_spec_flags(p, ("resources",), hidden=("resources.keep_weights",))  # refused: a search's
     p.add_argument(
         "--json",
         action="store_true",

@@ -133,8 +133,12 @@ def add_spec_flags(
     parser: argparse.ArgumentParser,
     sections: Iterable[str] = ALL_SECTIONS,
     only: Mapping[str, Iterable[str]] | None = None,
+    hidden: Iterable[str] = (),
 ) -> None:
-    """Add a ``--section.field`` flag for every field of ``sections`` (``only[section]``: those fields)."""
+    """Add a ``--section.field`` flag for every field of ``sections`` (``only[section]``: those fields).
+    ``hidden`` (``resources.keep_weights``): parsed, so the command refuses them in its own words, but
+    left out of ``--help``, which lists what the command takes."""
+    hidden = set(hidden)
     only = only or {}
     for section in sections:
         group = parser.add_argument_group(f"{section} (the spec file's `{section}:` section)")
@@ -187,7 +191,7 @@ def add_spec_flags(
                 type=_parser(kind),
                 action=_OneName,
                 default=argparse.SUPPRESS,
-                help=help_text,
+                help=argparse.SUPPRESS if f"{section}.{f.name}" in hidden else help_text,
                 **extra,
             )
     if "resources" in sections and (not only.get("resources") or "tensorboard" in only["resources"]):

@@ -332,6 +332,7 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
             "resources.local (--local) runs trials one at a time in this process, without Ray; drop "
             "resources.workers (--workers)",
         ),
+        (["--keep-weights", "2"], "resources.keep_weights (--keep-weights): confirm keeps no weights"),
     ],
 )
 def test_bad_flags_are_one_line_exit_2_and_create_nothing(studies, tmp_path, capsys, flags, message):
@@ -342,6 +343,15 @@ def test_bad_flags_are_one_line_exit_2_and_create_nothing(studies, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert _snapshot(url) == before and not report.exists()
+
+
+@pytest.mark.parametrize("command", ["confirm", "ladder"])
+def test_help_lists_only_the_resources_the_command_takes(command, capsys):
+    """`--resources.keep_weights` is refused by confirm and ladder; their --help no longer offers it."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "--resources.workers" in out and "keep_weights" not in out and "--keep-weights" not in out
 
 
 def test_a_study_without_complete_trials_is_refused(studies, tmp_path, capsys):
