@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from nas.errors import UserError
 from nas.program import prog_name
@@ -23,6 +25,13 @@ COMMANDS = ("search", "train", "best", "show", "plot", "export", "confirm", "lad
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (the usage text is one ``--help`` away)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Python 3.11's argparse takes `-1e-3` for an option (`--recipe.lr -1e-3`: "expected one
+        # argument"), as it only knows `-1` and `-.5` for numbers; 3.13 widened its rule the same way.
+        # No flag here looks like a negative number, so any of them is a value.
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

@@ -301,6 +301,7 @@ def test_a_field_given_through_two_of_its_names_is_refused(
     [
         (["--recipe.warmup_frac", "2"], "got 2", "2.0"),
         (["--recipe.lr", "-1"], "got -1", "-1.0"),
+        (["--recipe.lr", "-1e-3"], "got -1e-3", "-0.001"),  # argparse 3.11 took it for an option
         (["--search.hurdle_percentile", "150"], "got 150", "150.0"),
         (["--budget.seconds", "0"], "got 0", "0.0"),
         (["--search.hurdles", "0.5,0.25"], "got 0.5,0.25", "[0.5, 0.25]"),
