@@ -130,10 +130,20 @@ class NasForCausalLM(PreTrainedModel, GenerationMixin):
         logits = self.model(input_ids)
         loss = None
         if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size)
+            loss = self._nas_loss(logits, labels)
         if return_dict is False:
             return (logits,) if loss is None else (loss, logits)
         return CausalLMOutput(loss=loss, logits=logits)
+
+    def _nas_loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """Transformers' causal-LM loss (``loss_function``, from 4.46 on): the mean cross-entropy of
+        each position's logits against the next label, -100 ignored, in float32.  Transformers 4.45 has
+        no ``loss_function``: the same mean is computed here."""
+        loss_function = getattr(self, "loss_function", None)
+        if loss_function is not None:
+            return loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size)
+        flat = logits[:, :-1].float().reshape(-1, logits.shape[-1])
+        return nn.functional.cross_entropy(flat, labels[:, 1:].reshape(-1).to(flat.device), ignore_index=-100)
 
     def prepare_inputs_for_generation(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any
