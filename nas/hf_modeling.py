@@ -53,6 +53,15 @@ class NasConfig(PretrainedConfig):
             self.num_attention_heads = arch.n_heads
             self.max_position_embeddings = arch.max_len
 
+    def to_diff_dict(self) -> dict[str, Any]:
+        """What ``config.json`` holds.  Transformers 4 (4.45.2 and 4.57.6 measured) leaves out what equals
+        ``PretrainedConfig``'s default, ``tie_word_embeddings: true`` among them; 5.24 writes it.  Kept
+        in every version, so that the file says whether the head is tied."""
+        out = super().to_diff_dict()
+        if self.nas_arch is not None:
+            out.setdefault("tie_word_embeddings", bool(self.tie_word_embeddings))
+        return out
+
 
 class NasForCausalLM(PreTrainedModel, GenerationMixin):
     """The engine's ``TransformerLM`` (``self.model``): token ids (B, T) -> logits (B, T, vocab)."""
