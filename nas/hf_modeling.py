@@ -53,6 +53,15 @@ class NasConfig(PretrainedConfig):
             self.num_attention_heads = arch.n_heads
             self.max_position_embeddings = arch.max_len
 
+    def to_diff_dict(self) -> dict[str, Any]:
+        """What ``config.json`` holds.  Transformers 4 (4.45.2 and 4.57.6 measured) leaves out what equals
+        ``PretrainedConfig``'s default, ``tie_word_embeddings: true`` among them; 5.24 writes it.  Kept
+        in every version, so that the file says whether the head is tied."""
+        out = super().to_diff_dict()
+        if self.nas_arch is not None:
+            out.setdefault("tie_word_embeddings", bool(self.tie_word_embeddings))
+        return out
+
 
 class NasForCausalLM(PreTrainedModel, GenerationMixin):
     """The engine's ``TransformerLM`` (``self.model``): token ids (B, T) -> logits (B, T, vocab)."""
@@ -130,10 +139,20 @@ class NasForCausalLM(PreTrainedModel, GenerationMixin):
         logits = self.model(input_ids)
         loss = None
         if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size)
+            loss = self._nas_loss(logits, labels)
         if return_dict is False:
             return (logits,) if loss is None else (loss, logits)
         return CausalLMOutput(loss=loss, logits=logits)
+
+    def _nas_loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """Transformers' causal-LM loss (``loss_function``, from 4.46 on): the mean cross-entropy of
+        each position's logits against the next label, -100 ignored, in float32.  Transformers 4.45 has
+        no ``loss_function``: the same mean is computed here."""
+        loss_function = getattr(self, "loss_function", None)
+        if loss_function is not None:
+            return loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size)
+        flat = logits[:, :-1].float().reshape(-1, logits.shape[-1])
+        return nn.functional.cross_entropy(flat, labels[:, 1:].reshape(-1).to(flat.device), ignore_index=-100)
 
     def prepare_inputs_for_generation(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any

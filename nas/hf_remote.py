@@ -17,7 +17,9 @@ becomes ``nas_a_b_c.py`` (``nas.a.b.c``), and each ``from nas.a.b.c import x`` i
 not followed, so the loader would not copy the file).  A name imported from a package is taken from
 the submodule the package's ``__init__`` imports it from, so no package ``__init__`` is bundled
 (``nas.models.attention`` discovers its blocks by listing its directory, which a flat bundle cannot).
-The block modules register themselves when imported, so ``modeling_nas.py`` imports them.  Anything
+The block modules register themselves when imported, so ``modeling_nas.py`` imports them; it also
+imports every other bundled file by name, since transformers before 5.10 copies only the files the
+module itself imports (:func:`add_copy_imports`).  Anything
 else (``import nas.x``, a star import, a name defined in a package's ``__init__``) is refused: a
 bug of this module's, named, never a broken directory.
 
@@ -104,6 +106,7 @@ def bundle(model: nn.Module) -> dict[str, str]:
             text = add_block_imports(text, block_classes(model))
         done[name] = text
         todo.extend(sorted(deps))
+    done[MODELING] = add_copy_imports(done[MODELING], sorted(set(done) - {MODELING}))
     files: dict[str, str] = {}
     for name in sorted(done):
         if file_name(name) in files:
@@ -214,6 +217,36 @@ def add_block_imports(text: str, blocks: list[tuple[str, str]]) -> str:
     return "".join(lines)
 
 
+#: the comment above the imports that make ``modeling_nas.py`` name every bundled file itself
+COPY_COMMENT = (
+    "# Every bundled file, imported here by name: transformers before 5.10 copies from a local directory\n"
+    "# only the files modeling_nas.py itself imports (5.10 on follow their imports too).\n"
+)
+
+
+def add_copy_imports(text: str, modules: list[str]) -> str:
+    """``modeling_nas.py`` importing each of ``modules`` that it does not import itself, after its block
+    imports.  Transformers before 5.10 (4.45.2 and 4.57.6 measured; 5.0 to 5.9 read) copies from a local
+    directory only the files named by the module's own ``from .name import`` lines, then looks for the
+    whole recursive set in its cache (``FileNotFoundError`` on a file an engine module imports); 5.10 on
+    copy the recursive set.  A module's ``__name__``, under a private alias, binds nothing the file uses."""
+    named = {m for level, m in imports_of(text) if level == 1}
+    missing = [m for m in modules if file_name(m)[:-3] not in named]
+    if not missing:
+        return text
+    lines = text.splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.startswith(BLOCKS_MARKER)]
+    if len(at) != 1:
+        raise BundleError(f"{MODELING} has {len(at)} lines starting {BLOCKS_MARKER!r}; it needs one")
+    end = at[0] + 1
+    while end < len(lines) and lines[end].startswith("from ."):  # after the block imports
+        end += 1
+    stems = [file_name(m)[:-3] for m in missing]
+    new = [COPY_COMMENT] + [f"from .{s} import __name__ as _{s}  # noqa: F401\n" for s in stems]
+    lines[end:end] = new
+    return "".join(lines)
+
+
 def imports_of(source: str) -> Iterator[tuple[int, str]]:
     """(level, module) of every import in ``source``: level 0 absolute, 1 a sibling file."""
     for node in ast.walk(ast.parse(source)):
@@ -242,10 +275,16 @@ def check_bundle(files: Mapping[str, str]) -> None:
 
 
 def reachable(directory: Path) -> set[str]:
-    """The files transformers' loader copies with ``modeling_nas.py`` from ``directory`` (its own rule)."""
-    from transformers.dynamic_module_utils import get_relative_import_files
+    """The files transformers' loader copies with ``modeling_nas.py`` from ``directory``, by the rules of
+    old and new releases alike: the files ``modeling_nas.py`` itself imports (all that releases before 5.10
+    copy) that are also in the recursive set (``get_relative_import_files``: what 5.10 on copy, and what
+    every release then reads)."""
+    from transformers.dynamic_module_utils import get_relative_import_files, get_relative_imports
 
-    return {MODELING_FILE} | {Path(f).name for f in get_relative_import_files(str(directory / MODELING_FILE))}
+    modeling = str(directory / MODELING_FILE)
+    recursive = {Path(f).name for f in get_relative_import_files(modeling)}
+    direct = {f"{m}.py" for m in get_relative_imports(modeling)}
+    return {MODELING_FILE} | (recursive & direct)
 
 
 class _Sources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
