@@ -162,7 +162,7 @@ def cheap_predictors(check: dict[str, Any]) -> list[tuple[str, dict[str, float]]
         if name in probes:
             probe[r["family"]] = -probes[name]["probe_score"]
     return [("search-scale loss (confirmed 1x, 5e12 FLOPs, seed 0)", search_scale),
-            ("probe score (stale: see the probe section)", probe)]  # fmt: skip
+            ("probe score (six tasks, 250 steps per task)", probe)]  # fmt: skip
 
 
 def stage_report(args: argparse.Namespace) -> None:
