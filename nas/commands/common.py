@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from nas.validate import finite_or_none
@@ -43,6 +44,22 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return value
+
+
+def in_range(low: float, high: float) -> Any:
+    """argparse's ``type=`` for a number in (``low``, ``high``]; a mistake quotes the text as typed."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(value) and low < value <= high):
+            raise argparse.ArgumentTypeError(f"must be a number in ({low:g}, {high:g}], got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
 
 
 def jsonable(value: Any) -> Any:

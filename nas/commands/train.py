@@ -23,7 +23,7 @@ from evaluators.base import Diverged, Spent
 from evaluators.lm import stderr_log, train_lm
 from evaluators.result import sample_lines
 from nas.archfile import load_arch_file
-from nas.commands.common import data_or_default, jsonable, non_empty, positive_int
+from nas.commands.common import data_or_default, in_range, jsonable, non_empty, positive_int
 from nas.data import (
     DEFAULT_CORPUS,
     DEFAULT_PARALLEL,
@@ -35,7 +35,7 @@ from nas.data import (
 )
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
-from nas.models.sizes import resize
+from nas.models.sizes import MAX_SIZE, resize
 from nas.outputs import Planned, plan_output
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--size",
-        type=float,
+        type=in_range(0, MAX_SIZE),
         default=None,
         metavar="M",
         help="train the architecture's member of about M times its non-embedding parameters, its per-layer "
