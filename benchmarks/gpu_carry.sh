@@ -5,7 +5,8 @@
 #   . benchmarks/gpu_carry.sh install      # there, sourced from the repository root: installs into
 #                                          # /tmp/site and exports PYTHONPATH and NAS_CACHE_DIR
 #
-# The GPU image already holds torch, numpy, pyyaml, tensorboard, matplotlib, tokenizers, pytest and
+# The GPU image already holds torch, numpy, pyyaml, tensorboard, matplotlib, tokenizers, safetensors,
+# transformers (5.17 when last read; the export supports 4.45 on), pytest and
 # pytest-xdist (the device tool's KINDS.md lists it); what it lacks is Optuna and Ray and their own
 # needs.  Ray's wheel (about 80 MB) is over what a device call may carry (64 MiB with the tree), so
 # it travels unpacked and re-compressed with xz, without its Java jars and the dashboard's source
