@@ -373,7 +373,11 @@ def test_a_confirmation_is_not_confirmed_again(studies, capsys):
         assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
         capsys.readouterr()
     assert main(_confirm(url, "one-confirm")) == 2
-    assert "is a confirmation; pass the search study 'one'" in capsys.readouterr().err
+    # one line (a note on what the study is used to come first)
+    assert (
+        capsys.readouterr().err
+        == "error: --study 'one-confirm' is a confirmation; pass the search study 'one'\n"
+    )
 
 
 def test_a_refused_confirmation_queues_nothing(studies, tmp_path, capsys):
@@ -391,6 +395,30 @@ def test_a_refused_confirmation_queues_nothing(studies, tmp_path, capsys):
     assert "recipe.lr: 0.5 -> 0.003" in err and len(err.strip().splitlines()) == 1
     trials = _load(url, "one-confirm").trials
     assert len(trials) == before and not [t for t in trials if t.state == TrialState.WAITING]
+
+
+def test_a_confirmation_another_driver_runs_is_refused_before_anything_is_written(studies, tmp_path, capsys):
+    """A second confirm while one ran used to rewrite the plan and queue its runs (which the running one
+    then took up) before the driver's lease refused it."""
+    from nas.search.storage.lease import DriverLease
+    from nas.search.storage.urls import open_storage
+
+    url = f"sqlite:///{tmp_path}/one.db"  # a copy: the module's study stays as it was
+    optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
+    assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
+    capsys.readouterr()
+    before = _load(url, "one-confirm")  # a Study reads the storage when asked: its state, copied now
+    attrs, trials = copy.deepcopy(before.user_attrs), len(before.trials)
+    lease = DriverLease(open_storage(url), "one-confirm")  # as a confirm running it now holds it
+    lease.acquire()
+    try:
+        assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,4")) == 2
+    finally:
+        lease.release()
+    err = capsys.readouterr().err
+    assert "is being run by another driver" in err and len(err.strip().splitlines()) == 1, err
+    after = _load(url, "one-confirm")
+    assert after.user_attrs == attrs and len(after.trials) == trials
 
 
 def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch, capsys, tmp_path):
