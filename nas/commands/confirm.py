@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nas.commands._study import add_study_args, open_study
+from nas.commands._study import add_study_args
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
@@ -174,6 +174,7 @@ class Picked:
     data: str | None
     finals: list[Any]  # the finalists' search trials
     bases: list[tuple[Any, ...]]  # per baseline: (name, ArchConfig, its search trial or None, label)
+    notes: list[str]  # for stderr once every check has passed (a refusal stays one line)
 
 
 def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
@@ -181,9 +182,12 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
     ``--trial``) and the baselines (``--baseline``, ``--baseline-shape``), as confirm and ladder take them."""
     from nas.confirm.plan import finalists
     from nas.data import data_record
+    from nas.search.reports.lookup import open_existing_study
     from nas.search.storage.study import check_data
 
-    study, url = open_study(args)
+    # not open_study: its note on a study that is no search's would precede _search_record's refusal
+    study, url = open_existing_study(args.study, args.storage, args.runs_dir)
+    notes: list[str] = []
     record, spec, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
     # the same check as a continued search: the finalists' search losses and seed runs were measured
@@ -197,19 +201,23 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
     finals = finalists(study, top, numbers)
     if numbers is None and len(finals) < top:
         front = "Pareto front" if len(study.directions) > 1 else "leaderboard"
-        print(
-            f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); "
-            f"{args.command} takes those (--trial N,M,... names others)",
-            file=sys.stderr,
+        notes.append(
+            f"the {front} of {args.study!r} has {len(finals)} architecture(s); "
+            f"{args.command} takes those (--trial N,M,... names others)"
         )
     bases = _baselines(args.baseline, study, space.seed_archs, data, space.task)
     if args.baseline_shape == "finalist":
         from nas.confirm.plan import reshaped_baselines
 
-        bases, notes = reshaped_baselines(bases, finals, study)
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr)
-    return Picked(study, url, record, spec, space, data, finals, bases)
+        bases, reshaped = reshaped_baselines(bases, finals, study)
+        notes += reshaped
+    return Picked(study, url, record, spec, space, data, finals, bases, notes)
+
+
+def print_notes(notes: list[str]) -> None:
+    """The notes gathered while checking, printed once nothing is left to refuse."""
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def refuse_keep_weights(args: argparse.Namespace) -> None:
@@ -257,7 +265,9 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(range(seed0, seed0 + args.seeds)),
         tuple(lrs),
     )
-    return settings_for(args, name, p, seed0), every, plan, p.url
+    settings = settings_for(args, name, p, seed0)
+    print_notes(p.notes)
+    return settings, every, plan, p.url
 
 
 def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int) -> None:
@@ -288,9 +298,10 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from nas.spec import Budget, TrainRecipe
 
     if CONFIRM_OF in study.user_attrs:
-        raise UserError(
-            f"--study {name!r} is a confirmation; pass the search study {study.user_attrs[CONFIRM_OF]!r}"
-        )
+        from nas.ladder.plan import LADDER
+
+        kind = "a ladder's runs" if LADDER in study.user_attrs else "a confirmation"
+        raise UserError(f"--study {name!r} is {kind}; pass the search study {study.user_attrs[CONFIRM_OF]!r}")
     record = settings_of(study)
     missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
     if missing:
