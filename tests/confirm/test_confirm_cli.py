@@ -406,7 +406,8 @@ def test_a_confirmation_another_driver_runs_is_refused_before_anything_is_writte
     url = f"sqlite:///{tmp_path}/one.db"  # a copy: the module's study stays as it was
     optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
     assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
-    capsys.readouterr()
+    # the driver's first line names no search's budget per trial, objective or sampler: runs are fixed
+    assert "; each run on its scale times the budget 8 steps\n" in capsys.readouterr().out
     before = _load(url, "one-confirm")  # a Study reads the storage when asked: its state, copied now
     attrs, trials = copy.deepcopy(before.user_attrs), len(before.trials)
     lease = DriverLease(open_storage(url), "one-confirm")  # as a confirm running it now holds it
