@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -245,6 +246,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     refuse_keep_weights(args)
     plan_report(args)  # before anything is read: a report that cannot be written is refused first
     p = pick(args, numbers)
+    _check_whole_steps(scales, p.spec.budget)
     name = confirm_study_name(args.study)
     storage = open_storage(p.url, read_only=True)
     known: list[Entry] = []
@@ -268,6 +270,35 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     settings = settings_for(args, name, p, seed0)
     print_notes(p.notes)
     return settings, every, plan, p.url
+
+
+#: how far a scale's steps may be from a whole number of steps (rounding beyond this trained another scale
+#: than the reports name: --scales 1e-9 of 24 steps trained 1 step, reported as scale 1e-09)
+STEPS_TOLERANCE = 0.01
+
+
+def _check_whole_steps(scales: list[float], budget: Any) -> None:
+    """Refuse a scale of a steps budget that no whole number of steps gives (within 1%), or two scales
+    that give the same steps: a run trains whole steps, and the reports name the scale asked for."""
+    if budget.kind != "steps":
+        return
+    seen: dict[int, float] = {}
+    for scale in scales:
+        exact = budget.value * scale
+        steps = round(exact)
+        if steps < 1 or abs(steps - exact) > STEPS_TOLERANCE * exact:
+            near = sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))})
+            valid = " or ".join(f"{n / budget.value:.6g} ({n} step{'s' if n > 1 else ''})" for n in near)
+            raise UserError(
+                f"--scales {scale:g}: the study's budget is {budget.value:g} steps, so {scale:g} of it is "
+                f"{exact:.4g} steps, and a run trains whole steps; give {valid}"
+            )
+        if steps in seen:
+            raise UserError(
+                f"--scales {seen[steps]:g} and {scale:g}: both are {steps} steps of the study's "
+                f"{budget.value:g}; give one"
+            )
+        seen[steps] = scale
 
 
 def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int) -> None:

@@ -324,6 +324,10 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
         (["--scales", "0"], "--scales '0': each value must be a number > 0, got 0"),
         (["--scales", "1,-4"], "--scales '1,-4': each value must be a number > 0, got -4"),
         (["--lrs", "nan"], "--lrs 'nan': each value must be a number > 0"),
+        # a run trains whole steps: 0.3 of 8 steps trained 2 and was reported as scale 0.3 (1e-9 as 1e-09)
+        (["--scales", "0.3"], "--scales 0.3: the study's budget is 8 steps, so 0.3 of it is 2.4 steps"),
+        (["--scales", "1e-9"], "a run trains whole steps; give 0.125 (1 step)"),
+        (["--scales", "1,1.01"], "--scales 1 and 1.01: both are 8 steps of the study's 8; give one"),
         (["--top", "0"], "--top: must be a positive integer, got '0'"),
         (["--seeds", "0"], "--seeds: must be a positive integer, got '0'"),
         (["--baseline", "no_such.yaml"], "no_such.yaml: architecture file not found"),
