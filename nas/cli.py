@@ -30,8 +30,11 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         # Python 3.11's argparse takes `-1e-3` for an option (`--recipe.lr -1e-3`: "expected one
         # argument"), as it only knows `-1` and `-.5` for numbers; 3.13 widened its rule the same way.
-        # No flag here looks like a negative number, so any of them is a value.
-        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
+        # No flag here looks like a negative number, so any of them is a value; so are -inf and -nan,
+        # which float() reads (`--scale -inf` was "expected one argument", not the flag's own check).
+        self._negative_number_matcher = re.compile(
+            r"^-((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)$", re.IGNORECASE
+        )
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

@@ -36,11 +36,16 @@ _secrets: set[str] = set()
 def _password_spans(text: str) -> list[tuple[int, int]]:
     """Where the passwords of the URLs (and ``password=`` values) in ``text`` lie, as (start, end)."""
     spans = []
-    for match in _USERINFO.finditer(text):
+    urls = list(_USERINFO.finditer(text))
+    for i, match in enumerate(urls):
         start = match.end()
         at = text.find("@", start)
         line_end = text.find("\n", start)
-        if at > start and (line_end == -1 or at < line_end):
+        # an `@` past another URL that stands as a word of its own (after a space) is that URL's (`'foo://':
+        # ...; valid: postgresql://user:***@host`): this one has no password, and the text between is no
+        # secret (it used to be masked whole, the error with it)
+        later = any(start < m.start() < at and text[m.start() - 1].isspace() for m in urls[i + 1 :])
+        if at > start and (line_end == -1 or at < line_end) and not later:
             spans.append((start, at))
     spans += [m.span(1) for m in _KEYWORD.finditer(text)]
     merged: list[tuple[int, int]] = []

@@ -191,6 +191,22 @@ def test_a_short_password_is_masked_where_it_stands_not_in_every_word() -> None:
     assert redact("max exit: postgresql://u:x@h/db") == "max exit: postgresql://u:***@h/db"
 
 
+def test_a_url_without_a_password_does_not_mask_the_line_up_to_another_urls(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--storage foo://` was refused as `error: --storage 'foo://':***@host/db`: its `':` was read as a
+    password running to the `@` of the example URL the error ends with."""
+    from nas.cli import main
+    from nas.redact import redact
+
+    line = "--storage 'foo://': cannot open it (no such dialect); valid: postgresql://user:pw@host/db"
+    assert redact(line) == line.replace(":pw@", ":***@")
+    assert redact("postgresql://u:p://q:r@h/db") == "postgresql://u:***@h/db"  # one URL: masked whole
+    assert main(["best", "--study", "s", "--storage", "foo://"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot open it" in err and "valid: sqlite:///" in err and len(err.splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("password", ["pa/ss", "pa ss"])
 def test_no_command_prints_a_password_with_a_slash_or_a_space(
     password: str, capsys: pytest.CaptureFixture[str]

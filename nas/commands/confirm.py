@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from nas.commands._study import add_study_args, open_study
+from nas.commands._study import add_study_args
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
@@ -174,6 +175,7 @@ class Picked:
     data: str | None
     finals: list[Any]  # the finalists' search trials
     bases: list[tuple[Any, ...]]  # per baseline: (name, ArchConfig, its search trial or None, label)
+    notes: list[str]  # for stderr once every check has passed (a refusal stays one line)
 
 
 def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
@@ -181,9 +183,12 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
     ``--trial``) and the baselines (``--baseline``, ``--baseline-shape``), as confirm and ladder take them."""
     from nas.confirm.plan import finalists
     from nas.data import data_record
+    from nas.search.reports.lookup import open_existing_study
     from nas.search.storage.study import check_data
 
-    study, url = open_study(args)
+    # not open_study: its note on a study that is no search's would precede _search_record's refusal
+    study, url = open_existing_study(args.study, args.storage, args.runs_dir)
+    notes: list[str] = []
     record, spec, space = _search_record(args.study, study)
     data = _data_spec(record.get("data"))
     # the same check as a continued search: the finalists' search losses and seed runs were measured
@@ -197,19 +202,23 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
     finals = finalists(study, top, numbers)
     if numbers is None and len(finals) < top:
         front = "Pareto front" if len(study.directions) > 1 else "leaderboard"
-        print(
-            f"note: the {front} of {args.study!r} has {len(finals)} architecture(s); "
-            f"{args.command} takes those (--trial N,M,... names others)",
-            file=sys.stderr,
+        notes.append(
+            f"the {front} of {args.study!r} has {len(finals)} architecture(s); "
+            f"{args.command} takes those (--trial N,M,... names others)"
         )
     bases = _baselines(args.baseline, study, space.seed_archs, data, space.task)
     if args.baseline_shape == "finalist":
         from nas.confirm.plan import reshaped_baselines
 
-        bases, notes = reshaped_baselines(bases, finals, study)
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr)
-    return Picked(study, url, record, spec, space, data, finals, bases)
+        bases, reshaped = reshaped_baselines(bases, finals, study)
+        notes += reshaped
+    return Picked(study, url, record, spec, space, data, finals, bases, notes)
+
+
+def print_notes(notes: list[str]) -> None:
+    """The notes gathered while checking, printed once nothing is left to refuse."""
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def refuse_keep_weights(args: argparse.Namespace) -> None:
@@ -237,6 +246,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     refuse_keep_weights(args)
     plan_report(args)  # before anything is read: a report that cannot be written is refused first
     p = pick(args, numbers)
+    _check_whole_steps(scales, p.spec.budget)
     name = confirm_study_name(args.study)
     storage = open_storage(p.url, read_only=True)
     known: list[Entry] = []
@@ -257,7 +267,38 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(range(seed0, seed0 + args.seeds)),
         tuple(lrs),
     )
-    return settings_for(args, name, p, seed0), every, plan, p.url
+    settings = settings_for(args, name, p, seed0)
+    print_notes(p.notes)
+    return settings, every, plan, p.url
+
+
+#: how far a scale's steps may be from a whole number of steps (rounding beyond this trained another scale
+#: than the reports name: --scales 1e-9 of 24 steps trained 1 step, reported as scale 1e-09)
+STEPS_TOLERANCE = 0.01
+
+
+def _check_whole_steps(scales: list[float], budget: Any) -> None:
+    """Refuse a scale of a steps budget that no whole number of steps gives (within 1%), or two scales
+    that give the same steps: a run trains whole steps, and the reports name the scale asked for."""
+    if budget.kind != "steps":
+        return
+    seen: dict[int, float] = {}
+    for scale in scales:
+        exact = budget.value * scale
+        steps = round(exact)
+        if steps < 1 or abs(steps - exact) > STEPS_TOLERANCE * exact:
+            near = sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))})
+            valid = " or ".join(f"{n / budget.value:.6g} ({n} step{'s' if n > 1 else ''})" for n in near)
+            raise UserError(
+                f"--scales {scale:g}: the study's budget is {budget.value:g} steps, so {scale:g} of it is "
+                f"{exact:.4g} steps, and a run trains whole steps; give {valid}"
+            )
+        if steps in seen:
+            raise UserError(
+                f"--scales {seen[steps]:g} and {scale:g}: both are {steps} steps of the study's "
+                f"{budget.value:g}; give one"
+            )
+        seen[steps] = scale
 
 
 def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int) -> None:
@@ -288,9 +329,10 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from nas.spec import Budget, TrainRecipe
 
     if CONFIRM_OF in study.user_attrs:
-        raise UserError(
-            f"--study {name!r} is a confirmation; pass the search study {study.user_attrs[CONFIRM_OF]!r}"
-        )
+        from nas.ladder.plan import LADDER
+
+        kind = "a ladder's runs" if LADDER in study.user_attrs else "a confirmation"
+        raise UserError(f"--study {name!r} is {kind}; pass the search study {study.user_attrs[CONFIRM_OF]!r}")
     record = settings_of(study)
     missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
     if missing:

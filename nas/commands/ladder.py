@@ -24,6 +24,9 @@ from nas.spec.flags import add_spec_flags
 
 DEFAULT_TOP = 1
 DEFAULT_SAMPLES = 200
+#: bootstrap draws are refitted as one batch per architecture, (draws x starts x points) tensors: 10**8
+#: draws filled memory; 10**4 (2.5 times Epoch's 4,000 resamples) take about 50 times the default's time
+MAX_SAMPLES = 10_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -159,6 +162,8 @@ def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...
     _positive(args.scale, "--scale", 1e6)
     _positive(args.target_flops, "--target-flops")
     _positive(args.target_size, "--target-size", MAX_SIZE)
+    if args.samples > MAX_SAMPLES:
+        raise UserError(f"--samples {args.samples}: at most {MAX_SAMPLES:,} bootstrap draws per architecture")
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None
     return sizes, rungs, numbers
 
@@ -167,7 +172,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the ladder needs; writes nothing."""
     import optuna
 
-    from nas.commands.confirm import pick, refuse_keep_weights, settings_for
+    from nas.commands.confirm import pick, print_notes, refuse_keep_weights, settings_for
     from nas.confirm.plan import MAX_RUNS, Entry, build_entries
     from nas.confirm.runner import ARCHS
     from nas.ladder.plan import build_ladder, ladder_study_name
@@ -202,21 +207,22 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     name = ladder_study_name(args.study)
     storage = open_storage(p.url, read_only=True)
     known: list[Entry] = []
+    if args.no_train:  # refused here, before any note: a refusal is one line
+        _existing(name, p.url)
     if study_exists(storage, name):
         known = [
             Entry.from_dict(d)
             for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
         ]
     _, wanted, _ = build_entries([], p.finals, p.bases)
-    seeds = tuple(range(seed0, seed0 + args.seeds))
-    every, plan, notes = build_ladder(known, wanted, sizes, seeds, args.scale, budget, recipe, args.tokens)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    if len(plan.runs()) > MAX_RUNS:
-        raise UserError(
-            f"--seeds {args.seeds}: {len(plan.runs()):,} runs; at most {MAX_RUNS:,} in one ladder"
-        )
+    # the plan at one seed first: the runs are counted before --seeds' tuple (and its runs) exist
+    every, plan, notes = build_ladder(known, wanted, sizes, (seed0,), args.scale, budget, recipe, args.tokens)
+    runs = len(plan.members) * args.seeds
+    if runs > MAX_RUNS:
+        raise UserError(f"--seeds {args.seeds}: {runs:,} runs; at most {MAX_RUNS:,} in one ladder")
+    plan = dataclasses.replace(plan, seeds=tuple(range(seed0, seed0 + args.seeds)))
     settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
+    print_notes(p.notes + notes)
     return settings, every, plan, p.url
 
 

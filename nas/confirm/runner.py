@@ -31,6 +31,7 @@ from nas.search.driver.context import RunContext
 from nas.search.driver.inflight import Running, default_pool
 from nas.search.driver.loop import Driver
 from nas.search.driver.payload import trial_payload
+from nas.search.storage.lease import refuse_if_held
 from nas.search.storage.records import CONFIRM_OF, REQUEUED, SETTINGS, load_study, study_exists
 from nas.search.storage.study import check_settings, check_spec, count_done, create_under_lease
 from nas.search.storage.urls import fast_sqlite_commits, open_storage
@@ -205,6 +206,10 @@ def open_confirm_study(settings: RunContext, source: str, entries: Sequence[Entr
         study, lease = create_under_lease(storage, name, settings.storage, ["minimize"], None, record)
         lease.release()  # the confirm driver takes its own when it runs the study
     else:
+        # Another confirm (or ladder) running this study now would be refused by the driver's lease, but
+        # only after this one had rewritten the plan and queued its runs, which the running one then took
+        # up: refused here, before anything is written.
+        refuse_if_held(storage, name)
         study = optuna.load_study(study_name=settings.study, storage=storage)
         if study.user_attrs.get(CONFIRM_OF) != source:
             raise UserError(

@@ -324,6 +324,10 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
         (["--scales", "0"], "--scales '0': each value must be a number > 0, got 0"),
         (["--scales", "1,-4"], "--scales '1,-4': each value must be a number > 0, got -4"),
         (["--lrs", "nan"], "--lrs 'nan': each value must be a number > 0"),
+        # a run trains whole steps: 0.3 of 8 steps trained 2 and was reported as scale 0.3 (1e-9 as 1e-09)
+        (["--scales", "0.3"], "--scales 0.3: the study's budget is 8 steps, so 0.3 of it is 2.4 steps"),
+        (["--scales", "1e-9"], "a run trains whole steps; give 0.125 (1 step)"),
+        (["--scales", "1,1.01"], "--scales 1 and 1.01: both are 8 steps of the study's 8; give one"),
         (["--top", "0"], "--top: must be a positive integer, got '0'"),
         (["--seeds", "0"], "--seeds: must be a positive integer, got '0'"),
         (["--baseline", "no_such.yaml"], "no_such.yaml: architecture file not found"),
@@ -373,7 +377,11 @@ def test_a_confirmation_is_not_confirmed_again(studies, capsys):
         assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
         capsys.readouterr()
     assert main(_confirm(url, "one-confirm")) == 2
-    assert "is a confirmation; pass the search study 'one'" in capsys.readouterr().err
+    # one line (a note on what the study is used to come first)
+    assert (
+        capsys.readouterr().err
+        == "error: --study 'one-confirm' is a confirmation; pass the search study 'one'\n"
+    )
 
 
 def test_a_refused_confirmation_queues_nothing(studies, tmp_path, capsys):
@@ -391,6 +399,31 @@ def test_a_refused_confirmation_queues_nothing(studies, tmp_path, capsys):
     assert "recipe.lr: 0.5 -> 0.003" in err and len(err.strip().splitlines()) == 1
     trials = _load(url, "one-confirm").trials
     assert len(trials) == before and not [t for t in trials if t.state == TrialState.WAITING]
+
+
+def test_a_confirmation_another_driver_runs_is_refused_before_anything_is_written(studies, tmp_path, capsys):
+    """A second confirm while one ran used to rewrite the plan and queue its runs (which the running one
+    then took up) before the driver's lease refused it."""
+    from nas.search.storage.lease import DriverLease
+    from nas.search.storage.urls import open_storage
+
+    url = f"sqlite:///{tmp_path}/one.db"  # a copy: the module's study stays as it was
+    optuna.copy_study(from_study_name="one", from_storage=studies["one"], to_storage=url)
+    assert main(_confirm(url, "one", "--top", "1", "--seeds", "1", "--scales", "1")) == 0
+    # the driver's first line names no search's budget per trial, objective or sampler: runs are fixed
+    assert "; each run on its scale times the budget 8 steps\n" in capsys.readouterr().out
+    before = _load(url, "one-confirm")  # a Study reads the storage when asked: its state, copied now
+    attrs, trials = copy.deepcopy(before.user_attrs), len(before.trials)
+    lease = DriverLease(open_storage(url), "one-confirm")  # as a confirm running it now holds it
+    lease.acquire()
+    try:
+        assert main(_confirm(url, "one", "--top", "2", "--seeds", "2", "--scales", "1,4")) == 2
+    finally:
+        lease.release()
+    err = capsys.readouterr().err
+    assert "is being run by another driver" in err and len(err.strip().splitlines()) == 1, err
+    after = _load(url, "one-confirm")
+    assert after.user_attrs == attrs and len(after.trials) == trials
 
 
 def test_runs_that_failed_for_a_fixed_reason_are_run_again(studies, monkeypatch, capsys, tmp_path):

@@ -188,6 +188,8 @@ def _exit(argv: list[str]) -> int:
         (["--target-size", "1000"], "--target-size 1000: must be a number > 0 and at most 64"),
         (["--scale", "0"], "--scale 0: must be a number > 0"),
         (["--sizes", "0.125,1,100"], "each value must be in [1e-06, 64], got 100"),
+        (["--samples", "100000000"], "--samples 100000000: at most 10,000 bootstrap draws"),  # filled memory
+        (["--scale", "-inf"], "--scale -inf: must be a number > 0"),  # argparse took -inf for an option
     ],
 )
 def test_bad_flags_are_one_line_and_write_nothing(searched, capsys, flags, message):
@@ -204,6 +206,38 @@ def test_no_train_without_a_ladder_and_a_seconds_budget_are_refused(tmp_path, co
     assert _exit(_ladder(url, "t", "--no-train")) == 2
     assert "needs a steps, tokens or flops budget" in capsys.readouterr().err
     url = _search(tmp_path, corpus_dir, "u")
-    assert _exit(_ladder(url, "u", "--no-train")) == 2
-    assert "there is no ladder study 'u-ladder' yet" in capsys.readouterr().err
+    # --top 5 of two architectures has a note to print, and --sizes 1,1.01,2 one: a refusal is still one
+    # line (the notes used to come first)
+    assert _exit(_ladder(url, "u", "--no-train", "--top", "5", "--sizes", "0.42,1,1.01,2")) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: --no-train: there is no ladder study 'u-ladder' yet") and err.count("\n") == 1
+    )
     assert "u-ladder" not in {s.study_name for s in optuna.get_all_study_summaries(url)}
+
+
+def test_a_ladder_of_too_many_runs_is_refused_before_its_runs_exist(searched, capsys):
+    """--seeds 99999999 built every run (and the seeds' tuple) before counting them: killed for memory."""
+    root, url = searched
+    before = sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url))
+    assert _exit(_ladder(url, "s", "--top", "5", "--seeds", "99999999")) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --seeds 99999999: 1,199,999,988 runs; at most 10,000 in one ladder\n"
+    assert sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)) == before
+
+
+def test_a_ladder_study_is_no_search_to_ladder_or_confirm(searched, capsys):
+    root, url = searched
+    if "s-ladder" not in {s.study_name for s in optuna.get_all_study_summaries(url)}:
+        assert main(_ladder(url, "s", "--samples", "5", "--json")) == 0
+        capsys.readouterr()
+    for command in (
+        _ladder(url, "s-ladder", "--no-train"),
+        ["confirm", "--study", "s-ladder", "--storage", url],
+    ):
+        assert _exit(command) == 2
+        # one line, naming it as what it is (it was called a confirmation, after a note on what it is)
+        assert (
+            capsys.readouterr().err
+            == "error: --study 's-ladder' is a ladder's runs; pass the search study 's'\n"
+        )

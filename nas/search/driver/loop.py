@@ -176,10 +176,16 @@ class Driver:
             report.seen(t.values[0] if t.values else None)  # the progress line's best is the study's
         workers = pool.size or s.workers
         where = "in this process (resources.local)" if s.spec.resources.local else f"on {workers} worker(s)"
+        if self.CONFIRMATION:  # queued runs, each at its own scale (the [... 4x seed 0] of its line)
+            what = f"each run on its scale times the budget {s.spec.budget}"
+        else:
+            what = (
+                f"budget {s.spec.budget} per trial, objective {s.spec.search.objective}, "
+                f"sampler {self.sampler}{' (auto)' if s.spec.search.sampler == 'auto' else ''}"
+            )
         report.line(
             f"study {s.study!r}: {self.done} finished, running up to {self.allowance.describe(self.done)} "
-            f"{where}; budget {s.spec.budget} per trial, objective {s.spec.search.objective}, "
-            f"sampler {self.sampler}{' (auto)' if s.spec.search.sampler == 'auto' else ''}"
+            f"{where}; {what}"
         )
         try:
             while True:
