@@ -124,6 +124,16 @@ def _baselines(
 
     if files:
         archs = [baseline_file(f, vocab_size_of(data), task) for f in files]
+        seen: dict[str, str] = {}
+        for f, (_, arch) in zip(files, archs, strict=True):  # a repeated list item is a mistake, not a merge
+            if arch.arch_id in seen:
+                same = (
+                    "is given twice"
+                    if seen[arch.arch_id] == f
+                    else f"is the same architecture as {seen[arch.arch_id]!r}"
+                )
+                raise UserError(f"--baseline {f!r} {same}; give each baseline once")
+            seen[arch.arch_id] = f
         return [(name, arch, search_twin(study, arch), name) for name, arch in archs]
     out = [
         (name, ArchConfig.from_dict(t.user_attrs["arch"]), t, name)

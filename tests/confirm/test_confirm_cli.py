@@ -337,6 +337,12 @@ def _snapshot(url: str) -> list[tuple[str, int]]:
             "resources.workers (--workers)",
         ),
         (["--keep-weights", "2"], "resources.keep_weights (--keep-weights): confirm keeps no weights"),
+        # a repeated list item is refused, not merged (issue 36's class, found again by an adversarial pass)
+        (["--baseline", "vanilla", "--baseline", "vanilla"], "--baseline 'vanilla' is given twice"),
+        (
+            ["--baseline", "vanilla", "--baseline", str(arch_path("vanilla"))],
+            "is the same architecture as 'vanilla'; give each baseline once",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_exit_2_and_create_nothing(studies, tmp_path, capsys, flags, message):
