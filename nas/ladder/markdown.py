@@ -58,6 +58,12 @@ def prediction_table(report: dict[str, Any]) -> list[str]:
     for f in report["families"]:
         if f["fit"] is None:
             lines.append(f"\n{f['name']}: not fitted ({f['why_not']}).")
+        elif f["prediction"].get("edge"):
+            lines.append(
+                f"\n{f['name']}: its fitted loss still falls at the {f['prediction']['edge']} size searched "
+                f"({_si(f['prediction']['params'])} parameters): the fit has no compute-optimal size there, "
+                "and the prediction is at that edge."
+            )
     return lines
 
 

@@ -147,8 +147,20 @@ class Family:
 def _prediction(fam: Family, target: float, size: float | None) -> dict[str, Any]:
     draws, loss, n, d = fam.at(target, size)
     flops = max(p.flops for p in fam.points)
+    lo, hi = fam.n_range()
+    # the fitted loss still falling at an end of the sizes searched: no compute-optimal size inside them
+    edge = (
+        None
+        if size is not None
+        else "largest"
+        if n >= hi * (1 - 1e-9)
+        else "smallest"
+        if n <= lo * (1 + 1e-9)
+        else None
+    )
     return {
         "loss": loss,
+        "edge": edge,
         "low": percentile(draws, LOW),
         "high": percentile(draws, HIGH),
         "params": n,

@@ -99,3 +99,34 @@ def test_cost_curve_is_exact_at_two_sizes_and_one_size_is_proportional() -> None
     assert float(curve.per_token(4e5)) == pytest.approx(2.3e6)
     one = CostCurve.through([(1e5, 7e5)])
     assert float(one.per_token(2e5)) == pytest.approx(1.4e6)
+
+
+def test_a_compute_optimal_size_at_the_edge_of_the_sizes_searched_is_said_to_be_there() -> None:
+    """A fit whose loss keeps falling with N (no data term) has no compute-optimal size inside the sizes
+    searched; the prediction is at the edge, and the report says so instead of calling it optimal."""
+    from nas.ladder.markdown import prediction_table
+    from nas.ladder.report import Family, _prediction
+
+    def family(fit: Fit) -> Family:
+        fam = Family.__new__(Family)
+        fam.name, fam.role, fam.label = "a", "finalist", "a"
+        fam.points = [Point(n, 1e6, 6 * n * 1e6, 2.0, i) for i, n in enumerate((1e5, 2e5, 4e5))]
+        fam.sizes = [1e5, 2e5, 4e5]
+        fam.curve = CostCurve(1.0, math.log(6.0))  # 6N FLOPs per token
+        fam.fit, fam.draws = fit, [fit]
+        return fam
+
+    chinchilla = Fit(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)
+    inside = _prediction(family(chinchilla), 1e18, None)
+    assert inside["edge"] is None and 4e5 < inside["params"] < 4e11
+    no_data_term = Fit(E=1.0, A=400.0, alpha=0.3, B=0.0, beta=0.3)
+    edge = _prediction(family(no_data_term), 1e18, None)
+    assert edge["edge"] == "largest" and edge["params"] == pytest.approx(4e5 * 1e6, rel=1e-6)
+    report = {
+        "target": {"flops": 1e18, "size": None, "given": True},
+        "interval": (0.05, 0.95),
+        "samples": 1,
+        "ranking": ["a"],
+        "families": [{"name": "a", "role": "finalist", "fit": {}, "prediction": {**edge, "p_best": 1.0}}],
+    }
+    assert any("still falls at the largest size searched" in line for line in prediction_table(report))
