@@ -137,7 +137,7 @@ def plan_output(
     shown = f"{what} {str(path)!r}"
     replaces = None
     if p.exists():
-        if _is_database(p):  # a study's storage (perhaps the one this command reads): never an output
+        if is_database(p):  # a study's storage (perhaps the one this command reads): never an output
             raise UserError(
                 f"{shown}: is an SQLite database (a study's storage, perhaps the one this command reads); "
                 "an output never replaces one, even with --force: choose another path"
@@ -163,13 +163,13 @@ def plan_output(
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _is_database(path: Path) -> bool:
+def is_database(path: Path) -> bool:
     """``path`` is an SQLite database, or the write-ahead log or shared memory beside one."""
     if (
         path.name.endswith(("-wal", "-shm", "-journal"))
         and path.with_name(path.name.rsplit("-", 1)[0]).exists()
     ):
-        return _is_database(path.with_name(path.name.rsplit("-", 1)[0]))
+        return is_database(path.with_name(path.name.rsplit("-", 1)[0]))
     try:
         with path.open("rb") as f:
             return f.read(16) == SQLITE_MAGIC
