@@ -414,8 +414,8 @@ def _same_file(a: Path, b: str | os.PathLike[str]) -> bool:
 
 def _study_dir(p: Path) -> str | None:
     """What ``p`` is when it is a search's: a study's directory (an SQLite database in it), a runs
-    directory (a directory in it holding one) or a directory inside a study's (its ``weights``)."""
-    from nas.outputs import is_database
+    directory (a directory in it holding one) or a study's ``weights`` directory."""
+    from nas.outputs import is_database, kept_weights_dir
 
     def databases(d: Path) -> list[Path]:
         try:
@@ -437,8 +437,8 @@ def _study_dir(p: Path) -> str | None:
         inner = []
     if inner:
         return f"a runs directory (its {inner[0].name}/ holds a study)"
-    if databases(p.resolve().parent):
-        return f"inside a study's directory ({p.resolve().parent})"
+    if kept_weights_dir(p):
+        return "the directory where a search keeps its trials' weights"
     return None
 
 

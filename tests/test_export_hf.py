@@ -180,7 +180,7 @@ def test_a_search_directory_is_never_the_hf_directory_even_with_force(tmp_path, 
     cases = [
         (tmp_path / "runs", "a runs directory"),
         (study, "a study's directory (it holds study.db)"),
-        (study / "weights", "inside a study's directory"),
+        (study / "weights", "where a search keeps its trials' weights"),
     ]
     for hf, words in cases:
         code, err = _export(
