@@ -369,12 +369,15 @@ TASKS: dict[str, Task] = {
 
 
 def parse_tasks(value: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Task names from a comma-separated string or a list (None or empty: all six, in order)."""
-    if value is None:
+    """Task names from a comma-separated string or a list (None, a blank string or an empty list: all six,
+    in order).  A list of only empty items (``","``) is refused like any empty item: it used to mean all."""
+    if (
+        value is None
+        or (isinstance(value, str) and not value.strip())
+        or (not isinstance(value, str) and not value)
+    ):
         return tuple(TASKS)
-    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else [str(n) for n in value]
-    if not any(names):
-        return tuple(TASKS)
+    names = [str(n).strip() for n in (value.split(",") if isinstance(value, str) else value)]
     # an empty or repeated item is a typo (tasks,,x or x,x): refused, never silently dropped or merged
     if "" in names:
         raise ConfigError(f"an empty item in {value!r}; give task names separated by commas", "tasks")

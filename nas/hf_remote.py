@@ -360,7 +360,8 @@ def export_remote(doc: Mapping[str, Any], out: Path, source: str, *, force: bool
     tokenizer, which = tokenizer_for(doc.get("data"), arch.vocab_size, source)
     files = bundle(model)
     hf_logging.disable_progress_bar()
-    with written_dir(out, force) as tmp:
+    done = written_dir(out, force, keep=(source,))
+    with done as tmp:
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
         found = reachable(tmp)
@@ -377,8 +378,7 @@ def export_remote(doc: Mapping[str, Any], out: Path, source: str, *, force: bool
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         (tmp / "README.md").write_text(model_card(arch, doc, source, which, remote=True), encoding="utf-8")
-    names = sorted(p.name for p in out.iterdir())
-    return {"max_logit_difference": diff, "tokenizer": which, "files": names, "code": sorted(files)}
+    return {"max_logit_difference": diff, "tokenizer": which, "files": done.written, "code": sorted(files)}
 
 
 def export_hf(doc: Mapping[str, Any], out: Path, source: str, *, force: bool = False) -> dict[str, Any]:

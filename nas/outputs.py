@@ -124,11 +124,15 @@ def plan_output(
     force: bool = False,
     example: str | None = "out",
     replace_own: bool = True,
+    kept_weights: bool = False,
 ) -> Planned:
     """Check an output path before any work (creates nothing); see the module docstring.
 
     ``replace_own=False``: even a file this tool wrote needs ``force`` (trained weights: a
     second ``train --save`` onto a kept winner would throw away its training).
+
+    ``kept_weights``: the path is a search's own kept weights (:mod:`nas.search.driver.weights`); any
+    other output in a search's weights directory is refused, even with ``force``.
 
     ``example``: a file name to suggest when a directory is given (None: the command chose the
     name, as ``plot`` does).  Pass ``path`` as the user typed it: a trailing slash means a directory.
@@ -137,11 +141,19 @@ def plan_output(
     shown = f"{what} {str(path)!r}"
     replaces = None
     if p.exists():
-        if _is_database(p):  # a study's storage (perhaps the one this command reads): never an output
+        if is_database(p):  # a study's storage (perhaps the one this command reads): never an output
             raise UserError(
                 f"{shown}: is an SQLite database (a study's storage, perhaps the one this command reads); "
                 "an output never replaces one, even with --force: choose another path"
             )
+    if not kept_weights and kept_weights_dir(
+        p.parent
+    ):  # a finished trial's weights: the search's record, like its database
+        raise UserError(
+            f"{shown}: is in {p.parent}, where a search keeps its trials' weights; an output never goes "
+            "there, even with --force: choose another path"
+        )
+    if p.exists():
         own = written_here(p)
         if not (force or (own and replace_own)):
             if own:
@@ -159,17 +171,35 @@ def plan_output(
     return Planned(p, what, replaces)
 
 
+def kept_weights_dir(d: Path) -> bool:
+    """``d`` is where a search keeps its trials' weights (``RUNS/STUDY/weights``, or its
+    ``storage-HASH`` subdirectory): named so, and holding ``trial_N.safetensors`` files or beside the
+    study's database."""
+    import re
+
+    try:
+        d = d.resolve()
+        if not (d.name == "weights" or (d.name.startswith("storage-") and d.parent.name == "weights")):
+            return False
+        study = d.parent if d.name == "weights" else d.parent.parent
+        if d.is_dir() and any(re.fullmatch(r"trial_\d+\.safetensors", f.name) for f in d.iterdir()):
+            return True
+        return study.is_dir() and any(f.is_file() and is_database(f) for f in study.iterdir())
+    except OSError:
+        return False
+
+
 #: the first 16 bytes of every SQLite 3 database file
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _is_database(path: Path) -> bool:
+def is_database(path: Path) -> bool:
     """``path`` is an SQLite database, or the write-ahead log or shared memory beside one."""
     if (
         path.name.endswith(("-wal", "-shm", "-journal"))
         and path.with_name(path.name.rsplit("-", 1)[0]).exists()
     ):
-        return _is_database(path.with_name(path.name.rsplit("-", 1)[0]))
+        return is_database(path.with_name(path.name.rsplit("-", 1)[0]))
     try:
         with path.open("rb") as f:
             return f.read(16) == SQLITE_MAGIC

@@ -594,6 +594,13 @@ def contract_cases(case: Any) -> None:
         ("arch.yaml", "metrics.threads"),
         {"arch.yaml": ARCH + "metrics: {device: cpu, threads: 100000000000000}\n"},
     )
+    for name, value in (("negative", "-5"), ("fractional", "3.5"), ("zero", "0")):  # were ignored silently
+        case(
+            f"arch-recorded-threads-{name}",
+            ["train", "--arch", "arch.yaml", "--steps", "1"],
+            ("arch.yaml", "metrics.threads"),
+            {"arch.yaml": ARCH + f"metrics: {{device: cpu, threads: {value}}}\n"},
+        )
     case("train-threads-1e14", [*train, "--threads", "100000000000000"], "--threads")
     case("train-seed-2-32", [*train, "--seed", "4294967296"], "--seed")
     case("search-seed-2-32", search("--seed", "4294967296"), "--seed")

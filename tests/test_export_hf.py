@@ -135,6 +135,80 @@ def test_a_directory_with_files_needs_force_and_keeps_the_others(tmp_path, capsy
     assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").is_file()
 
 
+def test_the_summary_names_and_sizes_only_what_the_export_wrote(tmp_path, capsys) -> None:
+    """With --force into a directory holding a user's files, the `wrote` line listed them and counted
+    their bytes as the model's size."""
+    _checkpoint(tmp_path / "m.safetensors", _arch())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "big_notes.bin").write_bytes(b"x" * 50_000_000)
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(tmp_path / "m.safetensors"), "--hf", str(out), "--force"]) == 0
+    wrote = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote "))
+    assert "big_notes.bin" not in wrote and "model.safetensors" in wrote, wrote
+    size = float(wrote.split(" MB)")[0].rsplit("(", 1)[1])
+    written = sum(f.stat().st_size for f in out.iterdir() if f.name != "big_notes.bin")
+    assert size == pytest.approx(written / 1e6, abs=0.01), wrote
+
+
+def test_the_checkpoint_exported_is_never_replaced_even_with_force(tmp_path, capsys) -> None:
+    """`train --save out/model.safetensors` then `export --checkpoint out/model.safetensors --hf out
+    --force` replaced the user's checkpoint (its architecture, recipe and metrics) by the HF weights."""
+    out = tmp_path / "out"
+    out.mkdir()
+    ckpt = out / "model.safetensors"
+    _checkpoint(ckpt, _arch())
+    before = ckpt.read_bytes()
+    for hf in (out, tmp_path / "link"):  # also through a link to the directory
+        (tmp_path / "link").unlink(missing_ok=True)
+        (tmp_path / "link").symlink_to(out)
+        code, err = _export(capsys, "--checkpoint", str(ckpt), "--hf", str(hf), "--force")
+        assert code == 2 and len(err) == 1 and "the checkpoint it exports" in err[0], err
+        assert ckpt.read_bytes() == before and [p.name for p in out.iterdir()] == ["model.safetensors"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_search_directory_is_never_the_hf_directory_even_with_force(tmp_path, capsys) -> None:
+    """--hf at the runs directory, a study's directory or its weights directory wrote the model among the
+    search's files (beside its database) with --force."""
+    _checkpoint(tmp_path / "m.safetensors", _arch())
+    study = tmp_path / "runs" / "s"
+    (study / "weights").mkdir(parents=True)
+    (study / "study.db").write_bytes(b"SQLite format 3\x00" + bytes(100))
+    (study / "weights" / "trial_0.safetensors").write_bytes(b"w")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    cases = [
+        (tmp_path / "runs", "a runs directory"),
+        (study, "a study's directory (it holds study.db)"),
+        (study / "weights", "where a search keeps its trials' weights"),
+    ]
+    for hf, words in cases:
+        code, err = _export(
+            capsys, "--checkpoint", str(tmp_path / "m.safetensors"), "--hf", str(hf), "--force"
+        )
+        assert code == 2 and len(err) == 1 and words in err[0], err
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_link_to_nothing_is_one_line_and_a_link_to_a_directory_is_written_through(tmp_path, capsys) -> None:
+    """Both ended in a traceback (NotADirectoryError) once the model had been built."""
+    _checkpoint(tmp_path / "m.safetensors", _arch())
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    code, err = _export(
+        capsys, "--checkpoint", str(tmp_path / "m.safetensors"), "--hf", str(tmp_path / "dangling")
+    )
+    assert code == 2 and len(err) == 1 and "does not exist" in err[0], err
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    assert (
+        _export(capsys, "--checkpoint", str(tmp_path / "m.safetensors"), "--hf", str(tmp_path / "link"))[0]
+        == 0
+    )
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "empty" / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "empty", "link", "m.safetensors"]
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [

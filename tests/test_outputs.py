@@ -106,6 +106,29 @@ def test_the_study_in_use_is_never_an_output_even_with_force(study, tmp_path, ca
     assert not (tmp_path / "s-confirm").exists()
 
 
+def test_a_searchs_kept_weights_are_never_an_output_even_with_force(study, tmp_path, capsys):
+    """``export --out runs/S/weights/trial_0.safetensors --force`` replaced a finished trial's kept weights
+    (the study then found its SHA-256 changed and `export --hf` refused the trial); ``train --save`` too."""
+    weights = tmp_path / "runs" / "s" / "weights"
+    weights.mkdir(parents=True)
+    kept = weights / "trial_0.safetensors"
+    kept.write_bytes(b"kept weights")
+    arch = tmp_path / "a.yaml"
+    arch.write_text(
+        "arch: {vocab_size: 256, d_model: 32, n_heads: 4, max_len: 16, layers: {repeat: 1, attention: mha}}\n"
+    )
+    for argv in (
+        ["export", "--study", "s", "--storage", study["url"], "--best", "--out", str(kept), "--force"],
+        ["export", "--study", "s", "--storage", study["url"], "--best", "--out", str(weights / "new.yaml")],
+        ["train", "--arch", str(arch), "--steps", "1", "--save", str(kept), "--force"],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "keeps its trials' weights" in err[0] and "even with --force" in err[0], err
+    assert kept.read_bytes() == b"kept weights" and [p.name for p in weights.iterdir()] == [kept.name]
+
+
 def test_a_directory_or_a_link_to_nothing_in_the_way_is_one_line(study, tmp_path, capsys):
     (tmp_path / "figs" / "pareto.png").mkdir(parents=True)
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")

@@ -351,7 +351,7 @@ def _export_hf(args: argparse.Namespace) -> int:
             raise UserError(
                 f"export --hf needs {module}, which is not installed: pip install 'nas-lm[hf]'"
             ) from None
-    out = plan_dir(args.hf, "--hf", force=args.force)
+    out = plan_dir(args.hf, "--hf", force=args.force, keep=(args.checkpoint,))
     start = time.perf_counter()
     doc = load_checkpoint(args.checkpoint)
     if getattr(args, "found", None):  # a search's kept trial (export --study S --best --hf)
@@ -360,7 +360,7 @@ def _export_hf(args: argparse.Namespace) -> int:
     done = export_hf(doc, out, args.checkpoint, force=args.force)
     llama = done["llama"]
     seconds = time.perf_counter() - start
-    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    size = sum((out / f).stat().st_size for f in done["files"])  # what this export wrote, not what was there
     code = done.get("code", [])
     files = [f for f in done["files"] if f not in code]
     if code:

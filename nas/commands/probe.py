@@ -19,7 +19,7 @@ from nas.archfile import load_arch_file
 from nas.commands.common import jsonable, non_empty, non_negative_int, positive_int
 from nas.errors import ConfigError, UserError
 from nas.shipped import arch_path, shipped_archs
-from nas.validate import MAX_THREADS, check_number
+from nas.validate import MAX_SEED, MAX_THREADS, check_number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         if args.threads is None
         else check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
     )
+    check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)  # not the probe recipe's field
     doc = load_arch_file(arch_path(str(args.arch)))  # a missing or bad file is one line (UserError)
     evaluator = ProbeEvaluator(
         tasks, steps=args.steps, seed=args.seed, device=args.device, threads=threads, log=stderr_log

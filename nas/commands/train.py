@@ -157,9 +157,9 @@ def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | No
         return check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
     metrics = load_arch_file(arch_path(args.arch)).get("metrics") or {}
     threads = metrics.get("threads")
-    if metrics.get("device") == "cpu" and isinstance(threads, int) and threads > 0 and device != "cuda":
-        try:
-            return check_number(threads, "metrics.threads", integer=True, high=MAX_THREADS)
+    if metrics.get("device") == "cpu" and threads is not None and device != "cuda":
+        try:  # a value that cannot be a thread count is refused, never ignored (3.5 and -5 used to be)
+            return check_number(threads, "metrics.threads", integer=True, low=1, high=MAX_THREADS)
         except ConfigError as err:
             raise err.in_file(args.arch) from None
     return None

@@ -219,6 +219,9 @@ def test_probe_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
         (["--tasks", "recall"], "--tasks: unknown probe task 'recall'; valid: in_context_recall"),
         (["--tasks", "memorization,memorization"], "--tasks: lists memorization twice"),
         (["--tasks", "memorization,,compression"], "--tasks: an empty item in 'memorization,,compression'"),
+        (["--tasks", ","], "--tasks: an empty item in ','"),  # it used to run all six tasks
+        (["--tasks", " , "], "--tasks: an empty item"),
+        (["--seed", str(2**32)], "--seed: must be"),  # it named recipe.seed, a field the user never wrote
         (["--arch", "nowhere.yaml"], "nowhere.yaml"),
     ],
 )

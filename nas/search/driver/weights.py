@@ -210,7 +210,9 @@ class KeptWeights:
         trial.set_user_attr(WEIGHTS, {"file": os.path.abspath(path), "sha256": sha, "bytes": len(data)})
         started = time.perf_counter()
         try:
-            planned = plan_output(path, named("resources", "keep_weights"), example=None, replace_own=False)
+            planned = plan_output(
+                path, named("resources", "keep_weights"), example=None, replace_own=False, kept_weights=True
+            )
             write_output(planned, lambda tmp: tmp.write_bytes(data))
         except (UserError, OSError) as err:
             try:
