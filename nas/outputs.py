@@ -36,7 +36,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from nas.errors import UserError
@@ -125,6 +125,7 @@ def plan_output(
     example: str | None = "out",
     replace_own: bool = True,
     kept_weights: bool = False,
+    reads: Sequence[tuple[str, str | os.PathLike[str] | None]] = (),
 ) -> Planned:
     """Check an output path before any work (creates nothing); see the module docstring.
 
@@ -133,6 +134,9 @@ def plan_output(
 
     ``kept_weights``: the path is a search's own kept weights (:mod:`nas.search.driver.weights`); any
     other output in a search's weights directory is refused, even with ``force``.
+
+    ``reads``: (flag, path) of the files this command reads (``--arch``, ``--data``): an output is never
+    one of them, even with ``force`` (the command would replace what it is reading).
 
     ``example``: a file name to suggest when a directory is given (None: the command chose the
     name, as ``plot`` does).  Pass ``path`` as the user typed it: a trailing slash means a directory.
@@ -145,6 +149,12 @@ def plan_output(
             raise UserError(
                 f"{shown}: is an SQLite database (a study's storage, perhaps the one this command reads); "
                 "an output never replaces one, even with --force: choose another path"
+            )
+    for flag, source in reads:
+        if source is not None and p.exists() and Path(source).exists() and os.path.samefile(p, source):
+            raise UserError(
+                f"{shown}: is the {flag} file this command reads; an output never replaces its own input, "
+                "even with --force: choose another path"
             )
     if not kept_weights and kept_weights_dir(
         p.parent

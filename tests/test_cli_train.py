@@ -203,6 +203,19 @@ def test_size_trains_the_resized_member_of_the_family(arch_file: Path, capsys) -
     assert metrics["arch_id"] == want.arch_id and metrics["params"] == nas.compute(want).params
 
 
+def test_a_size_no_member_reaches_is_said_to_be_missed(arch_file: Path, capsys) -> None:
+    """`--size 1e-9` trained the smallest member (1 head, 1 layer: 1/8 of the parameters) and said only its
+    shape; it now says the size was not reached and what was. A size met up to rounding says nothing."""
+    assert main(["train", "--arch", str(arch_file), "--size", "1e-9", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "note: size 1e-09 is not reachable: the nearest member of this architecture's family has 0.127x"
+        in err
+    )
+    assert main(["train", "--arch", str(arch_file), "--size", "8", "--json"]) == 0
+    assert "not reachable" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("size", ["0", "-2", "nan", "100", "1e400", "x"])
 def test_a_bad_size_is_one_line_exit_2(size: str, arch_file: Path, capsys) -> None:
     """Refused as typed (`--size 0` was answered `got 0.0`, a value nobody wrote)."""
@@ -222,3 +235,20 @@ def test_rope_base_without_rotary_positions_is_refused(tmp_path: Path, capsys) -
     assert len(err) == 1 and "arch.rope_base: has no effect with pos_encoding learned" in err[0], err
     path.write_text(yaml.safe_dump({"arch": {**TINY_ARCH, "pos_encoding": "rope", "rope_base": 500000.0}}))
     assert nas.load_arch(path).rope_base == 500000.0
+
+
+@pytest.mark.parametrize("flag", ["--arch", "--data"])
+def test_save_never_replaces_a_file_the_command_reads(
+    flag: str, arch_file: Path, tmp_path: Path, capsys
+) -> None:
+    """`train --arch b.yaml --save b.yaml --force` replaced the architecture file it had just read (and
+    `--save` onto the corpus the same): refused in one line, even with --force."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be, that is the question. " * 400)
+    target = arch_file if flag == "--arch" else corpus
+    before = target.read_bytes()
+    argv = ["train", "--arch", str(arch_file), "--data", str(corpus), "--save", str(target), "--force"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is the {flag} file this command reads" in err[0], err
+    assert target.read_bytes() == before

@@ -160,12 +160,21 @@ def plan_flags(args: argparse.Namespace) -> str:
     return shlex.join(flags)
 
 
+def baseline_files(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(flag, path) of each ``--baseline`` file: inputs a report never replaces (``nas.outputs``)."""
+    from nas.shipped import arch_path
+
+    return [("--baseline", arch_path(f)) for f in args.baseline or ()]
+
+
 def plan_report(args: argparse.Namespace) -> list[Planned]:
     """The report and the figures beside it (``STEM_compute.png``, ``STEM_deltas.png``), checked now
     under nas.outputs' rule: new files, or what an earlier ``confirm`` wrote and nobody changed since."""
     if args.report is None:
         return []
-    report = plan_output(args.report, "--report", force=args.force, example="confirm.md")
+    report = plan_output(
+        args.report, "--report", force=args.force, example="confirm.md", reads=baseline_files(args)
+    )
     stem = report.path.with_suffix("")
     figures = [stem.with_name(f"{stem.name}_{kind}.png") for kind in ("compute", "deltas")]
     return [report] + [

@@ -127,7 +127,11 @@ def plan_report(args: argparse.Namespace) -> list[Planned]:
     """The report and its plot (``STEM_ladder.png``), checked under nas.outputs' rule before any work."""
     if args.report is None:
         return []
-    report = plan_output(args.report, "--report", force=args.force, example="ladder.md")
+    from nas.commands.confirm import baseline_files
+
+    report = plan_output(
+        args.report, "--report", force=args.force, example="ladder.md", reads=baseline_files(args)
+    )
     stem = report.path.with_suffix("")
     figure = stem.with_name(f"{stem.name}_ladder.png")
     return [report, plan_output(figure, "--report (its figure)", force=args.force, example=None)]

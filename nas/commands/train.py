@@ -35,7 +35,7 @@ from nas.data import (
 )
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
-from nas.models.sizes import MAX_SIZE, resize
+from nas.models.sizes import MAX_SIZE, missed, reached, resize
 from nas.outputs import Planned, plan_output
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
@@ -171,8 +171,11 @@ def check_outputs(args: argparse.Namespace) -> Planned | None:
     save = None
     if args.save is not None:
         # a checkpoint is a user's work: even one this tool saved is replaced only with --force
+        given = overrides(args).get("data", {})
+        reads = [("--arch", arch_path(args.arch)), ("--data", given.get("corpus")),
+                 ("--tokenizer", given.get("tokenizer"))]  # fmt: skip
         save = plan_output(
-            args.save, "--save", force=args.force, example="model.safetensors", replace_own=False
+            args.save, "--save", force=args.force, example="model.safetensors", replace_own=False, reads=reads
         )
     if args.logdir is not None:
         check_writable_dir(args.logdir, "--logdir")
@@ -242,6 +245,9 @@ def sized(arch: Any, size: float) -> Any:
         f"size {size:g}: d_model {out.d_model}, {out.n_heads} heads, {len(out.layers)} layers "
         f"(from d_model {arch.d_model}, {arch.n_heads} heads, {len(arch.layers)} layers)"
     )
+    note = missed(size, reached(arch, out))
+    if note is not None:
+        stderr_log(f"note: {note}")
     return out
 
 

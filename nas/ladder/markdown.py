@@ -9,6 +9,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from nas.models.sizes import missed
 from nas.outputs import Planned, write_output
 
 HEAD = "# Ladder of study "
@@ -58,6 +59,9 @@ def prediction_table(report: dict[str, Any]) -> list[str]:
     for f in report["families"]:
         if f["fit"] is None:
             lines.append(f"\n{f['name']}: not fitted ({f['why_not']}).")
+        elif t["size"] is not None and missed(t["size"], f["prediction"]["size_reached"]):
+            note = missed(t["size"], f["prediction"]["size_reached"])
+            lines.append(f"\n{f['name']}: {note}; the prediction is at that member.")
         elif f["prediction"].get("edge"):
             lines.append(
                 f"\n{f['name']}: its fitted loss still falls at the {f['prediction']['edge']} size searched "

@@ -28,7 +28,7 @@ from nas.cost import compute
 from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, percentile
 from nas.ladder.plan import LADDER, LadderPlan
 from nas.models import ArchConfig
-from nas.models.sizes import resize
+from nas.models.sizes import reached, resize
 
 #: the interval: the 5th to 95th percentile of the bootstrap's predictions
 LOW, HIGH = 0.05, 0.95
@@ -161,6 +161,8 @@ def _prediction(fam: Family, target: float, size: float | None) -> dict[str, Any
     return {
         "loss": loss,
         "edge": edge,
+        # --target-size: the multiplier the built member reaches (whole heads and layers)
+        "size_reached": None if size is None else reached(fam.arch, resize(fam.arch, size)),
         "low": percentile(draws, LOW),
         "high": percentile(draws, HIGH),
         "params": n,

@@ -78,6 +78,24 @@ def _relayer(
     return out
 
 
+def reached(arch: ArchConfig, out: ArchConfig) -> float:
+    """The multiplier ``out`` (a resize of ``arch``) reaches: its non-embedding parameters over ``arch``'s."""
+    from nas.cost import compute
+
+    return compute(out).non_embedding_params / compute(arch).non_embedding_params
+
+
+def missed(size: float, got: float) -> str | None:
+    """A note when a resize's parameters are off its target by more than 1.5x (whole heads and layers:
+    below one head and one layer, or a kv-head group, nothing smaller exists), else None."""
+    if max(got / size, size / got) <= 1.5:
+        return None
+    return (
+        f"size {size:g} is not reachable: the nearest member of this architecture's family has {got:.3g}x "
+        "its non-embedding parameters (heads and layers are whole numbers)"
+    )
+
+
 def resize(arch: ArchConfig, size: float) -> ArchConfig:
     """``arch`` with about ``size`` times its non-embedding parameters, its per-layer pattern kept."""
     check_number(size, "size", low=0, low_open=True, high=MAX_SIZE)

@@ -591,3 +591,18 @@ def test_the_first_seed_is_the_searchs_training_seed_not_its_samplers(tmp_path, 
     search = {t.user_attrs["arch_id"]: t.values[0] for t in _load(url, "sd").trials if t.values}
     finalist = next(t for t in conf.trials if t.user_attrs["role"] == "finalist")
     assert finalist.values[0] == search[finalist.user_attrs["arch_id"]]
+
+
+@pytest.mark.parametrize("command", ["confirm", "ladder"])
+def test_a_report_never_replaces_a_baseline_file_it_reads(command, studies, tmp_path, capsys):
+    """`--report` pointed at a `--baseline` file with --force would have replaced the architecture the
+    command was reading: refused in one line, and the file is untouched."""
+    base = tmp_path / "mine.yaml"
+    base.write_bytes(Path(arch_path("vanilla")).read_bytes())
+    before = base.read_bytes()
+    argv = _confirm(studies["one"], "one", "--baseline", str(base), "--report", str(base), "--force")
+    argv[0] = command
+    assert _exit_code(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is the --baseline file this command reads" in err[0], err
+    assert base.read_bytes() == before
