@@ -253,8 +253,38 @@ def plan_flags(args: argparse.Namespace) -> str:
     return shlex.join(flags)
 
 
+def unused_plan_flags(args: argparse.Namespace, recorded: str) -> list[str]:
+    """``--no-train``: the plan flags given (not at their defaults) whose values differ from those of the
+    run that chose the study's runs (``recorded``, as :func:`plan_flags` wrote it): they choose nothing."""
+    from nas.ladder.plan import DEFAULT_RUNGS, DEFAULT_SEEDS, DEFAULT_SIZES
+
+    # the parser's defaults (``--top`` none: the plan applies DEFAULT_TOP)
+    defaults = {"trial": None, "top": None, "sizes": DEFAULT_SIZES, "seeds": DEFAULT_SEEDS, "scale": 1.0,
+                "tokens": "per-param", "rungs": DEFAULT_RUNGS, "baseline": None,
+                "baseline_shape": "finalist"}  # fmt: skip
+    default = dict(_pairs(plan_flags(argparse.Namespace(**{**vars(args), **defaults}))))
+    had = dict(_pairs(recorded))
+    out = []
+    for flag, value in _pairs(plan_flags(args)):
+        if flag in ("--top", "--trial") and args.trial is None and args.top is None:
+            continue  # neither given: the default pick, whatever the study was laddered with
+        if value != default.get(flag) and value != had.get(flag):
+            out.append(f"{flag} {value}")
+    return out
+
+
+def _pairs(flags: str) -> list[tuple[str, str]]:
+    """``--sizes 1,2 --baseline a --baseline b`` -> [("--sizes", "1,2"), ("--baseline", "a b")]."""
+    words = shlex.split(flags)
+    out: dict[str, list[str]] = {}
+    for flag, value in zip(words[::2], words[1::2], strict=False):
+        out.setdefault(flag, []).append(value)
+    return [(f, " ".join(v)) for f, v in out.items()]
+
+
 def run(args: argparse.Namespace) -> int:
     from nas.commands.stopping import sigterm_stops_the_driver
+    from nas.confirm.runner import FLAGS
     from nas.ladder import run_ladder
     from nas.ladder.markdown import plot, render
     from nas.ladder.report import build_report
@@ -263,6 +293,13 @@ def run(args: argparse.Namespace) -> int:
     settings, every, plan, url = build(args)
     if args.no_train:
         study = _existing(settings.study, url)
+        unused = unused_plan_flags(args, study.user_attrs.get(FLAGS) or "")
+        if unused:
+            print(
+                f"note: --no-train reports the runs the study holds; {' '.join(unused)} would choose others "
+                "(drop --no-train to train them)",
+                file=sys.stderr,
+            )
     else:
         with sigterm_stops_the_driver():
             study = run_ladder(

@@ -134,7 +134,12 @@ def test_a_new_target_reports_again_without_training(searched, capsys):
     low = json.loads(capsys.readouterr().out)
     assert all(f["prediction"]["below"]["compute"] < 1e-3 for f in low["families"])
     assert main(_ladder(url, "s", "--no-train", "--target-flops", "10")) == 0
-    assert "x the smallest" in capsys.readouterr().out
+    io = capsys.readouterr()
+    assert "x the smallest" in io.out and "note: --no-train" not in io.err  # the plan flags the study has
+    # plan flags that choose other runs are said to choose nothing under --no-train (they were ignored)
+    assert main(_ladder(url, "s", "--no-train", "--seeds", "3", "--scale", "2")) == 0
+    err = capsys.readouterr().err
+    assert "note: --no-train reports the runs the study holds; --seeds 3 --scale 2 would choose others" in err
     assert main([*_ladder(url, "s", "--no-train"), "--json", "--form", "shared"]) == 0
     shared = json.loads(capsys.readouterr().out)
     assert all(f["fit"]["alpha"] == f["fit"]["beta"] for f in shared["families"])
