@@ -88,6 +88,8 @@ from nas.spec.training import Budget, TrainRecipe
 
 IGNORE = -100  # a target that is neither trained nor scored (cross_entropy's default ignore_index)
 
+#: optimizer steps per task at most: 250 take about a minute per task on one CPU thread, so this is days
+MAX_STEPS = 10**6
 #: optimizer steps per task by default (about a minute per task for vanilla.yaml on one CPU thread)
 DEFAULT_STEPS = 250
 DEFAULT_BATCH = 32
@@ -484,6 +486,8 @@ class ProbeEvaluator:
         for name, value in (("steps", steps), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be a positive integer, got {value!r}", name)
+        if steps > MAX_STEPS:
+            raise ConfigError(f"must be at most {MAX_STEPS:,} (days per task on a CPU), got {steps}", "steps")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"must be an integer >= 0, got {seed!r}", "seed")
         self.steps, self.batch_size, self.lr, self.seed = steps, batch_size, float(lr), seed

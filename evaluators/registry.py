@@ -19,6 +19,7 @@ from typing import Any
 
 from evaluators.base import Evaluator
 from evaluators.lm import LMEvaluator
+from evaluators.probes import MAX_STEPS as PROBE_MAX_STEPS
 from evaluators.probes import TASKS as PROBE_TASKS
 from evaluators.probes import ProbeEvaluator, parse_tasks
 from evaluators.proxies import PROXIES, ProxyEvaluator, SleepEvaluator
@@ -66,8 +67,8 @@ def _probe_tasks(arg: str | None) -> dict[str, Any]:
     tasks, at, steps = arg.partition("@")
     out: dict[str, Any] = {}
     if at:
-        if not steps.isdigit() or int(steps) < 1:
-            raise ValueError(f"STEPS after @ must be a whole number >= 1, got {steps!r}")
+        if not steps.isdigit() or not 1 <= int(steps) <= PROBE_MAX_STEPS:
+            raise ValueError(f"STEPS after @ must be a whole number in [1, {PROBE_MAX_STEPS}], got {steps!r}")
         out["probe_steps"] = int(steps)
     if tasks or not at:
         if not tasks.strip():

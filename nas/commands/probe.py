@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from evaluators.lm import stderr_log
-from evaluators.probes import DEFAULT_STEPS, TASKS, ProbeEvaluator, parse_tasks
+from evaluators.probes import DEFAULT_STEPS, MAX_STEPS, TASKS, ProbeEvaluator, parse_tasks
 from nas.archfile import load_arch_file
 from nas.commands.common import jsonable, non_empty, non_negative_int, positive_int
 from nas.errors import ConfigError, UserError
@@ -76,11 +76,15 @@ def run(args: argparse.Namespace) -> int:
         else check_number(args.threads, "--threads", integer=True, low=1, high=MAX_THREADS)
     )
     check_number(args.seed, "--seed", integer=True, low=0, high=MAX_SEED)  # not the probe recipe's field
+    check_number(args.steps, "--steps", integer=True, low=1, high=MAX_STEPS)
     doc = load_arch_file(arch_path(str(args.arch)))  # a missing or bad file is one line (UserError)
     evaluator = ProbeEvaluator(
         tasks, steps=args.steps, seed=args.seed, device=args.device, threads=threads, log=stderr_log
     )
     try:
+        flops = evaluator.planned_flops(doc["arch"])
+        # a line before the first task ends (one per task follows): a long run is not silent for minutes
+        stderr_log(f"probing: {len(tasks)} task(s) x {args.steps:,} steps, {flops:.3g} training FLOPs")
         result = evaluator.evaluate(doc["arch"])
     except ConfigError as err:  # an option that cannot hold at a task's length
         raise err.in_file(args.arch) from None

@@ -222,6 +222,7 @@ def test_probe_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
         (["--tasks", ","], "--tasks: an empty item in ','"),  # it used to run all six tasks
         (["--tasks", " , "], "--tasks: an empty item"),
         (["--seed", str(2**32)], "--seed: must be"),  # it named recipe.seed, a field the user never wrote
+        (["--steps", "99999999999999"], "--steps: must be an integer in [1, 1000000]"),  # it ran silently
         (["--arch", "nowhere.yaml"], "nowhere.yaml"),
     ],
 )

@@ -115,7 +115,7 @@ def test_the_search_counts_the_screens_flops() -> None:
 def test_probe_steps_are_part_of_the_evaluator_name() -> None:
     assert registry.build("probes:memorization@7", {"device": "cpu"}).steps == 7
     assert registry.build("probes@9", {"device": "cpu"}).steps == 9
-    for bad in ("probes@0", "probes@x", "probes:memorization@", "probes:", "probes@3:x"):
+    for bad in ("probes@0", "probes@x", "probes:memorization@", "probes:", "probes@3:x", "probes@1000001"):
         with pytest.raises(Exception, match="probes"):
             registry.check(bad)
 
@@ -233,7 +233,7 @@ def test_a_prescreen_in_the_spec_that_is_not_a_name_says_what_is(
         ("lm", "search.prescreen (--prescreen): lm would train each candidate twice"),
         ("probes:nope", "search.prescreen (--prescreen): evaluator 'probes:nope'"),
         ("sleep:1", "evaluator 'sleep:1' cannot be used here; valid: proxy:NAME"),
-        ("probes@0", "probes STEPS after @ must be a whole number >= 1"),
+        ("probes@0", "probes STEPS after @ must be a whole number in [1, 1000000]"),
         (
             "proxy:params --evaluator proxy:params",
             "search.prescreen (--prescreen): is the search's evaluator too",
