@@ -146,15 +146,16 @@ def test_a_new_target_reports_again_without_training(searched, capsys):
 
 
 def test_ctrl_c_then_again_trains_only_what_is_missing(tmp_path, corpus_dir):
-    # runs of 120 steps (not the other tests' 24): at 24 all 16 could finish between the poll that saw
-    # three and the signal (seen once under CI)
-    url = _search(tmp_path, corpus_dir, "k", budget="budget: {steps: 120}\n")
+    url = _search(tmp_path, corpus_dir, "k")
     argv = [sys.executable, str(ROOT / "run_search.py"), *_ladder(url, "k", "--seeds", "2")]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Ctrl-C reaches it even where the suite itself was started in the background (`cmd &` in a script
+    # ignores SIGINT, and its children inherit that: every run then finished, and this test failed)
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
         states: list[TrialState] = []
-        while proc.poll() is None and states.count(TrialState.COMPLETE) < 2:
+        while proc.poll() is None and states.count(TrialState.COMPLETE) < 3:
             time.sleep(0.1)
             try:
                 states = [t.state for t in optuna.load_study(study_name="k-ladder", storage=url).trials]
@@ -168,7 +169,7 @@ def test_ctrl_c_then_again_trains_only_what_is_missing(tmp_path, corpus_dir):
             proc.kill()
     first = optuna.load_study(study_name="k-ladder", storage=url).trials
     before = {t.number: t.values for t in first if t.state == TrialState.COMPLETE}
-    assert 2 <= len(before) < 16
+    assert 3 <= len(before) < 16
     assert main(_ladder(url, "k", "--seeds", "2")) == 0
     study = optuna.load_study(study_name="k-ladder", storage=url)
     runs = existing_runs(study)
