@@ -422,15 +422,12 @@ def _study_dir(p: Path) -> str | None:
             found = [f for f in d.iterdir() if f.is_file() and is_database(f)]
         except OSError:
             return []
-        try:
-            return sorted(found, key=lambda f: (f.name.endswith(("-wal", "-shm", "-journal")), f.name))
-        except OSError:
-            return []
+        return sorted(found, key=lambda f: (f.name.endswith(("-wal", "-shm", "-journal")), f.name))
 
     if not p.is_dir():
         return None
-    if databases(p):
-        return f"a study's directory (it holds {databases(p)[0].name})"
+    if own := databases(p):
+        return f"a study's directory (it holds {own[0].name})"
     try:
         inner = [d for d in p.iterdir() if d.is_dir() and databases(d)]
     except OSError:

@@ -24,6 +24,8 @@ from nas.spec.flags import add_spec_flags
 
 DEFAULT_TOP = 1
 DEFAULT_SAMPLES = 200
+#: the flags that choose a ladder's runs (``plan_flags`` writes them)
+PLAN_DESTS = ("trial", "top", "sizes", "seeds", "scale", "tokens", "rungs", "baseline", "baseline_shape")
 #: bootstrap draws are refitted as one batch per architecture, (draws x starts x points) tensors: 10**8
 #: draws filled memory; 10**4 (2.5 times Epoch's 4,000 resamples) take about 50 times the default's time
 MAX_SAMPLES = 10_000
@@ -120,7 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace --report and its plot even if this tool did not write them",
     )
-    p.set_defaults(func=run)
+    # the plan flags' defaults, as the parser has them (unused_plan_flags tells given flags from defaults)
+    plan_defaults = {d: p.get_default(d) for d in PLAN_DESTS}
+    p.set_defaults(func=run, plan_defaults=plan_defaults)
 
 
 def plan_report(args: argparse.Namespace) -> list[Planned]:
@@ -256,13 +260,7 @@ def plan_flags(args: argparse.Namespace) -> str:
 def unused_plan_flags(args: argparse.Namespace, recorded: str) -> list[str]:
     """``--no-train``: the plan flags given (not at their defaults) whose values differ from those of the
     run that chose the study's runs (``recorded``, as :func:`plan_flags` wrote it): they choose nothing."""
-    from nas.ladder.plan import DEFAULT_RUNGS, DEFAULT_SEEDS, DEFAULT_SIZES
-
-    # the parser's defaults (``--top`` none: the plan applies DEFAULT_TOP)
-    defaults = {"trial": None, "top": None, "sizes": DEFAULT_SIZES, "seeds": DEFAULT_SEEDS, "scale": 1.0,
-                "tokens": "per-param", "rungs": DEFAULT_RUNGS, "baseline": None,
-                "baseline_shape": "finalist"}  # fmt: skip
-    default = dict(_pairs(plan_flags(argparse.Namespace(**{**vars(args), **defaults}))))
+    default = dict(_pairs(plan_flags(argparse.Namespace(**{**vars(args), **args.plan_defaults}))))
     had = dict(_pairs(recorded))
     out = []
     for flag, value in _pairs(plan_flags(args)):

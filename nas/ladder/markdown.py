@@ -59,8 +59,7 @@ def prediction_table(report: dict[str, Any]) -> list[str]:
     for f in report["families"]:
         if f["fit"] is None:
             lines.append(f"\n{f['name']}: not fitted ({f['why_not']}).")
-        elif t["size"] is not None and missed(t["size"], f["prediction"]["size_reached"]):
-            note = missed(t["size"], f["prediction"]["size_reached"])
+        elif t["size"] is not None and (note := missed(t["size"], f["prediction"]["size_reached"])):
             lines.append(f"\n{f['name']}: {note}; the prediction is at that member.")
         elif f["prediction"].get("edge"):
             lines.append(

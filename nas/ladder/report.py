@@ -144,23 +144,21 @@ class Family:
         return draws, loss, n, d
 
 
+def _edge(n: float, n_range: tuple[float, float]) -> str | None:
+    """``largest``/``smallest`` when the chosen size is an end of the sizes searched (the fitted loss still
+    falls there: no compute-optimal size inside them), else None."""
+    lo, hi = n_range
+    if n >= hi * (1 - 1e-9):
+        return "largest"
+    return "smallest" if n <= lo * (1 + 1e-9) else None
+
+
 def _prediction(fam: Family, target: float, size: float | None) -> dict[str, Any]:
     draws, loss, n, d = fam.at(target, size)
     flops = max(p.flops for p in fam.points)
-    lo, hi = fam.n_range()
-    # the fitted loss still falling at an end of the sizes searched: no compute-optimal size inside them
-    edge = (
-        None
-        if size is not None
-        else "largest"
-        if n >= hi * (1 - 1e-9)
-        else "smallest"
-        if n <= lo * (1 + 1e-9)
-        else None
-    )
     return {
         "loss": loss,
-        "edge": edge,
+        "edge": None if size is not None else _edge(n, fam.n_range()),
         # --target-size: the multiplier the built member reaches (whole heads and layers)
         "size_reached": None if size is None else reached(fam.arch, resize(fam.arch, size)),
         "low": percentile(draws, LOW),
