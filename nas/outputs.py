@@ -177,7 +177,7 @@ def plan_output(
         if not os.access(p, os.W_OK):
             raise UserError(f"{shown}: the file exists and is not writable")
         replaces = sha256_file(p)
-    check_writable_dir(p.parent, what)
+    check_writable_dir(p.parent, what, given=str(path))
     return Planned(p, what, replaces)
 
 

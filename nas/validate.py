@@ -153,8 +153,10 @@ def yaml_number(value: Any, *, keep_non_finite: bool = False) -> Any:
     return value if keep_non_finite and not math.isfinite(number) else number
 
 
-def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
+def check_writable_dir(path: str | os.PathLike[str], what: str, *, given: str | None = None) -> None:
     """Refuse ``path`` unless it is, or can be created as, a writable directory; leaves nothing behind.
+    ``given``: the path the user typed when ``path`` is derived from it (a file's directory), so the
+    error quotes what they wrote.
 
     The nearest existing ancestor must be a directory that a file can really be created in:
     ``os.access`` alone says yes to root on a read-only mount point such as ``/proc``.
@@ -162,21 +164,22 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
     if not str(path).strip():
         raise UserError(f"{what} is empty; give a directory")
     p = Path(path).expanduser()
+    shown = f"{what} {str(path if given is None else given)!r}"
     for link in (p, *p.parents):  # a link to nothing: mkdir would fail later, after the work
         if link.is_symlink() and not link.exists():
             target = os.readlink(link)
-            raise UserError(f"{what} {str(path)!r}: {link} is a link to {target!r}, which does not exist")
+            raise UserError(f"{shown}: {link} is a link to {target!r}, which does not exist")
     probe = p
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if not probe.is_dir():
-        raise UserError(f"{what} {str(path)!r}: {probe} is not a directory")
+        raise UserError(f"{shown}: {probe} is not a directory")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".nas-write-test-", dir=probe)
         os.close(fd)
         os.unlink(tmp)
     except OSError as err:
-        raise UserError(f"{what} {str(path)!r}: cannot write in {probe} ({err.strerror or err})") from None
+        raise UserError(f"{shown}: cannot write in {probe} ({err.strerror or err})") from None
 
 
 def check_file_name(path: str | os.PathLike[str], what: str, example: str | None = "out") -> Path:
@@ -211,7 +214,7 @@ def check_output_file(path: str | os.PathLike[str], what: str, *, example: str =
     p = check_file_name(path, what, example)
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{what} {str(path)!r}: the file exists and is not writable")
-    check_writable_dir(p.parent, what)
+    check_writable_dir(p.parent, what, given=str(path))
 
 
 #: a study name becomes a directory under --runs-dir and a word in printed commands

@@ -202,6 +202,11 @@ def load_yaml(text: str, source: str = "<yaml>", what: str = "file") -> Any:
     return data
 
 
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an architecture file", "a space"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
     """The plain data in the YAML file ``path``; user errors are one line naming the file."""
     p = Path(path)
@@ -210,7 +215,7 @@ def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
     try:
         if p.stat().st_size > MAX_BYTES:
             raise UserError(
-                f"{p}: a {what} of {p.stat().st_size:,} bytes is over the limit of {MAX_BYTES:,} bytes"
+                f"{p}: {_a(what)} of {p.stat().st_size:,} bytes is over the limit of {MAX_BYTES:,} bytes"
             )
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -634,6 +634,12 @@ def contract_cases(case: Any) -> None:
         ("space.yaml", "bytes"),
         {"space.yaml": "# " + "x" * 3_000_000 + "\n" + space()},
     )
+    case(
+        "arch-3-mb",
+        train,
+        ("arch.yaml: an architecture file of", "bytes"),
+        {"arch.yaml": "# " + "x" * 3_000_000 + "\n"},
+    )
     case("arch-billion-laughs", train, ("arch.yaml", "aliases are expanded"), {"arch.yaml": BOMB})
     # -- sizes that cannot fit, refused from an estimate ----------------------------------------
     case(
@@ -708,7 +714,11 @@ def contract_cases(case: Any) -> None:
     # -- output paths, checked before any work -------------------------------------------------
     case("train-save-a-directory", [*train, "--save", "emptydir"], ("--save", "emptydir"))
     case("train-save-under-a-file", [*train, "--save", "notes.txt/model.pt"], ("--save", "notes.txt"))
-    case("train-save-read-only", [*train, "--save", "/proc/nas-lm/model.pt"], ("--save", "/proc"))
+    case(
+        "train-save-read-only",
+        [*train, "--save", "/proc/nas-lm/model.pt"],
+        ("--save", "/proc/nas-lm/model.pt"),
+    )
     case("train-logdir-a-file", [*train, "--logdir", "notes.txt"], ("--logdir", "notes.txt"))
     case(
         "export-out-under-a-file",
@@ -718,7 +728,7 @@ def contract_cases(case: Any) -> None:
     case(
         "export-out-read-only",
         ["export", "--study", "s", "--storage", "{url}", "--best", "--out", "/proc/x.yaml"],
-        ("--out", "/proc"),
+        ("--out", "/proc/x.yaml"),
     )
     case(
         "plot-out-a-file",
