@@ -21,7 +21,7 @@ from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
 from nas.program import prog_name
-from nas.spec.flags import add_spec_flags, apply, flag_texts, overrides
+from nas.spec.flags import add_spec_flags, apply_flags, overrides
 from nas.spec.sections import named
 
 DEFAULT_TOP = 3
@@ -381,7 +381,7 @@ def settings_for(args: argparse.Namespace, name: str, p: Picked, seed0: int, rec
     from nas.spec import Resources
 
     spec = p.spec
-    resources = apply(spec.replace(resources=Resources()), overrides(args), flag_texts(args)).resources
+    resources = apply_flags(spec.replace(resources=Resources()), args).resources
     # Every run trains the LM in full: the search's hurdles and its pre-screen (a hurdle at fraction 0)
     # would stop finalists and baselines, leaving seeds out of the report; and a search scored by a proxy
     # or the probes is confirmed by the loss it stands in for (the same value on every seed otherwise).

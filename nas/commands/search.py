@@ -14,7 +14,7 @@ from nas.errors import ConfigError, UserError
 from nas.program import prog_name
 from nas.shipped import shipped_spaces, space_path
 from nas.spec import Spec
-from nas.spec.flags import add_spec_flags, apply, flag_texts, overrides
+from nas.spec.flags import add_spec_flags, apply_flags, flag_texts, overrides
 from nas.validate import check_study_name
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
         spec, space = spec_of(stored.to_dict(), stored.source)
     else:
         spec, space = load_spec(resolve_space_path(args.space))
-    spec = apply(spec, given, flag_texts(args))
+    spec = apply_flags(spec, args)
     if args.space is None and stored is None and space.task == "lm":
         from nas.data import task_of
 
@@ -94,7 +94,7 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
                 flush=True,
             )
             spec, space = load_spec(resolve_space_path("seq2seq"))
-            spec = apply(spec, given, flag_texts(args))
+            spec = apply_flags(spec, args)
     _refuse_unused_flags(spec, given)
     if args.study is None:  # the space's name names the study: an error points at the file
         try:

@@ -40,7 +40,7 @@ from nas.outputs import Planned, plan_output
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
-from nas.spec.flags import add_spec_flags, apply, blame_flag, flag_texts, overrides
+from nas.spec.flags import add_spec_flags, apply_flags, blame_flag, flag_texts, overrides
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_THREADS, check_number, check_writable_dir
 
@@ -102,7 +102,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
         budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
     except ConfigError as err:
         raise err.in_file(source) from None
-    spec = apply(Spec(space={}, recipe=recipe, budget=budget), overrides(args), flag_texts(args))
+    spec = apply_flags(Spec(space={}, recipe=recipe, budget=budget), args)
     return doc["arch"], spec, data
 
 

@@ -236,6 +236,11 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]], texts: Mapping[str
     return dataclasses.replace(spec, **changes)
 
 
+def apply_flags(spec: Spec, args: argparse.Namespace) -> Spec:
+    """``spec`` with the spec flags of the command line ``args`` applied (:func:`apply`)."""
+    return apply(spec, overrides(args), flag_texts(args))
+
+
 def _base_type(hint: Any) -> type:
     """``int | None`` -> int; ``tuple[float, ...]`` -> tuple."""
     origin = typing.get_origin(hint)
