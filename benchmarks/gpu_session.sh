@@ -3,12 +3,17 @@
 # time limit, so one stage that runs long leaves the others their time.  From the repository root:
 #
 #   . benchmarks/gpu_carry.sh install                   # after `benchmarks/gpu_carry.sh pack` here
-#   bash benchmarks/gpu_session.sh tests mfu blocks     # any of: tests mfu blocks search
+#   bash benchmarks/gpu_session.sh tests mfu blocks     # any of: tests mfu blocks search ladder
 #
 # Everything goes to $OUT (default gpu_out/): session.log (all output), mfu_section.md and
-# blocks_section.md (tables for docs/BENCHMARKS.md), profile_table.txt, search.log.  Stage limits in
-# seconds: TESTS_S, ALONE_S (the two tests that run alone), MFU_S, BLOCKS_S, SEARCH_S.
+# blocks_section.md (tables for docs/BENCHMARKS.md), profile_table.txt, search.log, ladder.log and
+# ladder.md.  Stage limits in seconds: TESTS_S, ALONE_S (the two tests that run alone), MFU_S,
+# BLOCKS_S, SEARCH_S, LADDER_S.  `ladder` continues the study `search` made (STUDY, default gpu, in
+# RUNS, default /tmp/gpu_runs).  SPACE, GPUS_PER_TRIAL and COMPILE (true/false) exist for a dry run of
+# the last two stages on a CPU: SPACE=search_spaces/default.yaml GPUS_PER_TRIAL=0 COMPILE=false.
 OUT=${OUT:-gpu_out}
+RUNS=${RUNS:-/tmp/gpu_runs}
+STUDY=${STUDY:-gpu}
 mkdir -p "$OUT"
 LOG="$OUT/session.log"
 export PYTHONUNBUFFERED=1
@@ -43,13 +48,24 @@ for stage in "$@"; do
     search)
         say "search"
         # a compiled gpu.yaml search on the token corpus (gpu_carry.sh pack made the tokenizer)
-        timeout "${SEARCH_S:-200}" python3 run_search.py search --space search_spaces/gpu.yaml \
-            --data shakespeare --tokenizer .gpu_carry/tokenizer.json --resources.compile \
-            --search.trials "${SEARCH_TRIALS:-4}" --resources.workers 2 --resources.gpus_per_trial 0.5 \
-            --budget.flops "${SEARCH_FLOPS:-2e15}" --runs-dir /tmp/gpu_runs --no-tensorboard 2>&1 \
+        timeout "${SEARCH_S:-200}" python3 run_search.py search --space "${SPACE:-search_spaces/gpu.yaml}" \
+            --study "$STUDY" --data shakespeare --tokenizer .gpu_carry/tokenizer.json \
+            --resources.compile "${COMPILE:-true}" --search.trials "${SEARCH_TRIALS:-4}" \
+            --resources.workers 2 --resources.gpus_per_trial "${GPUS_PER_TRIAL:-0.5}" \
+            --budget.flops "${SEARCH_FLOPS:-2e15}" --runs-dir "$RUNS" --no-tensorboard 2>&1 \
             | tee "$OUT/search.log" | tail -40 | tee -a "$LOG"
         ;;
-    *) say "unknown stage $stage (tests mfu blocks search)" ;;
+    ladder)
+        say "ladder"
+        # the search's best and its baselines at 0.5x to 2x its parameters, on the search's budget
+        # per parameter, with --check: how well a fit of the smaller sizes predicts the largest at 10
+        # to 100x the CPU scale (docs/ladder.md).  Eager: a compile per run would cost more than the run.
+        timeout "${LADDER_S:-240}" python3 run_search.py ladder --study "$STUDY" --runs-dir "$RUNS" \
+            --top 1 --sizes "${LADDER_SIZES:-0.5,0.71,1,1.41,2}" --check --resources.workers 2 \
+            --resources.gpus_per_trial "${GPUS_PER_TRIAL:-0.5}" --no-tensorboard \
+            --report "$OUT/ladder.md" --force 2>&1 | tee "$OUT/ladder.log" | tail -40 | tee -a "$LOG"
+        ;;
+    *) say "unknown stage $stage (tests mfu blocks search ladder)" ;;
     esac
 done
 say "done"

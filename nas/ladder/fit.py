@@ -250,9 +250,21 @@ def resample_weights(points: Sequence[Point], samples: int, generator: torch.Gen
             draw = torch.randint(len(runs), (len(runs),), generator=generator)
             if len({size_of[runs[int(i)]] for i in draw}) >= need:
                 break
+        else:  # the runs themselves, never a draw short of sizes (its fit is not identified)
+            draw = torch.arange(len(runs))
         counts = torch.bincount(draw, minlength=len(runs)).to(torch.float64)
         out[s] = counts[point_run]
     return out
+
+
+def resamples_vary(points: Sequence[Point]) -> bool:
+    """Whether a resample that :func:`resample_weights` accepts can differ from the runs themselves.
+
+    It cannot when there are no more runs than the sizes a resample must keep (three sizes of one seed
+    each): every accepted draw is then each run once, every refit the same fit, and the percentiles
+    of the draws a zero-width interval that would claim certainty where there is none."""
+    runs = {p.run for p in points}
+    return len(runs) > min(3, len({p.params for p in points}))
 
 
 def bootstrap(

@@ -23,6 +23,11 @@ def _f(v: float | None, digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _interval(r: dict[str, Any]) -> str:
+    """``[low, high]``, or ``none`` where the bootstrap could give none (the report says why)."""
+    return "none" if r["low"] is None else f"[{r['low']:.4f}, {r['high']:.4f}]"
+
+
 def _beyond(b: dict[str, float], below: dict[str, float] | None = None) -> str:
     """How far a prediction reaches past what was trained, e.g. ``compute 12x, params 2.1x``, or under
     it (``compute 0.001x the smallest``); ``inside`` when it does neither."""
@@ -52,14 +57,17 @@ def prediction_table(report: dict[str, Any]) -> list[str]:
         f = fams[name]
         p = f["prediction"]
         lines.append(
-            f"| {i} | {name} | {f['role']} | {p['loss']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] | "
-            f"{p['p_best']:.2f} | {_si(p['params'])} | {_si(p['tokens'])} | "
+            f"| {i} | {name} | {f['role']} | {p['loss']:.4f} | {_interval(p)} | "
+            f"{_f(p['p_best'], 2)} | {_si(p['params'])} | {_si(p['tokens'])} | "
             f"{_beyond(p['beyond'], p.get('below'))} |"
         )
     for f in report["families"]:
         if f["fit"] is None:
             lines.append(f"\n{f['name']}: not fitted ({f['why_not']}).")
-        elif t["size"] is not None and (note := missed(t["size"], f["prediction"]["size_reached"])):
+            continue
+        if f.get("no_interval"):
+            lines.append(f"\n{f['name']}: no interval and no p(best): {f['no_interval']}.")
+        if t["size"] is not None and (note := missed(t["size"], f["prediction"]["size_reached"])):
             lines.append(f"\n{f['name']}: {note}; the prediction is at that member.")
         elif f["prediction"].get("edge"):
             lines.append(
@@ -118,9 +126,10 @@ def check_table(check: dict[str, Any] | None) -> list[str]:
     ]
     for r in check["rows"]:
         lines.append(
-            f"| {r['family']} | {r['predicted']:.4f} | [{r['low']:.4f}, {r['high']:.4f}] | "
+            f"| {r['family']} | {r['predicted']:.4f} | {_interval(r)} | "
             f"{r['measured']:.4f} | {r['error']:+.4f} | {_f(r['seed_spread'])} |"
         )
+    lines += [f"\n{r['family']}: no interval: {r['no_interval']}." for r in check["rows"] if r["no_interval"]]
     spread = check["mean_seed_spread"]
     lines += [
         "",
@@ -167,20 +176,19 @@ def plot(report: dict[str, Any], target: Planned) -> Path:
         if c is not None:
             style = "--" if f["role"] == "baseline" else "-"
             ax.plot(c["flops"], c["loss"], style, color=colour, label=f["name"])
-            ax.fill_between(c["flops"], c["low"], c["high"], color=colour, alpha=0.15)
+            if c["low"] is not None:
+                ax.fill_between(c["flops"], c["low"], c["high"], color=colour, alpha=0.15)
         else:
             ax.plot([], [], "o", color=colour, label=f"{f['name']} (not fitted)")
         p = f["prediction"]
         if p is not None:
             t = report["target"]["flops"]
-            ax.errorbar(
-                [t],
-                [p["loss"]],
-                yerr=[[p["loss"] - p["low"]], [p["high"] - p["loss"]]],
-                color=colour,
-                marker="D",
-                capsize=3,
-            )
+            # the point and its interval drawn apart: a percentile interval need not contain the fit's
+            # own prediction (an errorbar's lengths would be negative), and there may be no interval
+            ax.plot([t], [p["loss"]], "D", color=colour)
+            if p["low"] is not None:
+                ax.vlines(t, p["low"], p["high"], color=colour)
+                ax.plot([t, t], [p["low"], p["high"]], "_", color=colour, markersize=8)
     if report["target"]["flops"]:
         ax.axvline(report["target"]["flops"], color="grey", linestyle=":", label="target")
     ax.set_xscale("log")

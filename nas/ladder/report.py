@@ -25,7 +25,7 @@ from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, existing_runs
 from nas.confirm.stats import kendall, spearman
 from nas.cost import compute
-from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, percentile
+from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, percentile, resamples_vary
 from nas.ladder.plan import LADDER, LadderPlan
 from nas.models import ArchConfig
 from nas.models.sizes import reached, resize
@@ -115,7 +115,19 @@ class Family:
         self.draws: list[Fit] = []
         if len(self.sizes) >= MIN_SIZES:
             self.fit, starts = fit(points, form)
-            self.draws = bootstrap(points, starts, form, samples)
+            if resamples_vary(points):
+                self.draws = bootstrap(points, starts, form, samples)
+
+    @property
+    def no_interval(self) -> str | None:
+        """Why a fitted family has no interval (its bootstrap could not vary), else None."""
+        if self.fit is None or self.draws:
+            return None
+        runs = len({p.run for p in self.points})
+        return (
+            f"{runs} runs at {len(self.sizes)} sizes: every resample that keeps {min(3, len(self.sizes))} "
+            "sizes is the same runs, so a bootstrap gives no interval (more --sizes or --seeds 2 give one)"
+        )
 
     @property
     def why_not(self) -> str | None:
@@ -144,6 +156,11 @@ class Family:
         return draws, loss, n, d
 
 
+def interval(draws: Sequence[float]) -> tuple[float | None, float | None]:
+    """The LOW and HIGH percentiles of the bootstrap's ``draws``; (None, None) without draws."""
+    return (percentile(draws, LOW), percentile(draws, HIGH)) if draws else (None, None)
+
+
 def _edge(n: float, n_range: tuple[float, float]) -> str | None:
     """``largest``/``smallest`` when the chosen size is an end of the sizes searched (the fitted loss still
     falls there: no compute-optimal size inside them), else None."""
@@ -156,13 +173,14 @@ def _edge(n: float, n_range: tuple[float, float]) -> str | None:
 def _prediction(fam: Family, target: float, size: float | None) -> dict[str, Any]:
     draws, loss, n, d = fam.at(target, size)
     flops = max(p.flops for p in fam.points)
+    low, high = interval(draws)
     return {
         "loss": loss,
         "edge": None if size is not None else _edge(n, fam.n_range()),
         # --target-size: the multiplier the built member reaches (whole heads and layers)
         "size_reached": None if size is None else reached(fam.arch, resize(fam.arch, size)),
-        "low": percentile(draws, LOW),
-        "high": percentile(draws, HIGH),
+        "low": low,
+        "high": high,
         "params": n,
         "tokens": d,
         "draws": draws,
@@ -227,9 +245,14 @@ def _families(
 
 
 def _p_best(fams: Sequence[Family], preds: dict[str, dict[str, Any]]) -> None:
-    """Each family's share of the joint bootstrap draws in which its prediction is the lowest."""
+    """Each family's share of the joint bootstrap draws in which its prediction is the lowest; None for
+    all when one of them has no draws (a share among the others would leave it out of the contest)."""
     names = [f.name for f in fams if f.name in preds]
     if not names:
+        return
+    if any(not preds[k]["draws"] for k in names):
+        for k in names:
+            preds[k]["p_best"] = None
         return
     n = min(len(preds[k]["draws"]) for k in names)
     table = torch.tensor([preds[k]["draws"][:n] for k in names], dtype=torch.float64)
@@ -268,6 +291,7 @@ def _check(
         d = float(end["tokens"])
         predicted = float(fam.fit.loss(n, d))
         draws = [float(f.loss(n, d)) for f in fam.draws]
+        low, high = interval(draws)
 
         def own(size: float, rung: float = 1.0, name: str = fam.name) -> float | None:
             vals = [
@@ -288,8 +312,9 @@ def _check(
                 "params": n,
                 "tokens": d,
                 "predicted": predicted,
-                "low": percentile(draws, LOW),
-                "high": percentile(draws, HIGH),
+                "low": low,
+                "high": high,
+                "no_interval": fam.no_interval,
                 "measured": sum(measured) / len(measured),
                 "seed_spread": (max(measured) - min(measured)) if len(measured) > 1 else None,
                 "error": predicted - sum(measured) / len(measured),
@@ -359,6 +384,7 @@ def build_report(
                 "sizes": len(f.sizes),
                 "fit": f.fit.to_dict() if f.fit is not None else None,
                 "why_not": f.why_not,
+                "no_interval": f.no_interval,
                 "prediction": {k: v for k, v in pred.items() if k != "draws"} if pred else None,
                 "measured": [
                     {"params": p.params, "tokens": p.tokens, "flops": p.flops, "loss": p.loss}
@@ -395,14 +421,16 @@ def build_report(
     }
 
 
-def _curve(f: Family, lo: float, hi: float, steps: int = 25) -> dict[str, list[float]]:
-    """The compute-optimal fitted loss from ``lo`` to ``hi`` FLOPs, and its bootstrap band."""
+def _curve(f: Family, lo: float, hi: float, steps: int = 25) -> dict[str, Any]:
+    """The compute-optimal fitted loss from ``lo`` to ``hi`` FLOPs, and its bootstrap band (``low`` and
+    ``high`` None without one)."""
     top = max(hi, max(p.flops for p in f.points))
     grid = [lo * (top / lo) ** (i / (steps - 1)) for i in range(steps)]
     loss, low, high = [], [], []
     for c in grid:
         loss.append(optimal(f.fit, f.curve, c, f.n_range())[0])  # type: ignore[arg-type]
-        draws = [optimal(d, f.curve, c, f.n_range())[0] for d in f.draws]
-        low.append(percentile(draws, LOW))
-        high.append(percentile(draws, HIGH))
-    return {"flops": grid, "loss": loss, "low": low, "high": high}
+        low_c, high_c = interval([optimal(d, f.curve, c, f.n_range())[0] for d in f.draws])
+        low.append(low_c)
+        high.append(high_c)
+    band = bool(f.draws)
+    return {"flops": grid, "loss": loss, "low": low if band else None, "high": high if band else None}

@@ -7,7 +7,10 @@ import math
 import pytest
 import torch
 
-from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, resample_weights
+from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, resample_weights, resamples_vary
+from nas.ladder.markdown import plot, prediction_table
+from nas.ladder.report import Family, _curve, _p_best, _prediction
+from nas.outputs import plan_output
 
 #: Chinchilla's published fit (Eq. 10)
 TRUE = Fit(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)
@@ -104,8 +107,6 @@ def test_cost_curve_is_exact_at_two_sizes_and_one_size_is_proportional() -> None
 def test_a_compute_optimal_size_at_the_edge_of_the_sizes_searched_is_said_to_be_there() -> None:
     """A fit whose loss keeps falling with N (no data term) has no compute-optimal size inside the sizes
     searched; the prediction is at the edge, and the report says so instead of calling it optimal."""
-    from nas.ladder.markdown import prediction_table
-    from nas.ladder.report import Family, _prediction
 
     def family(fit: Fit) -> Family:
         fam = Family.__new__(Family)
@@ -130,3 +131,68 @@ def test_a_compute_optimal_size_at_the_edge_of_the_sizes_searched_is_said_to_be_
         "families": [{"name": "a", "role": "finalist", "fit": {}, "prediction": {**edge, "p_best": 1.0}}],
     }
     assert any("still falls at the largest size searched" in line for line in prediction_table(report))
+
+
+def _one_seed(sizes: tuple[float, ...]) -> list[Point]:
+    """One run per size, three rungs each."""
+    return [
+        Point(n, 20 * n * f, 120 * n * n * f, TRUE.loss(n, 20 * n * f), run)
+        for run, n in enumerate(sizes)
+        for f in (0.25, 0.5, 1.0)
+    ]
+
+
+def test_three_sizes_of_one_seed_cannot_vary_and_no_draw_is_short_of_sizes() -> None:
+    """Every resample keeping three sizes of three runs is the runs themselves: a bootstrap's spread
+    would be zero, an interval claiming certainty.  A draw that found no three sizes in its tries
+    used to stand as drawn (a fit of fewer sizes, not identified); it is now the runs themselves."""
+    three = _one_seed((1e7, 1e8, 1e9))
+    assert not resamples_vary(three)
+    assert resamples_vary(_one_seed((1e7, 3e7, 1e8, 1e9)))
+    assert resamples_vary([*three, *(Point(p.params, p.tokens, p.flops, p.loss, p.run + 3) for p in three)])
+    weights = resample_weights(three, 3000, torch.Generator().manual_seed(0))
+    assert bool((weights == 1).all())  # (7/9)^20 of draws failed 20 tries: about 20 of these 3000
+
+
+def test_a_family_without_an_interval_says_so_everywhere_it_is_reported(tmp_path) -> None:
+    fam = Family.__new__(Family)
+    fam.name, fam.role, fam.label = "a", "finalist", "a"
+    fam.points = _one_seed((1e5, 2e5, 4e5))
+    fam.sizes = [1e5, 2e5, 4e5]
+    fam.curve = CostCurve(1.0, math.log(6.0))
+    fam.fit, fam.draws = fit(fam.points)[0], []
+    pred = _prediction(fam, 1e16, None)
+    assert pred["low"] is None and pred["high"] is None
+    preds = {"a": pred}
+    _p_best([fam], preds)
+    assert pred["p_best"] is None
+    assert "3 runs at 3 sizes" in (fam.no_interval or "")
+    curve = _curve(fam, 1e12, 1e16)
+    assert curve["low"] is None and curve["high"] is None and len(curve["loss"]) == 25
+    family = {
+        "name": "a",
+        "role": "finalist",
+        "fit": {},
+        "no_interval": fam.no_interval,
+        "prediction": {k: v for k, v in pred.items() if k != "draws"},
+        "measured": [{"flops": p.flops, "loss": p.loss} for p in fam.points],
+        "curve": curve,
+    }
+    # a second family whose fit's own prediction lies outside its percentile interval (a bootstrap
+    # allows it): the plot drew that as an errorbar of negative length and crashed
+    outside = {**family, "name": "b", "no_interval": None}
+    outside["prediction"] = {**family["prediction"], "low": pred["loss"] + 0.1, "high": pred["loss"] + 0.2}
+    report = {
+        "study": "s",
+        "target": {"flops": 1e16, "size": None, "given": True},
+        "interval": (0.05, 0.95),
+        "samples": 200,
+        "ranking": ["a", "b"],
+        "families": [family, outside],
+    }
+    text = "\n".join(prediction_table(report))
+    assert "| 1 | a | finalist |" in text and "| none | - |" in text
+    assert "a: no interval and no p(best): 3 runs at 3 sizes" in text
+    png = tmp_path / "ladder.png"
+    plot(report, plan_output(str(png), "--report"))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
