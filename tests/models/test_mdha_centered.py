@@ -34,6 +34,20 @@ def test_only_an_encoder_layer_may_center_its_convolution() -> None:
     assert plain.to_dict()["encoder_layers"][0]["attention"] == {"type": "mdha", "kernel": 3}  # arch_id kept
 
 
+def test_a_mixture_in_a_causal_layer_refuses_a_centered_component() -> None:
+    """A mixture's component is checked as the layer it sits in: a centered mdha inside a mixture of
+    an LM layer was accepted and the model saw the next token through the convolution's taps."""
+    mixture = {"type": "mixture", "components": ["mha", {"type": "mdha", "kernel": 3, "centered": True}]}
+    assert nas.ArchConfig.from_dict(_seq2seq(mixture, "mha")).encoder_layers  # an encoder layer may
+    for raw in (
+        _seq2seq("mha", mixture),
+        {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": mixture}]},
+    ):
+        with pytest.raises(nas.ConfigError, match="only in an encoder layer") as err:
+            nas.ArchConfig.from_dict(raw)
+        assert err.value.path == "layers.0.attention.components.1.centered"
+
+
 @pytest.mark.parametrize("kernel", [1, 3, 4])
 def test_a_centered_encoder_layer_matches_its_written_out_formula(kernel: int) -> None:
     opts = MDHA.Options.parse({"kernel": kernel, "centered": True})
