@@ -9,7 +9,8 @@ import torch
 import nas
 from nas.models.attention import ATTENTION
 
-ENCODER_BLOCKS = [n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional]
+#: every block that can be an encoder layer, and a mixture whose parts all fuse (mixture's SDPA path)
+ENCODER_BLOCKS = [n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional] + ["mixture-fused"]
 CENTERED = {"type": "mdha", "kernel": 3, "centered": True}
 OPTIONS = {
     "sliding_window": {"window": 3},
@@ -20,12 +21,14 @@ OPTIONS = {
             CENTERED if n == "mdha" else n for n in ATTENTION.get("mixture").example_options()["components"]
         ]
     },
+    "mixture-fused": {"type": "mixture", "components": ["mha", CENTERED, "synth_dense"]},
 }
 VOCAB, PAD = 40, 37  # the pad id: the vocabulary's third-from-last (nas.data.ParallelCorpus' layout)
 
 
 def _model(name: str, pos_encoding: str) -> torch.nn.Module:
-    attention = {"type": name, **ATTENTION.get(name).example_options(), **OPTIONS.get(name, {})}
+    block = OPTIONS.get(name, {}).get("type", name)
+    attention = {"type": block, **ATTENTION.get(block).example_options(), **OPTIONS.get(name, {})}
     arch = nas.ArchConfig.from_dict(
         {
             "task": "seq2seq",
