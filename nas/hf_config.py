@@ -12,7 +12,7 @@ biases.  The map (the inverse of ``nas.hf.llama_config``, which ``export --hf`` 
 | num_key_value_heads | ``kv_heads`` (left out when equal to the heads) |
 | intermediate_size | SwiGLU ``mult`` = intermediate_size x 3 / (2 x hidden_size) |
 | max_position_embeddings, vocab_size | max_len, vocab_size (the corpus still decides the vocabulary) |
-| rope_theta, tie_word_embeddings | rope_base, tie_embeddings |
+| rope_theta (transformers 5: rope_parameters.rope_theta), tie_word_embeddings | rope_base, tie_embeddings |
 
 What the engine cannot build is refused in one line naming the key: another model type,
 rope scaling, biases, an activation other than SiLU, a head width other than
@@ -46,10 +46,10 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
             "model_type",
         )
 
-    def number(key: str, default: Any = None) -> Any:
-        value = yaml_number(raw.get(key, default), keep_non_finite=True)  # JSON's 1e-05 read as YAML 1.1
+    def number(key: str, default: Any = None, within: Mapping[str, Any] = raw, path: str = "") -> Any:
+        value = yaml_number(within.get(key, default), keep_non_finite=True)  # JSON's 1e-05 read as YAML 1.1
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"must be a number, got {value!r}", key)
+            raise ConfigError(f"must be a number, got {value!r}", path or key)
         return value
 
     d, heads = int(number("hidden_size")), int(number("num_attention_heads"))
@@ -74,6 +74,7 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     for refused, key, why in refusals:
         if refused:
             raise ConfigError(f"{raw.get(key)!r} cannot be built: {why}", key)
+    rope_base = _rope_base(raw, number)
     width = int(number("intermediate_size"))
     # the plainest mult whose SwiGLU width (ffn_width) is the config's: Transformer++'s mult 4 gives 341
     # at d 128, and so does 341 x 3 / 256 = 3.996 (another arch_id)
@@ -92,8 +93,37 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
         "n_heads": heads,
         "max_len": int(number("max_position_embeddings")),
         "pos_encoding": "rope",
-        "rope_base": float(number("rope_theta", 10000.0)),
+        "rope_base": rope_base,
         "norm": "rmsnorm",
         "tie_embeddings": bool(raw.get("tie_word_embeddings", False)),
         "layers": {"repeat": n_layers, "attention": attention, "ffn": {"activation": "swiglu", "mult": mult}},
     }
+
+
+def _rope_base(raw: Mapping[str, Any], number: Any) -> float:
+    """The rotary base: ``rope_theta`` (transformers 4), or ``rope_parameters.rope_theta`` (transformers 5
+    writes only that), refusing a rope type other than the default one (scaling) and two bases that differ."""
+    legacy = float(number("rope_theta", 10000.0)) if "rope_theta" in raw else None
+    params = raw.get("rope_parameters")
+    if params in (None, {}):
+        return 10000.0 if legacy is None else legacy
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"must be a mapping, got {params!r}", "rope_parameters")
+    kind = params.get("rope_type", params.get("type", "default"))
+    extra = sorted(str(k) for k in params if k not in ("rope_type", "type", "rope_theta"))
+    if kind != "default" or extra:
+        what = f"rope type {kind!r}" if kind != "default" else f"{', '.join(extra)}"
+        raise ConfigError(
+            f"{what} cannot be built: the engine's rotary positions are the default ones (every channel "
+            "turned, no scaling)",
+            "rope_parameters",
+        )
+    if "rope_theta" not in params:
+        return 10000.0 if legacy is None else legacy
+    base = float(number("rope_theta", within=params, path="rope_parameters.rope_theta"))
+    if legacy is not None and legacy != base:
+        raise ConfigError(
+            f"has rope_theta {base:g} and the config's top level {legacy:g}: two rotary bases, give one",
+            "rope_parameters",
+        )
+    return base

@@ -49,6 +49,7 @@ ARCH = (
     "arch: {d_model: 16, n_heads: 2, max_len: 16,\n"
     "       layers: [{attention: mha, ffn: {activation: relu, mult: 2}}]}\n"
 )
+CENTERED = {"type": "mdha", "kernel": 3, "centered": True}  # an encoder layer's convolution
 TEXT = "\n".join("the king and queen of a castle went to see what every lord would say" for _ in range(200))
 
 
@@ -321,6 +322,12 @@ def cases() -> list[Any]:
         ("space.yaml", "kernal"),
         {"space.yaml": space("layers.attention", {"mdha": {"kernal": 3}})},
     )
+    case(  # the mixture's component sits in a causal layer: its taps would read the next tokens
+        "yaml-centered-conv-in-a-causal-mixture",
+        search(),
+        ("space.yaml", "centered"),
+        {"space.yaml": space("layers.attention", {"mixture": {"components": [["mha", CENTERED]]}})},
+    )
     case(
         "yaml-wrong-type",
         search(),
@@ -417,6 +424,17 @@ def cases() -> list[Any]:
         ["train", "--arch", "bad.yaml"],
         ("bad.yaml", "n_heads"),
         {"bad.yaml": ARCH.replace("d_model: 16, n_heads: 2", "d_model: 30, n_heads: 4")},
+    )
+    case(
+        "train-arch-centered-conv-in-a-causal-mixture",
+        ["train", "--arch", "bad.yaml"],
+        ("bad.yaml", "components.1.centered"),
+        {
+            "bad.yaml": ARCH.replace(
+                "attention: mha",
+                "attention: {type: mixture, components: [mha, {type: mdha, centered: true}]}",
+            )
+        },
     )
     case(
         "train-arch-unknown-section",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -39,6 +40,12 @@ def _write(tmp_path: Path, **changes: object) -> Path:
     return path
 
 
+def _write_without(tmp_path: Path, key: str, **changes: object) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in {**LLAMA, **changes}.items() if k != key}))
+    return path
+
+
 def test_a_llama_config_is_the_transformer_pp_at_its_shape(tmp_path: Path) -> None:
     arch = load_arch(_write(tmp_path))
     assert (arch.d_model, arch.n_heads, len(arch.layers), arch.max_len) == (64, 4, 3, 64)
@@ -62,9 +69,18 @@ def test_what_export_writes_reads_back_as_the_same_architecture() -> None:
     from nas.models.sizes import resize
 
     tpp = load_arch(ROOT / "examples" / "archs" / "transformer_pp.yaml")
-    for arch in (tpp, resize(tpp, 8)):
+    # a base other than the default too: transformers 5 writes it under rope_parameters only
+    for arch in (tpp, resize(tpp, 8), dataclasses.replace(tpp, rope_base=500000.0)):
         config = llama_config(arch).to_dict()
         assert nas.ArchConfig.from_dict(arch_from_llama_config(config)).arch_id == arch.arch_id
+
+
+def test_transformers_5s_rope_parameters_give_the_base(tmp_path: Path) -> None:
+    """A config.json written by transformers 5 holds ``rope_parameters: {rope_theta, rope_type}`` and no
+    ``rope_theta``: read as base 10000, a Llama 3 (500000) became another model without a word."""
+    rope = {"rope_type": "default", "rope_theta": 5e5}
+    arch = load_arch(_write_without(tmp_path, "rope_theta", rope_parameters=rope))
+    assert arch.rope_base == 5e5
 
 
 def test_train_takes_a_config_json(
@@ -82,6 +98,8 @@ def test_train_takes_a_config_json(
     [
         ({"model_type": "mistral"}, "model_type"),
         ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+        ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}}, "rope_parameters"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_parameters"),  # 2 bases
         ({"attention_bias": True}, "attention_bias"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"head_dim": 32}, "head_dim"),

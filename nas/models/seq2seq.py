@@ -9,9 +9,8 @@ between its self-attention and its FFN (pre-LN, as the LM's layers):
 
 Cross-attention is vanilla multi-head attention (queries from the decoder,
 keys and values from the final-normalised encoder output) and never attends
-to source padding.  The encoder's own blocks do see the padding: most blocks
-take no mask (a synthesizer's weights depend on positions only), so every
-block is treated alike and learns that the padding id carries nothing.  One
+to source padding; neither does an encoder block, which takes the mask of real
+source tokens (``keep``) whenever a batch holds padding (docs/seq2seq.md).  One
 token embedding is shared by source, target and output layer (the
 vocabulary is shared); each stack has its own learned position table, or
 both use the sinusoidal one.

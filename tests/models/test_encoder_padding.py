@@ -9,13 +9,26 @@ import torch
 import nas
 from nas.models.attention import ATTENTION
 
-ENCODER_BLOCKS = [n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional]
-OPTIONS = {"sliding_window": {"window": 3}, "mdha": {"kernel": 3, "centered": True}}
+#: every block that can be an encoder layer, and a mixture whose parts all fuse (mixture's SDPA path)
+ENCODER_BLOCKS = [n for n in ATTENTION.names() if ATTENTION.get(n).bidirectional] + ["mixture-fused"]
+CENTERED = {"type": "mdha", "kernel": 3, "centered": True}
+OPTIONS = {
+    "sliding_window": {"window": 3},
+    "mdha": CENTERED,
+    # every mixable block, mdha's convolution centered (it reads the position after the last real token)
+    "mixture": {
+        "components": [
+            CENTERED if n == "mdha" else n for n in ATTENTION.get("mixture").example_options()["components"]
+        ]
+    },
+    "mixture-fused": {"type": "mixture", "components": ["mha", CENTERED, "synth_dense"]},
+}
 VOCAB, PAD = 40, 37  # the pad id: the vocabulary's third-from-last (nas.data.ParallelCorpus' layout)
 
 
 def _model(name: str, pos_encoding: str) -> torch.nn.Module:
-    attention = {"type": name, **ATTENTION.get(name).example_options(), **OPTIONS.get(name, {})}
+    block = OPTIONS.get(name, {}).get("type", name)
+    attention = {"type": block, **ATTENTION.get(block).example_options(), **OPTIONS.get(name, {})}
     arch = nas.ArchConfig.from_dict(
         {
             "task": "seq2seq",
@@ -43,7 +56,9 @@ def test_a_sources_encoding_does_not_depend_on_its_padding(name: str, pos_encodi
     with torch.no_grad():
         a, keep_a = model.encode(short)
         b, _ = model.encode(long)
+        alone, _ = model.encode(src)  # no padding at all: no mask
         torch.testing.assert_close(a[:, :7], b[:, :7], atol=1e-10, rtol=1e-9)
+        torch.testing.assert_close(a[:, :7], alone, atol=1e-10, rtol=1e-9)
         assert keep_a[:, :7].all() and not keep_a[:, 7:].any()
         tgt = torch.randint(0, 30, (2, 5), generator=g)
         torch.testing.assert_close(

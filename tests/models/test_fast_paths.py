@@ -137,18 +137,19 @@ def test_fused_mixture_matches_its_written_out_logits(mix: str, positions: str, 
 
     def written_out(inp: torch.Tensor) -> torch.Tensor:
         T = inp.shape[1]
+        parts_x = inp if keep is None else inp * keep[..., None]  # the parts read zeros at padding
         bias = torch.zeros(T, T, dtype=inp.dtype)
         if block.causal:
             bias = bias.masked_fill(block.causal_mask[:T, :T], float("-inf"))
         dynamic = []
         for a, part in zip(block.alpha, block.parts, strict=True):
             if part.static_scores:
-                bias = bias + a * part.scores(inp)[0]
+                bias = bias + a * part.scores(parts_x)[0]
             else:
                 dynamic.append((a, part))
         if keep is not None:
             bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
-        return block.unfused(inp, bias, dynamic)
+        return block.unfused(inp, bias, dynamic, parts_x)
 
     Mixture.fused = spy  # type: ignore[method-assign]
     try:

@@ -78,6 +78,24 @@ def test_an_unknown_gate_is_refused() -> None:
         nas.ArchConfig.from_dict(arch)
 
 
+def test_the_decays_are_retnets_and_glas_written_as_numbers() -> None:
+    """The fast path and its reference both read ``retention_gammas`` and the gate's constants, so a
+    wrong constant would pass every comparison: pin them to the sources' values (REFERENCES 2.6)."""
+    assert retention_gammas(4) == [0.96875, 0.984375, 0.9921875, 0.99609375]  # 1 - 2^(-5-h)
+    b = block("fixed", Dims(16, 4, 8))
+    torch.testing.assert_close(
+        b.log_decay(seq(3))[0, :, 0, 0],
+        torch.tensor([0.96875, 0.984375, 0.9921875, 0.99609375]).log().double(),
+    )
+    b = block("data")
+    x = seq(5)
+    with torch.no_grad():
+        z = x @ b.gate_down.weight.T @ b.gate_up.weight.T + b.gate_up.bias  # rank 16, bias on the up map
+        want = (-torch.log1p(torch.exp(-z)) / 16).view(2, 5, H, D // H).transpose(1, 2)
+        assert b.gate_down.weight.shape == (16, D)
+        torch.testing.assert_close(b.log_decay(x), want, atol=1e-12, rtol=1e-12)
+
+
 def test_chunk_sizes() -> None:
     assert [chunk_size(T) for T in (1, 2, 3, 5, 8, 9, 64, 65, 1000)] == [1, 2, 4, 8, 8, 16, 64, 64, 64]
     assert CHUNK == 64

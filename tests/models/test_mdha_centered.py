@@ -19,17 +19,28 @@ def _seq2seq(encoder: dict, decoder: dict) -> dict:
             "encoder_layers": [{"attention": encoder}], "layers": [{"attention": decoder}]}  # fmt: skip
 
 
-def test_only_an_encoder_layer_may_center_its_convolution() -> None:
-    centered = {"type": "mdha", "kernel": 3, "centered": True}
-    arch = nas.ArchConfig.from_dict(_seq2seq(centered, "mha"))
-    assert arch.encoder_layers[0].attention.options.centered
+CENTERED = {"type": "mdha", "kernel": 3, "centered": True}
+
+
+# A mixture's component is checked as the layer it sits in: a centered mdha inside a mixture of an
+# LM layer was accepted, and the model saw the next token through the convolution's taps.
+@pytest.mark.parametrize(
+    ("attention", "path"),
+    [
+        (CENTERED, "centered"),
+        ({"type": "mixture", "components": ["mha", CENTERED]}, "components.1.centered"),
+    ],
+    ids=["mdha", "in-a-mixture"],
+)
+def test_only_an_encoder_layer_may_center_its_convolution(attention: dict, path: str) -> None:
+    assert nas.ArchConfig.from_dict(_seq2seq(attention, "mha")).encoder_layers  # an encoder layer may
     for raw in (
-        _seq2seq("mha", centered),
-        {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": centered}]},
+        _seq2seq("mha", attention),
+        {"d_model": 32, "n_heads": 4, "max_len": 16, "layers": [{"attention": attention}]},
     ):
         with pytest.raises(nas.ConfigError, match="only in an encoder layer") as err:
             nas.ArchConfig.from_dict(raw)
-        assert err.value.path == "layers.0.attention.centered"
+        assert err.value.path == f"layers.0.attention.{path}"
     plain = nas.ArchConfig.from_dict(_seq2seq({"type": "mdha", "kernel": 3}, "mha"))
     assert plain.to_dict()["encoder_layers"][0]["attention"] == {"type": "mdha", "kernel": 3}  # arch_id kept
 

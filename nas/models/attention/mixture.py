@@ -103,6 +103,15 @@ class MixtureOptions(BlockOptions):
             except ConfigError as err:
                 raise err.at(f"components.{i}") from None
 
+    def check_causal(self) -> None:
+        # A component sees what the mixture's layer sees: a centered mdha inside a causal layer's
+        # mixture would read the next tokens through its taps, whatever mask the mixture applies.
+        for i, (_, opts) in enumerate(self.components):
+            try:
+                opts.check_causal()
+            except ConfigError as err:
+                raise err.at(f"components.{i}") from None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "components": [{"type": name, **opts.to_dict()} for name, opts in self.components],
@@ -164,22 +173,27 @@ class Mixture(ValueAttention):
         """
         T = x.shape[1]
         alpha = self.alpha
+        # The parts take no ``keep``: their input is zero at padding instead, as mdha's own forward
+        # makes its projections, so that a centered convolution's taps read nothing of the padding
+        # (its keys are masked below; padding queries' rows are never read).
+        parts_x = x if keep is None else x * keep[..., None].to(x.dtype)
         bias = torch.zeros(T, T, device=x.device, dtype=x.dtype)
         if self.causal:
             bias = bias.masked_fill(self.causal_mask[:T, :T], float("-inf"))
         dynamic = []
         for a, part in zip(alpha, self.parts, strict=True):
             if part.static_scores:
-                bias = bias + a * part.scores(x)[0]  # (H, T, T)
+                bias = bias + a * part.scores(parts_x)[0]  # (H, T, T)
             else:
                 dynamic.append((a, part))
         if not dynamic and keep is None:
             return self.attend_shared(torch.softmax(bias, dim=-1), x)
         if self.fuse and dynamic and all(part.has_dot_terms for _, part in dynamic):
-            return self.fused(x, bias, [(a, part.dot_terms(x)) for a, part in dynamic], keep)  # type: ignore[misc]
+            terms = [(a, part.dot_terms(parts_x)) for a, part in dynamic]
+            return self.fused(x, bias, terms, keep)  # type: ignore[arg-type]
         if keep is not None:  # padding keys: -inf for every sequence's own padding, (B, H, T, T)
             bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
-        return self.unfused(x, bias, dynamic)
+        return self.unfused(x, bias, dynamic, parts_x)
 
     def fused(
         self,
@@ -211,12 +225,19 @@ class Mixture(ValueAttention):
         y = F.scaled_dot_product_attention(q, k.to(q.dtype), v, attn_mask=mask.to(q.dtype), scale=1.0)
         return self.out_proj(self.merge_heads(y))
 
-    def unfused(self, x: Tensor, bias: Tensor, dynamic: list[tuple[Tensor, AttentionBlock]]) -> Tensor:
+    def unfused(
+        self,
+        x: Tensor,
+        bias: Tensor,
+        dynamic: list[tuple[Tensor, AttentionBlock]],
+        parts_x: Tensor | None = None,
+    ) -> Tensor:
         """The logits written out: each dynamic part adds its alpha-weighted logits to ``bias``
-        through ``add_scores`` (in place where it can, so (B, H, T, T) is written once)."""
+        through ``add_scores`` (in place where it can, so (B, H, T, T) is written once); the parts
+        read ``parts_x`` (default ``x``: ``forward`` zeroes an encoder's padding there)."""
         logits = bias
         for a, part in dynamic:
-            logits = part.add_scores(x, a, logits)  # (B, H, T, T)
+            logits = part.add_scores(x if parts_x is None else parts_x, a, logits)  # (B, H, T, T)
         wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return self.attend(torch.softmax(wide, dim=-1).to(logits.dtype), x)
 
