@@ -436,6 +436,23 @@ def cases() -> list[Any]:
             )
         },
     )
+    case(  # the mixture's one causal mask would ignore the window: the component would be mha
+        "train-arch-sliding-window-in-a-mixture",
+        ["train", "--arch", "bad.yaml"],
+        ("bad.yaml", "components.0.type", "window would not apply", "mix mha instead"),
+        {
+            "bad.yaml": ARCH.replace(
+                "attention: mha",
+                "attention: {type: mixture, components: [{type: sliding_window, window: 4}, synth_random]}",
+            )
+        },
+    )
+    case(
+        "yaml-sliding-window-in-a-mixture",
+        search(),
+        ("space.yaml", "sliding_window", "cannot be mixed"),
+        {"space.yaml": space("layers.attention", {"mixture": {"components": [["sliding_window", "mha"]]}})},
+    )
     case(
         "train-arch-unknown-section",
         ["train", "--arch", "bad.yaml"],

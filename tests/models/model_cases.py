@@ -39,11 +39,6 @@ EXTRA_VARIANTS: dict[str, dict[str, Any]] = {
     "multi_branch-norm": {"type": "multi_branch", "branch_norm": True},
     "multi_branch-norm-scaled": {"type": "multi_branch", "branch_norm": True, "init": "scaled"},
     "mixture-random": {"type": "mixture", "components": ["synth_fixed_random", "synth_factorized_random"]},
-    # a window shorter than the sequence: as a component its logits are mha's, over every key
-    "mixture-window3": {
-        "type": "mixture",
-        "components": [{"type": "sliding_window", "window": 3}, "synth_dense"],
-    },
 }
 
 

@@ -34,7 +34,7 @@ CAPABILITIES: dict[str, tuple[bool, bool, bool, bool, bool]] = {
     "mha": (True, True, True, False, False),
     "mixture": (True, False, False, False, False),
     "multi_branch": (True, False, False, False, True),
-    "sliding_window": (True, True, True, False, False),
+    "sliding_window": (True, True, False, False, False),  # a mixture would drop its window
     "synth_dense": (True, True, True, False, False),
     "synth_factorized_dense": (True, False, True, False, False),
     "synth_factorized_random": (True, False, True, True, False),

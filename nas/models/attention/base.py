@@ -74,6 +74,8 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
     replaces_ffn: ClassVar[bool] = False
     #: True when the block can produce logits through ``scores`` (mixture component); opt-in.
     mixable: ClassVar[bool] = False
+    #: why a block that writes ``scores`` is still not mixable, for the error that refuses it
+    why_not_mixable: ClassVar[str] = ""
     #: True when the logits do not depend on the input (random synthesizers).
     static_scores: ClassVar[bool] = False
     #: True when the block can also run without the causal mask, as a seq2seq encoder layer

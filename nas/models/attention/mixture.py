@@ -67,8 +67,9 @@ class MixtureOptions(BlockOptions):
                 raise ConfigError(f"must be a block name or a mapping with 'type', got {item!r}", path)
             block = ATTENTION.get(name, f"{path}.type")
             if not block.mixable:
+                why = f" ({block.why_not_mixable})" if block.why_not_mixable else ""
                 raise ConfigError(
-                    f"{name!r} cannot be mixed; mixable blocks: {', '.join(_mixable_names())}",
+                    f"{name!r} cannot be mixed{why}; mixable blocks: {', '.join(_mixable_names())}",
                     f"{path}.type",
                 )
             try:

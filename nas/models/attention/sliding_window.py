@@ -106,11 +106,12 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask: object, enable_g
 
 @ATTENTION.register("sliding_window")
 class SlidingWindowAttention(MultiHeadAttention):
-    # Its logits are mha's; a mixture applies its own (full) mask to them, so as a component the
-    # window does not apply (and its formulas, ``with_values=False``, are mha's: docs/components.md).
-    mixable = True
+    # not a mixture component: a mixture takes mha's logits from it and applies its own full causal
+    # mask, so the window would not apply and the component would be mha under another name
+    mixable = False
+    why_not_mixable = "its window would not apply under the mixture's one causal mask; mix mha instead"
     bidirectional = True  # forward reads self.causal
-    has_dot_terms = True  # mha's dot_terms: as a mixture component its logits are mha's
+    has_dot_terms = True  # mha's dot_terms (its band is applied in forward)
     Options = WindowOptions
     short_option_names = {"window": "w", "kv_heads": "kv"}
 
@@ -162,10 +163,8 @@ class SlidingWindowAttention(MultiHeadAttention):
 
     @classmethod
     def state_elements(cls, dims: Dims, opts: WindowOptions, seq_len: int, with_values: bool = True) -> int:
-        """The KV cache of the last ``window`` tokens only: bounded, whatever the length (as a mixture
-        component, ``with_values=False``, its logits are mha's over every key: the keys of every token)."""
-        kept = min(opts.window, seq_len) if with_values else seq_len
-        return super().state_elements(dims, opts, kept, with_values)
+        """The KV cache of the last ``window`` tokens only: bounded, whatever the length."""
+        return super().state_elements(dims, opts, min(opts.window, seq_len), with_values)
 
     @classmethod
     def count_flops(
@@ -173,7 +172,7 @@ class SlidingWindowAttention(MultiHeadAttention):
     ) -> Flops:
         T, W = seq_len, opts.window
         full = super().count_flops(dims, opts, ffn, T, with_values)
-        if W >= T or not with_values:  # a mixture component's logits are mha's, over all T keys
+        if W >= T:
             return full
         # Per token, mha scores T keys; here each of the n x W (padded) queries scores 2W keys.
         keys = 2 * W * (-(-T // W) * W) / T
