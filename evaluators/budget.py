@@ -165,6 +165,36 @@ def plan_rungs(budget: Budget, recipe: TrainRecipe, total_steps: int | None) -> 
     return tuple(rungs)
 
 
+def rung_cooldowns(budget: Budget, recipe: TrainRecipe, total_steps: int) -> int:
+    """The cooldown steps the rungs of ``budget`` add to a run of ``total_steps`` (0 where they cannot
+    be placed: such a run is refused before it trains)."""
+    try:
+        return sum(r.cooldown for r in plan_rungs(budget, recipe, total_steps))
+    except ConfigError:
+        return 0
+
+
+#: run lengths :func:`most_rung_share` checks one by one; above it, a bound from the rounding
+_SHARE_CHECKED = 1000
+
+
+def most_rung_share(budget: Budget, recipe: TrainRecipe) -> float:
+    """The most the rungs' cooldowns add to a run of any length, as a share of its steps: a run of N
+    steps spends at most ``N * (1 + this)`` steps (what a FLOPs budget per candidate may cost, before
+    the candidate's steps are known).
+
+    Each cooldown is ``round(cooldown_frac * round(f * N))`` steps, at most ``cooldown_frac * f * N``
+    plus ``(cooldown_frac + 1) / 2`` for the roundings: short runs are checked one by one, longer
+    ones bounded by that.
+    """
+    if not budget.rungs:
+        return 0.0
+    checked = max(rung_cooldowns(budget, recipe, n) / n for n in range(1, _SHARE_CHECKED + 1))
+    cd = recipe.cooldown_frac
+    tail = sum(cd * f for f in budget.rungs) + len(budget.rungs) * (cd + 1) / 2 / _SHARE_CHECKED
+    return max(checked, tail)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingPlan:
     """The shape of one training run, fixed before the model is built."""

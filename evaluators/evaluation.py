@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from evaluators.base import Diverged
 from evaluators.step import autocast_for
-from nas.data import validation_batches
+from nas.data import scored_bytes_per_token, validation_batches
 
 
 @torch.no_grad()
@@ -69,7 +69,10 @@ class Validation:
     def __init__(
         self, corpus: Any, n_windows: int, seq_len: int, batch_size: int, device: torch.device
     ) -> None:
-        self.x, self.y = (t.to(device) for t in validation_batches(corpus, n_windows, seq_len))
+        x, y = validation_batches(corpus, n_windows, seq_len)
+        #: bytes of text per scored target of these windows: the loss / ln 2 / this is bits per byte
+        self.bytes_per_token = scored_bytes_per_token(corpus, y)
+        self.x, self.y = x.to(device), y.to(device)
         self.batch_size = batch_size
         self.device = device
 

@@ -230,6 +230,17 @@ def _found_text(found: Any) -> str:
     )
 
 
+def _context_text(arch: ArchConfig, recipe: Mapping[str, Any]) -> str:
+    """The context the model holds and the one it was trained at: ``recipe.seq_len`` when the run set
+    one shorter than ``max_len`` (positions past it were never trained)."""
+    trained = recipe.get("seq_len") or arch.max_len
+    if trained == arch.max_len:
+        return f"trained context {arch.max_len} tokens"
+    return (
+        f"context {arch.max_len} tokens (max_len), trained on sequences of {trained} tokens (recipe.seq_len)"
+    )
+
+
 def model_card(
     arch: ArchConfig, doc: Mapping[str, Any], source: str, tokenizer: str, *, remote: bool = False
 ) -> str:
@@ -274,7 +285,7 @@ def model_card(
             f"(base {arch.rope_base:g}), {tied} embeddings",
         ]
     lines += [
-        f"- vocabulary {arch.vocab_size:,}; trained context {arch.max_len} tokens",
+        f"- vocabulary {arch.vocab_size:,}; {_context_text(arch, recipe)}",
         f"- nas-lm arch_id `{arch.arch_id}`; the engine's architecture dict is `nas_arch` in config.json",
         "",
         "## Training and measured results",

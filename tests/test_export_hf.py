@@ -81,6 +81,21 @@ def test_a_llama_shaped_checkpoint_loads_as_a_plain_llama(tmp_path, capsys, kv_h
     assert oct((out / "model.safetensors").stat().st_mode & 0o777) != "0o600"
 
 
+@pytest.mark.parametrize("remote", [False, True])
+def test_the_card_names_the_context_the_model_was_trained_at(remote: bool) -> None:
+    from nas.hf import model_card
+
+    arch = _arch()  # max_len 24
+    doc = {"recipe": {"seq_len": 8}, "metrics": {"val_loss": 2.25}}
+    card = model_card(arch, doc, "m.safetensors", "byte-level", remote=remote)
+    # it trained on 8-token windows: "trained context 24" said positions 8 to 23 were trained
+    assert "trained context" not in card
+    assert "context 24 tokens (max_len), trained on sequences of 8 tokens (recipe.seq_len)" in card
+    for recipe in ({"seq_len": None}, {}, {"seq_len": 24}):
+        card = model_card(arch, {**doc, "recipe": recipe}, "m.safetensors", "byte-level", remote=remote)
+        assert "trained context 24 tokens" in card
+
+
 def test_the_users_tokenizer_is_copied(tmp_path, capsys) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import AutoTokenizer

@@ -3,6 +3,7 @@ and the batch/validation methods both corpus kinds share."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from pathlib import Path
@@ -24,6 +25,7 @@ from nas.data import (
     parallel_files,
     resolve_data,
     reversed_pairs,
+    scored_bytes_per_token,
     task_of,
     train_batch,
     validation_batches,
@@ -67,6 +69,17 @@ def test_rows_put_bos_eos_pad_and_ignore_index_where_they_belong(tmp_path: Path)
     assert corpus.train_pairs.longest() == (3, 4)
     xs, ys = corpus.validation(2, 2)  # truncation of all three parts
     assert xs.tolist() == [[a, b, BOS, x], [d, PAD, BOS, z]] and ys.tolist() == [[x, y], [z, z]]
+
+
+def test_scored_bytes_per_token_leave_out_eos_and_padding(tmp_path: Path) -> None:
+    corpus = _tiny(tmp_path / "p")
+    _, ys = corpus.validation(10, 5)  # [x, y, EOS, -, -] and [z, z, z, z, EOS]: 8 scored, 6 bytes
+    assert scored_bytes_per_token(corpus, ys) == 6 / 8
+    _, ys = corpus.validation(2, 2)  # cut before any eos: every scored target is a byte
+    assert scored_bytes_per_token(corpus, ys) == 1.0
+    half = dataclasses.replace(corpus, bytes_per_token=2.0)  # a tokenizer's ids: bytes per text token
+    assert scored_bytes_per_token(half, corpus.validation(10, 5)[1]) == 2.0 * 6 / 8
+    assert scored_bytes_per_token(dataclasses.replace(corpus, bytes_per_token=None), ys) is None
 
 
 def test_batches_are_training_examples_drawn_from_the_generator_only(tmp_path: Path) -> None:

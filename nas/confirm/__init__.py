@@ -66,10 +66,10 @@ def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
 
 def _search_evaluator(study: optuna.Study, storage: str) -> str:
     """The evaluator the confirmed search scored its trials with (``lm`` when it is not known)."""
-    from nas.search.storage.records import settings_of
+    from nas.search.storage.records import evaluator_of
 
     try:
         search = optuna.load_study(study_name=str(study.user_attrs.get(CONFIRM_OF)), storage=storage)
     except KeyError:  # the search study is gone: its trials' losses were recorded in the plan
         return "lm"
-    return str(settings_of(search).get("evaluator") or "lm")
+    return evaluator_of(search)

@@ -22,6 +22,7 @@ from nas.confirm.stats import crossing, fit_power_law, kendall, paired, spearman
 RUN_KEYS = (
     "val_bpb",
     "train_flops",
+    "rung_flops",  # the share of train_flops its wsd rungs' cooldown branches spent (not the run's own)
     "steps",
     "tokens",
     "tokens_per_s",
@@ -78,16 +79,20 @@ def _cost(done: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ``bpb_mean``/``bpb_std``: bits per byte (None without bytes per token); ``params`` and
     ``flops_per_token`` are the architecture's (the same in every run); ``steps``, ``tokens_per_s`` and
     ``train_flops`` are means, since a run's steps follow from the budget and its throughput from the machine.
+    ``train_flops`` is the compute the run's loss was reached with: the wsd rungs' cooldown branches
+    (``rung_flops``) are spent beside it, not on the final model, and left out (as the ladder's points).
     """
 
     def mean(key: str) -> float | None:
         xs = [float(r[key]) for r in done if r.get(key) is not None]
         return sum(xs) / len(xs) if xs else None
 
+    own = [float(r["train_flops"]) - float(r.get("rung_flops") or 0.0) for r in done if r.get("train_flops")]
+
     bpb = [float(r["val_bpb"]) for r in done if r.get("val_bpb") is not None]
     s = spread(bpb) if bpb else None
     return {
-        "train_flops": mean("train_flops") or None,
+        "train_flops": sum(own) / len(own) if own else None,
         "bpb_mean": s.mean if s else None,
         "bpb_std": s.std if s else None,
         "params": next((r["params"] for r in done if r.get("params") is not None), None),

@@ -58,8 +58,9 @@ __all__ = [
     "DEFAULT_CORPUS", "DEFAULT_PARALLEL", "IGNORE_INDEX", "N_SPECIALS", "SEPARATOR", "VOCAB_SIZE",
     "AnyCorpus", "Corpus", "Pairs", "ParallelCorpus", "cache_dir", "data_record", "decode",
     "describe_record", "encode", "get_batch", "is_parallel_dir", "load_corpus", "load_parallel",
-    "resolve_data", "reversed_pairs", "same_data", "split_documents", "task_of", "train_batch",
-    "validation_batches", "validation_indices", "validation_windows", "vocab_size_of", "write_token_dir",
+    "resolve_data", "reversed_pairs", "same_data", "scored_bytes_per_token", "split_documents", "task_of",
+    "train_batch", "validation_batches", "validation_indices", "validation_windows", "vocab_size_of",
+    "write_token_dir",
 ]  # fmt: skip
 
 AnyCorpus = Corpus | ParallelCorpus
@@ -175,3 +176,12 @@ def validation_batches(corpus: Any, n: int, seq_len: int) -> tuple[Tensor, Tenso
     if hasattr(corpus, "validation"):
         return corpus.validation(n, seq_len)
     return validation_windows(corpus.val, n, seq_len)
+
+
+def scored_bytes_per_token(corpus: Any, y: Tensor) -> float | None:
+    """Bytes of text per scored target of the validation targets ``y``: what the mean validation loss is
+    divided by (with ln 2) to give bits per byte.  A parallel corpus's own (an eos is scored but is no
+    text), else the corpus's ``bytes_per_token`` (1 for bytes; None when not known)."""
+    if hasattr(corpus, "scored_bytes_per_token"):
+        return corpus.scored_bytes_per_token(y)
+    return getattr(corpus, "bytes_per_token", 1.0)

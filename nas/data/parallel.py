@@ -129,6 +129,16 @@ class ParallelCorpus:
         y[ends, length[ends]] = self.eos_id
         return torch.cat([src, tgt_in], dim=1), y
 
+    def scored_bytes_per_token(self, y: Tensor) -> float | None:
+        """UTF-8 bytes per scored target of ``y`` (rows of :meth:`validation`), what turns its mean loss
+        into bits per byte: an eos is scored but stands for no text, and padding is not scored.
+        ``bytes_per_token`` (per target token, eos not counted) times the text tokens, over the scored."""
+        if self.bytes_per_token is None:
+            return None
+        scored = int((y != IGNORE_INDEX).sum())
+        text = int(((y != IGNORE_INDEX) & (y >= 0) & (y < self.base_vocab)).sum())
+        return self.bytes_per_token * text / scored if scored else None
+
     def samples(self, k: int) -> list[tuple[str, str]]:
         """The first ``k`` validation pairs as text (source, target)."""
         n = min(k, len(self.val_pairs))

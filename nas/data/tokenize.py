@@ -9,8 +9,8 @@ from a hub: the tokenizer is read from disk.
 Each document (the byte corpus's train and validation text, split at its NUL
 separators) is encoded in pieces of about a MiB cut at line ends, so memory
 stays bounded for big documents; tokenizers that merge across a newline lose
-those merges at the cuts only.  ``bytes_per_token`` is measured on the
-validation text, the text bits per byte are reported on.
+those merges at the cuts only.  ``bytes_per_token`` is measured on the whole
+validation text; bits per byte use it for the first windows the loss is measured on.
 """
 
 from __future__ import annotations

@@ -90,6 +90,21 @@ def test_cost_columns_are_means_over_the_finished_seeds():
     assert "| trial 3 | 2.8493 ± 0.0510 | 5.00k | 20.0k | 100 | 1.50k |" in text
 
 
+def test_compute_of_a_run_with_rungs_leaves_their_cooldown_branches_out():
+    # A wsd run with rungs spends its rungs' cooldowns beside the run (train_flops counts them, for
+    # --max-flops); its final loss was reached with the run's own compute, the x of the loss-vs-compute
+    # points and power laws (they were placed, and fitted, 15% to the right here).
+    runs = _runs()
+    for r in runs:
+        r.update(train_flops=1.15e9 * r["scale"], rung_flops=0.15e9 * r["scale"])
+    rows = summarize(runs, [A, B, V], [V], [1, 4, 16], [0, 1, 2])
+    assert {(r["scale"], r["train_flops"]) for r in rows} == {(1, 1e9), (4, 4e9), (16, 16e9)}
+    fit = power_laws(rows, [A, B, V], [V], [1, 4, 16])["fits"]["trial 3"]
+    assert (fit["compute_min"], fit["compute_max"]) == (1e9, 16e9)
+    plain = power_laws(summarize(_runs(), [A, B, V], [V], [1, 4, 16], [0, 1, 2]), [A, B, V], [V], [1, 4, 16])
+    assert fit["a"] == pytest.approx(plain["fits"]["trial 3"]["a"])
+
+
 def test_verdicts_group_scales_in_plain_words():
     rows = summarize(_runs(), [A, B, V], [V], [1, 4, 16], [0, 1, 2])
     v = verdicts(rows, [A, B, V], [V], [1, 4, 16])

@@ -308,6 +308,23 @@ def test_bits_per_byte_follow_the_corpus_bytes_per_token(
         assert tokens.val_bpb == pytest.approx(plain.val_loss / math.log(2) / bytes_per_token)
 
 
+def test_bits_per_byte_of_a_seq2seq_model_count_the_target_text_not_its_eos(tmp_path: Path) -> None:
+    # Every scored target row ends with an eos, which is no byte of text: bits per byte are the loss summed
+    # over the scored targets / ln 2 / the target bytes scored (they were loss / ln 2, ~3% low on
+    # shakespeare-reversed).
+    from synthetic_text import write_parallel_corpus
+
+    corpus = load_corpus(write_parallel_corpus(tmp_path / "pairs"))
+    arch = nas.ArchConfig.from_dict({**TINY.to_dict(), "task": "seq2seq", "vocab_size": corpus.vocab_size,
+                                     "encoder_layers": [{"attention": "mha"}]})  # fmt: skip
+    result = train(corpus, Budget("steps", 2), arch=arch)
+    _, y = corpus.validation(RECIPE.eval_batches * RECIPE.batch_size, 32)
+    scored = int((y != -100).sum())
+    text = sum(min(len(corpus.val_pairs.target(i)), 32) for i in range(len(y)))  # targets cut to seq_len
+    assert text < scored  # the eos of the rows that fit
+    assert result.val_bpb == pytest.approx(result.val_loss * scored / math.log(2) / text, rel=1e-12)
+
+
 def test_an_arch_for_another_vocabulary_is_refused_naming_vocab_size(corpus: Corpus) -> None:
     wide = nas.ArchConfig.from_dict({**TINY.to_dict(), "vocab_size": 512})
     with pytest.raises(ConfigError, match="vocab_size.*512.*256"):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 
 import optuna
+from inspect_studies import add_trial, make_study
 
 from nas.cost import compute, layer_flops, layer_params
 from nas.models import ArchConfig
@@ -32,6 +34,29 @@ def test_layer_table_matches_compute(cli, multi: optuna.Study, runs) -> None:
     assert f"{c.params:,}" in total and f"{c.fwd_flops_per_token:,.0f}" in total
     assert "val loss         2.2000 nats/token  (perplexity 9.025, 3.1739 bits/byte)" in out
     assert "3 steps, 192 tokens" in out
+
+
+def test_bits_per_byte_are_the_recorded_ones_on_a_token_corpus(cli, runs) -> None:
+    # A token corpus of 4 bytes per token: bits per byte are loss / ln 2 / 4, as the trainer recorded
+    # them (and `best` prints); show used to print loss / ln 2 (bits per token) as bits per byte.
+    study = make_study(runs, "tok")
+    add_trial(study, "vanilla", 2.2, val_bpb=2.2 / math.log(2) / 4)
+    add_trial(study, "primer", 2.4, val_bpb=None)  # a corpus that does not know its bytes per token
+    _, out, _ = cli("show", "--study", "tok", "--trial", "0", "--runs-dir", runs)
+    assert "val loss         2.2000 nats/token  (perplexity 9.025, 0.7935 bits/byte)" in out
+    _, best, _ = cli("best", "--study", "tok", "--runs-dir", runs)
+    assert " 0.793 " in next(line for line in best.splitlines() if line.split()[:1] == ["0"])
+    _, out, _ = cli("show", "--study", "tok", "--trial", "1", "--runs-dir", runs)
+    assert "val loss         2.4000 nats/token  (perplexity 11.023)" in out and "bits/byte" not in out
+
+
+def test_a_score_that_is_not_a_loss_has_no_perplexity(cli, runs) -> None:
+    study = make_study(runs, "proxy")
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "proxy:params"})
+    add_trial(study, "vanilla", 10.5)
+    _, out, _ = cli("show", "--study", "proxy", "--trial", "0", "--runs-dir", runs)
+    assert "val loss         10.5000  (proxy:params score)" in out
+    assert "perplexity" not in out and "bits/byte" not in out
 
 
 def test_hurdles_and_final_loss(cli, multi: optuna.Study, runs) -> None:

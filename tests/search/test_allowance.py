@@ -8,8 +8,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+import nas
 from nas.cli import main
-from nas.search.driver.allowance import IDLE_LIMIT, Allowance, spent_flops, trained_flops
+from nas.search.driver.allowance import IDLE_LIMIT, Allowance, planned_flops, spent_flops, trained_flops
 from nas.search.samplers.build import default_population
 
 TINY_SPACE = Path(__file__).with_name("tiny_space.yaml")
@@ -48,6 +49,31 @@ def test_with_a_flops_budget_the_limit_is_never_passed():
     assert not a.may_launch(2, 1)  # 9 committed: a fourth would pass 10
     a.settle(2, {"train_flops": 4.0})
     assert not a.may_launch(3, 0) and a.spent == 9.0
+
+
+def test_rungs_cooldowns_are_reserved_and_bound_what_a_flops_budget_may_cost():
+    """A wsd run's rungs train their cooldowns beside the run: a trial reserves them, and a FLOPs budget
+    per candidate counts the most they can add to a run of any length."""
+    from evaluators.budget import rung_cooldowns
+    from nas.cost import compute
+    from nas.spec import Spec
+    from nas.spec.sections import SearchSection
+    from nas.spec.training import Budget, TrainRecipe
+
+    recipe = TrainRecipe(schedule="wsd")
+    budget = Budget("flops", 1e9, (0.25, 0.5))
+    spec = Spec(space={}, recipe=recipe, budget=budget, search=SearchSection(max_flops=1e12))
+    a = Allowance.of(spec, None)
+    for n in range(1, 3000):  # a candidate that buys n steps spends n * per_step <= 1e9 on them
+        assert a.per_trial >= 1e9 * (n + rung_cooldowns(budget, recipe, n)) / n, n
+    assert a.per_trial < 1e9 * 1.25  # not a bound that stops searches for nothing
+    arch = {"d_model": 32, "n_heads": 2, "max_len": 16, "layers": [{"attention": "mha"}]}
+    cost = compute(nas.ArchConfig.from_dict(arch))
+    step = 64 * cost.train_flops_per_token
+    steps = Budget("steps", 20, (0.5,))  # rung of 10 steps: a cooldown of 2
+    assert planned_flops(steps, cost, 64, recipe) == 22 * step
+    assert planned_flops(Budget("steps", 20), cost, 64, recipe) == 20 * step
+    assert planned_flops(Budget("flops", 20.5 * step, (0.5,)), cost, 64, recipe) == 22 * step
 
 
 def test_trials_and_flops_limit_together_and_duplicates_cost_nothing():
@@ -165,6 +191,27 @@ def test_max_flops_ends_the_search_and_a_continued_counts_what_was_spent(tmp_pat
     assert len(study.trials) > first
     _check_stopped_on_compute(study, 2 * limit)
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+
+
+def test_with_rungs_a_flops_budget_still_never_passes_the_limit(tmp_path, text_corpus):
+    # Each trial spends its budget and its rungs' cooldowns (~10% more here); the launch rule counted the
+    # budget alone, so with room for two budgets but not two trials the second one passed the limit
+    # ('1.06e+09 of 1.03e+09 FLOPs').
+    budget = 2e8
+    limit = 2.15 * budget
+    args = ["search", "--space", str(TINY_SPACE), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
+            "--runs-dir", str(tmp_path / "runs"), "--data", str(text_corpus), "--local", "--no-tensorboard",
+            "--sampler", "random", "--budget.flops", f"{budget}", "--recipe.schedule", "wsd",
+            "--budget.rungs", "0.5", "--max-flops", f"{limit}"]  # fmt: skip
+    assert main(args) == 0
+    trained = _trained(_study(tmp_path))
+    assert trained and all(t.user_attrs["rung_flops"] > 0 for t, _ in trained)
+    assert spent_flops(_study(tmp_path).trials) <= limit
+    # a limit that holds one budget but not the cooldowns it may add: no trial could start, said so
+    low = [*args[:-1], f"{1.05 * budget}"]
+    low[low.index("s")] = "low"
+    assert main(low) == 2
+    assert optuna.get_all_study_names(f"sqlite:///{tmp_path}/s.db") == ["s"]
 
 
 def test_trials_still_bound_a_search_with_max_flops(tmp_path, text_corpus):

@@ -181,8 +181,15 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
         assert a["probe_steps"] == 2 and a["probe_tasks"] == "memorization,selective_copying"
         assert t.value == pytest.approx(1 - a["probe_score"])
         assert a["probe_score"] == pytest.approx((a["probe_memorization"] + a["probe_selective_copying"]) / 2)
-    # its value is 1 - score: no perplexity or bits per byte derived from it (issue 36, output hygiene)
-    capsys.readouterr()
+    # its value is 1 - score: no perplexity or bits per byte derived from it (issue 36, output hygiene),
+    # in the search's progress lines, `best` and `show` alike
+    progress = [ln for ln in capsys.readouterr().out.splitlines() if " COMPLETE loss " in ln]
+    assert len(progress) == 2 and not any(" ppl " in ln for ln in progress), progress
+    assert main(["show", "--study", "pr", "--storage", f"sqlite:///{tmp_path}/pr.db", "--trial",
+                 str(done[0].number)]) == 0  # fmt: skip
+    shown = capsys.readouterr().out
+    assert f"val loss         {done[0].value:.4f}  (probes:memorization,selective_copying@2 score)" in shown
+    assert "perplexity" not in shown and "bits/byte" not in shown
     assert main(["best", "--study", "pr", "--storage", f"sqlite:///{tmp_path}/pr.db", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(r["val_ppl"] is None and r["val_bpb"] is None for r in rows)

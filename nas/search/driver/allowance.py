@@ -16,7 +16,9 @@ trials and was run again alone (it fails at its first steps).
 
 With a FLOPs budget per candidate (``--budget-flops``) the limit is never
 passed: a trial starts only if its whole budget fits beside what was spent and
-what the running trials may still spend.  A pre-screen (``--prescreen``) adds
+what the running trials may still spend (with wsd rungs, the budget and the most
+their cooldowns can add: :func:`evaluators.budget.most_rung_share`; a sampled trial
+reserves its own exactly).  A pre-screen (``--prescreen``) adds
 its own FLOPs, known exactly only once the candidate is sampled: before it is,
 a launch reserves the most any candidate of the space can screen for
 (:func:`screen_bound`, from the space's largest stand-ins, as the memory checks
@@ -41,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import FrozenTrial
 
 from nas.cost import Compute
-from nas.spec.training import Budget
+from nas.errors import ConfigError
+from nas.spec.training import Budget, TrainRecipe
 
 if TYPE_CHECKING:
     from nas.spec import Spec
@@ -67,15 +70,19 @@ def spent_flops(trials: Iterable[FrozenTrial]) -> float:
     return sum(trained_flops(t.user_attrs) for t in trials)
 
 
-def planned_flops(budget: Budget, cost: Compute, tokens_per_step: int) -> float:
-    """What a candidate of ``cost`` may spend under ``budget`` (0 for a seconds budget: unknown)."""
-    if budget.kind == "flops":
-        return float(budget.value)
-    if budget.kind == "tokens":
-        return float(budget.value) * cost.train_flops_per_token
-    if budget.kind == "steps":
-        return float(budget.value) * tokens_per_step * cost.train_flops_per_token
-    return 0.0
+def planned_flops(budget: Budget, cost: Compute, tokens_per_step: int, recipe: TrainRecipe) -> float:
+    """What a candidate of ``cost`` will spend under ``budget``: the steps it buys and its wsd rungs'
+    cooldowns (0 for a seconds budget: unknown)."""
+    from evaluators.budget import plan_steps, rung_cooldowns
+
+    if budget.kind == "seconds":
+        return 0.0
+    try:
+        steps = plan_steps(budget, cost, tokens_per_step, 1)  # tokens per step as one sequence of them
+    except ConfigError:  # buys no step: refused before it trains
+        return 0.0
+    steps = steps or 0
+    return (steps + rung_cooldowns(budget, recipe, steps)) * tokens_per_step * cost.train_flops_per_token
 
 
 def screen_bound(space: Any, prescreen: str | None) -> float:
@@ -120,7 +127,11 @@ class Allowance:
     def of(cls, spec: Spec, trials: int | None) -> Allowance:
         """The limits of a run of ``spec`` that wants ``trials`` finished trials (a FLOPs budget per
         candidate: the most any trial spends)."""
-        per_trial = spec.budget.value if spec.budget.kind == "flops" else 0.0
+        from evaluators.budget import most_rung_share
+
+        per_trial = 0.0
+        if spec.budget.kind == "flops":  # its steps, and what its rungs' cooldowns may add to them
+            per_trial = spec.budget.value * (1.0 + most_rung_share(spec.budget, spec.recipe))
         return cls(trials, spec.search.max_flops, per_trial=per_trial)
 
     def may_launch(self, done: int, running: int) -> bool:

@@ -112,21 +112,28 @@ class RunContext:
 
         return blame_flag(err, self.spec, self.flags) or err
 
-    def _check_screen_fits(self) -> None:
-        """With a FLOPs budget, ``--max-flops`` and a pre-screen, every launch reserves its budget and
-        the most its screen can cost (:func:`nas.search.driver.allowance.screen_bound`): a limit below
-        that would start nothing, so it is refused now."""
+    def _check_one_trial_fits(self) -> None:
+        """With a FLOPs budget and ``--max-flops``, every launch reserves the most a trial can spend: its
+        budget, what its wsd rungs' cooldowns may add (:func:`evaluators.budget.most_rung_share`) and
+        the most its pre-screen can cost (:func:`nas.search.driver.allowance.screen_bound`); a limit
+        below that would start nothing, so it is refused now."""
         s, b = self.spec.search, self.spec.budget
-        if s.max_flops is None or not s.prescreen or b.kind != "flops":
-            return
+        if s.max_flops is None or b.kind != "flops" or not (s.prescreen or b.rungs):
+            return  # the budget alone: the spec refuses a limit below it
+        from evaluators.budget import most_rung_share
         from nas.search.driver.allowance import screen_bound
 
+        rungs = b.value * most_rung_share(b, self.spec.recipe)
         bound = screen_bound(self.space, s.prescreen)
-        if s.max_flops < b.value + bound:
+        if s.max_flops < b.value + rungs + bound:
+            parts = [f"one candidate's budget ({b.value:g} flops)"]
+            if rungs:
+                parts.append(f"the most its rungs' cooldowns can add ({rungs:.3g})")
+            if s.prescreen:
+                parts.append(f"the most its pre-screen {s.prescreen} can cost ({bound:.3g})")
             raise UserError(
-                f"search.max_flops (--max-flops) {s.max_flops:g} is less than one candidate's budget "
-                f"({b.value:g} flops) and the most its pre-screen {s.prescreen} can cost ({bound:.3g}): "
-                f"no trial could start; give at least {b.value + bound:.3g}"
+                f"search.max_flops (--max-flops) {s.max_flops:g} is less than {', '.join(parts[:-1])} and "
+                f"{parts[-1]}: no trial could start; give at least {b.value + rungs + bound:.3g}"
             )
 
     @property
@@ -157,7 +164,7 @@ class RunContext:
                          trains=self.spec.search.evaluator == "lm")  # fmt: skip
         except ConfigError as err:
             raise self.blame_flag(err) from None
-        self._check_screen_fits()
+        self._check_one_trial_fits()
         if self.runs_dir is not None:
             check_writable_dir(self.runs_dir, "--runs-dir")
         tb = self.tb_dir

@@ -333,7 +333,7 @@ class Driver:
         pool.submit(trial.number, payload.to_dict())
         self.running[trial.number] = Running(trial, payload, arch.arch_id, time.monotonic())
         screen = screen_flops(s.spec.search.prescreen, arch) if s.spec.search.prescreen else 0.0
-        planned = planned_flops(s.spec.budget, c, s.spec.recipe.batch_size * c.seq_len)
+        planned = planned_flops(s.spec.budget, c, s.spec.recipe.batch_size * c.seq_len, s.spec.recipe)
         self.allowance.reserve(trial.number, planned + screen, screen=screen)
 
     def _pending(self) -> tuple[list[float], list[tuple[float, float]]]:

@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.execution.worker import DIVERGED
-from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE
+from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE, evaluator_of
 from nas.spec.sections import OBJECTIVE_METRICS
 
 #: a model's losses: what a trial screened out before training does not have
@@ -121,4 +121,6 @@ def tell_result(
     values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
     frozen = study.tell(trial, values)
     summary = trial.user_attrs.get("summary", "")
-    return "COMPLETE", f"loss {loss:.4f} ppl {math.exp(loss):.2f} {summary}", loss, frozen
+    # a perplexity only for a language model's loss (not a probe score, a proxy); exp overflows past ~709
+    ppl = f" ppl {math.exp(min(loss, 700.0)):.2f}" if evaluator_of(study) == "lm" else ""
+    return "COMPLETE", f"loss {loss:.4f}{ppl} {summary}", loss, frozen

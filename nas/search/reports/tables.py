@@ -17,7 +17,7 @@ from nas.search.reports.lookup import get_trial, state_counts
 from nas.search.reports.trial import (
     origin,
 )
-from nas.search.storage.records import settings_of, trained
+from nas.search.storage.records import evaluator_of, settings_of, trained
 
 
 def _row(t: FrozenTrial, pareto: bool, lm: bool = True) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def leaderboard(study: optuna.Study, top: int | None = None) -> list[dict[str, A
     """
     complete = trained(study)  # a candidate over the caps has no result to rank
     multi = len(study.directions) > 1
-    lm = str(settings_of(study).get("evaluator") or "lm") == "lm"
+    lm = evaluator_of(study) == "lm"
     if multi:
         # Optuna's best_trials leaves infeasible trials out of constrained studies already.
         front = {t.number for t in study.best_trials}

@@ -17,6 +17,7 @@ from nas.search.storage.records import (
     EVALUATOR_PREFIXES,
     INFEASIBLE,
     INTERMEDIATE,
+    evaluator_of,
     is_infeasible,
     settings_of,
     state_name,
@@ -81,6 +82,8 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
         "arch_id": ua.get("arch_id"),
         "summary": ua.get("summary"),
         "origin": origin(t),
+        # only a language model's loss has a perplexity and bits per byte (not a probe score, a proxy)
+        "evaluator": evaluator_of(study),
     }
     for key in ORIGIN_KEYS + ("fail_reason", "pruned_at", INFEASIBLE):
         out[key] = ua.get(key)
@@ -262,10 +265,7 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
     loss = m.get("val_loss")
     label = "val loss at stop" if d["state"] == "PRUNED" else "val loss"
     if isinstance(loss, (int, float)) and math.isfinite(loss):
-        lines.append(
-            f"  {label:<16} {loss:.4f} nats/token  (perplexity {math.exp(min(loss, 700)):.3f}, "
-            f"{loss / math.log(2):.4f} bits/byte)"
-        )
+        lines.append(f"  {label:<16} {loss:.4f}{_loss_units(d, loss)}")
     elif "val_loss" in m:
         lines.append(f"  {label:<16} {loss} (not a finite number: training diverged)")
     if "tokens" in m or "steps" in m:
@@ -286,6 +286,17 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
             f"  {key:<{width}} {value:.4g}" if isinstance(value, float) else f"  {key:<{width}} {value}"
         )
     return lines
+
+
+def _loss_units(d: dict[str, Any], loss: float) -> str:
+    """What a finite ``val_loss`` is: nats per token, with its perplexity and the bits per byte the trainer
+    recorded (loss / ln 2 / the corpus's bytes per token; none when the corpus does not know them).  An
+    evaluator other than ``lm`` (a probe score, a proxy) scores something else: nothing is derived."""
+    if d.get("evaluator", "lm") != "lm":
+        return f"  ({d['evaluator']} score)"
+    bpb = d["metrics"].get("val_bpb")
+    per_byte = f", {bpb:.4f} bits/byte" if isinstance(bpb, (int, float)) else ""
+    return f" nats/token  (perplexity {math.exp(min(loss, 700)):.3f}{per_byte})"
 
 
 def _hurdle_lines(d: dict[str, Any]) -> list[str]:

@@ -61,6 +61,12 @@ def settings_of(study: optuna.Study) -> dict[str, Any]:
     return dict(study.user_attrs.get(SETTINGS) or {})
 
 
+def evaluator_of(study: optuna.Study) -> str:
+    """The evaluator that scored the study's trials (``lm`` when the study does not say): only ``lm``'s
+    value is a language model's loss, whose perplexity and bits per byte mean something."""
+    return str(settings_of(study).get("evaluator") or "lm")
+
+
 def is_infeasible(t: FrozenTrial) -> bool:
     """A COMPLETE trial told without training because it was over the caps."""
     return t.state == TrialState.COMPLETE and (
