@@ -308,3 +308,41 @@ def test_a_full_disk_while_tokenizing_is_one_line_and_leaves_no_entry(
     ok = subprocess.run([sys.executable, "-m", "nas.cli", *argv], capture_output=True, text=True, env=env,
                         timeout=300)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
+
+
+def test_bits_per_byte_divide_by_the_bytes_of_exactly_the_scored_text(
+    tokenizer: Path, tmp_path: Path
+) -> None:
+    """The validation text's average bytes per token is not that of its first windows (0.9 to 2.6%
+    apart on Shakespeare): the byte ends of each validation token give the scored text's bytes."""
+    from tokenizers import Tokenizer
+
+    from nas.data import scored_bytes_per_token, validation_batches
+    from nas.data.tokens import VAL_BYTES
+
+    text = tmp_path / "text"
+    text.mkdir()
+    # multi-byte characters of every UTF-8 length, denser in some documents than others
+    for i in range(6):
+        words = ["plain ascii words here"] * (20 + 30 * i) + ["naïve café — ☃ 𝄞 ünïcödé"] * (40 - 5 * i)
+        (text / f"d{i}.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    spec = resolve_data(str(text), str(tokenizer))
+    corpus = load_corpus(spec)
+    tok = Tokenizer.from_file(str(tokenizer))
+    ends = corpus.val_byte_ends
+    assert ends is not None and len(ends) == len(corpus.val)
+    val = corpus.val.tolist()
+    for n in (1, 7, 100, len(val) - 1):  # the bytes of tokens 1..n, decoded, are the ends' difference
+        assert int(ends[n] - ends[0]) == len(tok.decode(val[1 : n + 1]).encode("utf-8"))
+    assert int(ends[-1]) == len(tok.decode(val).encode("utf-8"))
+    x, y = validation_batches(corpus, 3, 16)
+    exact = len(tok.decode(val[1 : y.numel() + 1]).encode("utf-8")) / y.numel()
+    assert scored_bytes_per_token(corpus, y) == pytest.approx(exact, rel=1e-12)
+    assert abs(exact - corpus.bytes_per_token) > 1e-3  # the average would have been another number
+    # a byte-ends file of other tokens is one line, naming the fix
+    (Path(spec) / VAL_BYTES).write_bytes(b"\0" * 8)
+    with pytest.raises(UserError, match=f"{VAL_BYTES}: 8 bytes, not 8 per validation token.*delete it"):
+        load_corpus(spec)
+    (Path(spec) / VAL_BYTES).unlink()  # without it: the average, as a nanoGPT directory gives
+    plain = load_corpus(spec)
+    assert plain.val_byte_ends is None and scored_bytes_per_token(plain, y) == plain.bytes_per_token

@@ -55,6 +55,8 @@ class Corpus:
     fingerprint: str = ""  # computed from train and val when not given
     source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     left_out: tuple[str, ...] = ()  # files of a corpus directory left out, each with why
+    #: per validation token, the bytes of text up to its end (nas.data.tokens.VAL_BYTES), or None
+    val_byte_ends: Tensor | None = None
 
     def __post_init__(self) -> None:
         if not self.fingerprint:
@@ -90,6 +92,14 @@ class Corpus:
     def validation(self, n_windows: int, seq_len: int) -> tuple[Tensor, Tensor]:
         """The fixed validation slice: :func:`nas.data.batches.validation_windows` on ``val``."""
         return validation_windows(self.val, n_windows, seq_len)
+
+    def scored_bytes_per_token(self, y: Tensor) -> float | None:
+        """Bytes of text per target of the validation targets ``y`` (:meth:`validation`'s, the tokens
+        1 to N of ``val``): exact where the byte ends are known, else ``bytes_per_token``."""
+        n = y.numel()
+        if self.val_byte_ends is None or n == 0:
+            return self.bytes_per_token
+        return float(self.val_byte_ends[n] - self.val_byte_ends[0]) / n
 
     def record(self) -> dict[str, Any]:
         """What a study and an exported architecture file store about this corpus."""

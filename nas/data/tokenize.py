@@ -10,7 +10,9 @@ Each document (the byte corpus's train and validation text, split at its NUL
 separators) is encoded in pieces of about a MiB cut at line ends, so memory
 stays bounded for big documents; tokenizers that merge across a newline lose
 those merges at the cuts only.  ``bytes_per_token`` is measured on the whole
-validation text; bits per byte use it for the first windows the loss is measured on.
+validation text; ``val_bytes.bin`` (:data:`nas.data.tokens.VAL_BYTES`) holds, per validation token, the
+bytes of text up to its end (from the tokenizer's offsets), so bits per byte divide by the bytes of
+exactly the text the loss is measured on.
 """
 
 from __future__ import annotations
@@ -101,24 +103,32 @@ def cached_tokenization(
 
 def _write(out: Path, text: Corpus, tokenizer: Any, source: dict[str, str], tok_name: str) -> None:
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
-    ids = []
+    ids, ends = [], []
     for part in (text.train, text.val):
         docs = bytes(part.numpy()).split(SEPARATOR)
         # errors="replace": a document may hold a few bytes that are not UTF-8 (nas.data.text keeps it)
-        ids.append(np.concatenate([_encode(tokenizer, d.decode("utf-8", errors="replace")) for d in docs]))
-    val_bytes = len(bytes(text.val.numpy()).replace(SEPARATOR, b""))
+        encoded = [_encode(tokenizer, d.decode("utf-8", errors="replace")) for d in docs]
+        ids.append(np.concatenate([i for i, _, _ in encoded]))
+        # each document's byte ends, shifted by the bytes of the documents before it (no separators)
+        shift = np.cumsum([0] + [n for _, _, n in encoded])
+        ends.append(np.concatenate([e + s for (_, e, _), s in zip(encoded, shift, strict=False)]))
+    val_bytes = int(ends[1][-1]) if len(ends[1]) else 0
     write_token_dir(
         out,
         ids[0],
         ids[1],
         vocab,
+        val_byte_ends=ends[1],
         bytes_per_token=val_bytes / max(1, len(ids[1])),
         name=f"{text.name} tokenized by {tok_name}",
         source=source,
     )
 
 
-def _encode(tokenizer: Any, doc: str) -> np.ndarray:
+def _encode(tokenizer: Any, doc: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """``doc``'s ids, the UTF-8 bytes of ``doc`` up to the end of each token (never decreasing), and its
+    bytes.  The ends come from the tokenizer's offsets, which are in characters of ``doc``: a
+    token that is part of one character ends where that character does."""
     pieces, start = [], 0
     while start < len(doc):
         end = doc.find("\n", start + _PIECE)
@@ -126,7 +136,22 @@ def _encode(tokenizer: Any, doc: str) -> np.ndarray:
         pieces.append(doc[start:end])
         start = end
     encoded = tokenizer.encode_batch(pieces, add_special_tokens=False) if pieces else []
-    return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encoded] or [np.zeros(0, np.int64)])
+    ids, ends, done = [], [], 0
+    for piece, e in zip(pieces, encoded, strict=True):
+        prefix = np.concatenate([[0], np.cumsum(_utf8_lengths(piece))])  # bytes before each character
+        chars = np.asarray([b for _, b in e.offsets], dtype=np.int64).reshape(-1)
+        ids.append(np.asarray(e.ids, dtype=np.int64))
+        ends.append(done + prefix[np.minimum(chars, len(piece))])
+        done += int(prefix[-1])
+    if not ids:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+    return np.concatenate(ids), np.maximum.accumulate(np.concatenate(ends)), done
+
+
+def _utf8_lengths(text: str) -> np.ndarray:
+    """The UTF-8 length of each character of ``text`` (1 to 4), vectorised over its code points."""
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    return 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
 
 
 def update_source(meta_path: Path, source: dict[str, str]) -> None:

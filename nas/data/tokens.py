@@ -4,7 +4,10 @@ The format nanoGPT and llm.c users already have: raw little-endian token ids,
 ``uint16`` (vocabularies up to 65,536) or ``uint32``, and ``meta.json`` with at
 least ``{"vocab_size": N, "dtype": "uint16"}``, optionally ``"bytes_per_token"``
 (so bits per byte can be reported), ``"name"`` and ``"source"`` (written by
-:mod:`nas.data.tokenize`).
+:mod:`nas.data.tokenize`).  An optional ``val_bytes.bin`` (little-endian uint64, one per validation
+token: the bytes of text up to that token's end, as :mod:`nas.data.tokenize` writes it) makes bits
+per byte exact for the windows scored; without it they use ``bytes_per_token``, the validation text's
+average.
 
 The files are memory-mapped (numpy copy-on-write maps wrapped as tensors), never
 read whole: a 50 GB corpus needs the pages that batches touch, not 50 GB of RAM.
@@ -35,6 +38,8 @@ from nas.errors import UserError
 
 META = "meta.json"
 FILES = ("train.bin", "val.bin")
+#: optional: per validation token, the bytes of text up to its end (uint64), for exact bits per byte
+VAL_BYTES = "val_bytes.bin"
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 FULL_CHECK = 1 << 22  # ids checked one by one up to this many tokens per file
 CHUNK = 1 << 14  # tokens per sampled chunk above it
@@ -93,6 +98,7 @@ def load_token_dir(path: Path) -> Corpus:
     source = meta.get("source") if isinstance(meta.get("source"), Mapping) else {}
     bpt = meta.get("bytes_per_token")
     return Corpus(
+        val_byte_ends=_byte_ends(path / VAL_BYTES, len(parts[1])),
         name=str(meta.get("name") or path),
         train=parts[0],
         val=parts[1],
@@ -103,6 +109,18 @@ def load_token_dir(path: Path) -> Corpus:
         fingerprint=token_fingerprint(path, meta),
         source={"corpus": str(path.resolve()), **source},
     )
+
+
+def _byte_ends(file: Path, n_val: int) -> Tensor | None:
+    """``val_bytes.bin`` memory-mapped, or None when the directory has none."""
+    if not file.is_file():
+        return None
+    if file.stat().st_size != 8 * n_val:
+        raise UserError(
+            f"{file}: {file.stat().st_size:,} bytes, not 8 per validation token ({n_val:,} of them); "
+            "it belongs to other tokens: delete it (bits per byte then use meta.json's bytes_per_token)"
+        )
+    return torch.from_numpy(np.memmap(file, dtype=np.dtype("<u8"), mode="c").view(np.int64))
 
 
 def _map(file: Path, dtype: np.dtype) -> Tensor:
@@ -168,18 +186,29 @@ def token_fingerprint(path: Path, meta: Mapping[str, Any]) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def write_token_dir(path: Path, train: np.ndarray, val: np.ndarray, vocab_size: int, **meta: Any) -> Path:
-    """Write ``train``/``val`` ids as a token directory (dtype chosen from the vocabulary).
+def write_token_dir(
+    path: Path,
+    train: np.ndarray,
+    val: np.ndarray,
+    vocab_size: int,
+    val_byte_ends: np.ndarray | None = None,
+    **meta: Any,
+) -> Path:
+    """Write ``train``/``val`` ids as a token directory (dtype chosen from the vocabulary), and
+    ``val_byte_ends`` as :data:`VAL_BYTES` when given.
 
     Written into a temporary sibling and renamed, so a reader sees the whole
     directory or none.  ``meta`` adds fields (``bytes_per_token``, ``name``, ``source``).
     """
     dtype_name = "uint16" if vocab_size <= 1 << 16 else "uint32"
+    files = [(name, ids, DTYPES[dtype_name]) for name, ids in zip(FILES, (train, val), strict=True)]
+    if val_byte_ends is not None:
+        files.append((VAL_BYTES, val_byte_ends, np.dtype("<u8")))
     with written_whole(path) as tmp:
-        for name, ids in zip(FILES, (train, val), strict=True):
+        for name, ids, dtype in files:
             # a Python file, not ndarray.tofile: a full disk then raises OSError with its errno (ENOSPC,
             # EFBIG), which the CLI turns into one line; tofile's says only "N requested and M written"
-            data = np.ascontiguousarray(np.asarray(ids).astype(DTYPES[dtype_name]))
+            data = np.ascontiguousarray(np.asarray(ids).astype(dtype))
             with open(tmp / name, "wb") as f:
                 f.write(data.data)
         doc = {"vocab_size": vocab_size, "dtype": dtype_name, **meta}
