@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from nas.confirm.plan import SCALE_RANGE, Entry, Run
+from nas.confirm.plan import SCALE_RANGE, Entry, Run, check_runs
 from nas.cost import compute
 from nas.errors import ConfigError, UserError
 from nas.models.sizes import resize
@@ -106,19 +106,6 @@ def _budget_ratio(budget: Budget, base: Any, grown: Any, tokens: str) -> float:
     return ratio
 
 
-def check_runs(budget: Budget, recipe: TrainRecipe, arch: Any, seq_len: int, label: str) -> None:
-    """Refuse a member whose budget buys no step or whose rungs cannot be placed, naming it."""
-    from evaluators.budget import plan_rungs, plan_steps
-
-    try:
-        steps = plan_steps(budget, compute(arch, seq_len), recipe.batch_size, seq_len)
-        plan_rungs(budget, recipe, steps)
-    except ConfigError as err:
-        raise UserError(
-            f"{label} trains on {budget}: {err}; give a larger --scale, later --rungs or other --sizes"
-        ) from None
-
-
 def build_ladder(
     known: Sequence[Entry],
     wanted: Sequence[Entry],
@@ -159,7 +146,8 @@ def build_ladder(
             if not SCALE_RANGE[0] <= run_scale <= SCALE_RANGE[1]:
                 raise UserError(f"--sizes {size:g}: {e.name} would train on {run_scale:g} times the budget")
             name = f"{e.name} x{size:g}"
-            check_runs(_scaled(budget, run_scale), recipe, arch, seq_len, name)
+            check_runs(_scaled(budget, run_scale), recipe, arch, seq_len, name,
+                       "give a larger --scale, later --rungs or other --sizes")  # fmt: skip
             entry = by_id.get(arch.arch_id)
             if entry is None:
                 one = size == 1

@@ -56,6 +56,11 @@ class RunContext:
     #: the spec fields the command line gave (``budget.flops``, ``recipe.seq_len``), each with the text
     #: typed: an error about one of them names the flag, not the space file, and quotes that text
     flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: True for ``confirm`` and ``ladder``: what trains is a plan's architectures at the plan's scales of
+    #: ``spec.budget``, each checked against its own budget by the plan (``nas.confirm.plan.check_runs``);
+    #: the space's candidates never train at ``spec.budget`` itself, so it is not checked against them
+    #: (a ladder's 1x budget with its rungs was, and refused ``--scale 8`` of a 2-step study)
+    planned: bool = False
 
     def __post_init__(self) -> None:
         check_study_name(self.study, "--study")
@@ -153,7 +158,7 @@ class RunContext:
         corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
         try:
-            check_search(self.space, self.spec.recipe, self.spec.budget, corpus,
+            check_search(self.space, self.spec.recipe, None if self.planned else self.spec.budget, corpus,
                          trains=self.spec.search.evaluator == "lm")  # fmt: skip
         except ConfigError as err:
             raise self.blame_flag(err) from None
