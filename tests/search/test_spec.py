@@ -223,6 +223,21 @@ def test_a_continuation_names_the_fields_that_differ(tmp_path, corpus, capsys):
     assert study.user_attrs[SPEC]["search"]["hurdles"] == [0.5]
 
 
+def test_a_continuation_from_another_directory_finds_a_relative_corpus(tmp_path, corpus, monkeypatch):
+    """`--data corpus.txt` typed in one directory was kept as typed in the study's spec: `search --study S`
+    (without --space) run elsewhere said the corpus was not found.  The spec keeps the path absolute."""
+    monkeypatch.chdir(corpus.parent)
+    argv = ["search", "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db", "--local",
+            "--no-tensorboard", "--evaluator", "proxy:params"]  # fmt: skip
+    assert main([*argv, "--space", str(TINY_SPACE), "--data", corpus.name, "--trials", "1"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main([*argv, "--trials", "2"]) == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    assert len(study.trials) == 2 and study.user_attrs[SPEC]["data"]["corpus"] == str(corpus)
+
+
 def test_a_study_recorded_before_a_field_existed_continues(tmp_path, corpus, capsys):
     # A study written by an older version has no search.prescreen in its spec: it ran at the default.
     assert _search(tmp_path, corpus, TINY_SPACE, "s", "--trials", "1", "--evaluator", "proxy:params") == 0
