@@ -333,6 +333,12 @@ def cases() -> list[Any]:
         ("space.yaml", "n_heads"),
         {"space.yaml": space("globals.d_model", 30).replace("n_heads: 2", "n_heads: 4")},
     )
+    case(  # a gene that changes no candidate, refused as it is in an architecture file
+        "yaml-rope-base-without-rope",
+        search(),
+        ("space.yaml", "globals.rope_base", "pos_encoding offers learned"),
+        {"space.yaml": space("globals.rope_base", [100, 10000])},
+    )
     case(
         "yaml-range-inverted",
         search(),

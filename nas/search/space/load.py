@@ -281,6 +281,14 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
     if task != "seq2seq" and "n_encoder_layers" in g_raw:
         raise ConfigError("only a task: seq2seq space has an encoder", "globals.n_encoder_layers")
     params = {key: Param.parse(g_raw[key], f"globals.{key}") for key in GLOBAL_KEYS if key in g_raw}
+    positions = params["pos_encoding"].values() if "pos_encoding" in params else ["learned"]
+    if "rope_base" in params and "rope" not in positions:
+        # as in an architecture file: a value (here a gene) that changes no candidate is a mistake
+        raise ConfigError(
+            f"has no effect: no candidate has rotary positions (pos_encoding offers "
+            f"{', '.join(map(str, positions))}); add rope to globals.pos_encoding, or leave rope_base out",
+            "globals.rope_base",
+        )
     depths = ("n_layers", "n_encoder_layers")
     for key in ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "vocab_size"):
         if key in params:
