@@ -176,6 +176,11 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
                     "--objective", "loss", trials=2)  # fmt: skip
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 2
+    # the progress lines gave "ppl 2.70" (the exp of 1 - score) and the start line the unused budget
+    out = capsys.readouterr().out
+    progress = [ln for ln in out.splitlines() if " COMPLETE " in ln]
+    assert len(progress) == 2 and not any("ppl" in ln for ln in progress), out
+    assert "evaluator probes:memorization,selective_copying@2 (the budget is not used)" in out, out
     for t in done:
         a = t.user_attrs
         assert a["probe_steps"] == 2 and a["probe_tasks"] == "memorization,selective_copying"

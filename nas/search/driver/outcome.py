@@ -64,9 +64,16 @@ def objective_values(result: dict[str, Any], objective: str) -> list[float] | No
 
 
 def tell_result(
-    study: optuna.Study, trial: Trial, result: dict[str, Any], objective: str, metric_keys: Sequence[str]
+    study: optuna.Study,
+    trial: Trial,
+    result: dict[str, Any],
+    objective: str,
+    metric_keys: Sequence[str],
+    lm: bool = True,
 ) -> tuple[str, str, float | None, FrozenTrial | None]:
-    """Tell what a worker measured: (state, a line of text, the loss or None, the COMPLETE trial or None)."""
+    """Tell what a worker measured: (state, a line of text, the loss or None, the COMPLETE trial or None).
+    ``lm``: the value is a language model's loss; else (a probe score, a proxy's value) the line gives no
+    perplexity, which would be the exp of something that is no cross-entropy."""
     inter = result.get("intermediate") or {}
     if inter:
         trial.set_user_attr(INTERMEDIATE, inter)
@@ -121,4 +128,6 @@ def tell_result(
     values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
     frozen = study.tell(trial, values)
     summary = trial.user_attrs.get("summary", "")
-    return "COMPLETE", f"loss {loss:.4f} ppl {math.exp(loss):.2f} {summary}", loss, frozen
+    ppl = math.exp(min(loss, 700.0))  # as evaluators.result: exp overflows a float past ~709
+    ppl_text = (f"ppl {ppl:.2f} " if ppl < 1e9 else f"ppl {ppl:.3g} ") if lm else ""
+    return "COMPLETE", f"loss {loss:.4f} {ppl_text}{summary}", loss, frozen
