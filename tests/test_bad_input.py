@@ -173,6 +173,12 @@ def cases() -> list[Any]:
     case("sampler-unknown", search("--sampler", "genetic"), "--sampler")
     case("objective-unknown", search("--objective", "speed"), "--objective")
     case("evaluator-unknown", search("--evaluator", "proxy:vibes"), "--evaluator")
+    case(  # it was blamed on --prescreen, which was not given, and the file was not named
+        "yaml-prescreen-unknown-task",
+        search(),
+        ("space.yaml: search.prescreen:", "unknown probe task 'nope'"),
+        {"space.yaml": space("search", {"prescreen": "probes:nope@5"})},
+    )
     case("evaluator-sleep-forever", search("--evaluator", "sleep:inf"), ("--evaluator", "finite"))
     case("retries-negative", search("--retries", "-1"), "--retries")
     case("seed-negative", search("--seed", "-1"), "--seed")

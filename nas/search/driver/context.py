@@ -75,17 +75,24 @@ class RunContext:
         try:
             registry.check(search.evaluator)
         except ConfigError as err:
-            raise ConfigError(err.message, "search.evaluator (--evaluator)") from None
+            raise self._search_error("evaluator", err.message) from None
         if search.prescreen is not None:
             try:
                 registry.check(search.prescreen, kinds=registry.SCREENS)
             except ConfigError as err:
-                raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
+                raise self._search_error("prescreen", err.message) from None
         for field, name in (("evaluator", search.evaluator), ("prescreen", search.prescreen)):
             if self.space.task == "seq2seq" and str(name or "").startswith("probes"):
                 from evaluators.probes import ENCODER_DECODER
 
-                raise ConfigError(f"{name!r}: the space {ENCODER_DECODER}", f"search.{field} (--{field})")
+                raise self._search_error(field, f"{name!r}: the space {ENCODER_DECODER}")
+
+    def _search_error(self, field: str, message: str) -> ConfigError:
+        """An error about ``search.FIELD``: naming its flag when the command line gave the value, else the
+        spec file that did (a file's bad evaluator used to be blamed on --evaluator, and no file named)."""
+        if f"search.{field}" in self.flags:
+            return ConfigError(message, named("search", field))
+        return ConfigError(message, f"search.{field}", self.space.source)
 
     @property
     def trials(self) -> int | None:
