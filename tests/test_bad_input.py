@@ -164,7 +164,13 @@ def cases() -> list[Any]:
     case("max-flops-negative", search("--max-flops", "-2e12"), "--max-flops")
     case("max-flops-nan", search("--max-flops", "nan"), "--max-flops")
     case("max-flops-not-a-number", search("--max-flops", "lots"), "--max-flops")
-    case("max-flops-under-one-budget", search("--budget-flops", "1e9", "--max-flops", "1e8"), "--max-flops")
+    case(
+        "max-flops-under-one-budget",
+        search("--budget-flops", "1e9", "--max-flops", "1e8", "--evaluator", "lm"),
+        ("--max-flops", "budget"),
+    )
+    # a proxy trains nothing: a FLOPs limit never ended the search (it ran until 100 repeats in a row)
+    case("proxy-with-max-flops", search("--max-flops", "1e12"), ("--max-flops", "trains nothing"))
     case(
         "hurdle-min-trials-zero",
         search("--hurdles", "0.5", "--hurdle-min-trials", "0"),
