@@ -345,6 +345,12 @@ def cases() -> list[Any]:
         ("space.yaml", "n_heads"),
         {"space.yaml": space("globals.d_model", 30).replace("n_heads: 2", "n_heads: 4")},
     )
+    case(  # a seed named that no candidate can be was never queued, without a word
+        "yaml-seed-arch-the-space-cannot-hold",
+        search(),
+        ("space.yaml", "seed_archs: transformer_pp", "is no candidate of this space"),
+        {"space.yaml": space("seed_archs", ["vanilla", "transformer_pp"])},
+    )
     case(  # a gene that changes no candidate, refused as it is in an architecture file
         "yaml-rope-base-without-rope",
         search(),

@@ -141,7 +141,27 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     _check_combinations(space, space.layer_choices, "layers")
     if encoder is not None and "encoder" in raw:
         _check_combinations(space, encoder, "encoder")
+    if "seed_archs" in raw:  # named by the user: one the space cannot hold was dropped without a word
+        _check_seeds(space)
     return space
+
+
+def _check_seeds(space: SearchSpace) -> None:
+    """Refuse a seed architecture ``seed_archs`` names that no candidate of the space can be (the
+    default seeds are queued where they fit, silently)."""
+    from nas.search.space.sampling import SEED_GLOBALS, seed_arch
+
+    for name in space.seed_archs:
+        if space.seed_params(name) is None:
+            arch = seed_arch(name)
+            layer = arch.layers[0]
+            parts = [f"{key} {getattr(arch, key)}" for key in SEED_GLOBALS]
+            parts += [f"{layer.attention.text(short=True)} with {layer.ffn.activation} in every layer"]
+            raise ConfigError(
+                f"{name} ({', '.join(parts)}) is no candidate of this space, so it would never be queued; "
+                "offer its components (in every layer's menu, at every depth), or leave it out",
+                "seed_archs",
+            )
 
 
 def _parse_layer_choices(l_raw: Any, path: str) -> LayerChoices:
