@@ -232,6 +232,11 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]], texts: Mapping[str
             if field_ in fields_:  # --search.trials (--trials): the flag and the alias one may have typed
                 text = (texts or {}).get(f"{section}.{field_}")
                 raise as_written(err, fields_[field_], text, "--" + named(section, field_)) from None
+            # a rule between fields (warmup_frac + cooldown_frac) located at one the flags did not give:
+            # the flag given that the message names is the one to change
+            named_given = [f for f in fields_ if f"{section}.{f}" in err.message]
+            if named_given:
+                raise ConfigError(err.message, "--" + named(section, named_given[0])) from None
             raise
     return dataclasses.replace(spec, **changes)
 

@@ -335,6 +335,17 @@ def test_a_flags_bad_value_is_quoted_as_typed(
     assert quoted in err and converted not in err, err
 
 
+def test_a_rule_between_fields_names_the_flag_given_not_the_field_left_alone(capsys) -> None:
+    """`--recipe.schedule wsd --recipe.warmup_frac 0.9` was refused as `recipe.cooldown_frac: ...`, a field
+    nobody typed (its default 0.2 and the warmup exceed 1), naming neither a flag nor a file."""
+    argv = ["search", "--recipe.schedule", "wsd", "--recipe.warmup_frac", "0.9", "--evaluator",
+            "proxy:params", "--storage", "sqlite:////nonexistent/x.db"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: --recipe.warmup_frac: recipe.warmup_frac 0.9 + recipe.cooldown_frac"), err
+
+
 def test_a_flags_value_refused_by_training_names_the_flag_not_the_file(tmp_path, capsys) -> None:
     """`train --arch a.yaml --recipe.seq_len N` over the architecture's max_len blamed a.yaml."""
     arch = {"vocab_size": 256, "d_model": 16, "n_heads": 2, "max_len": 16,
