@@ -73,6 +73,23 @@ class _OneName(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _OneNameFalse(_OneName):
+    """A flag without a value that sets its field false (``--no-tensorboard``), one of the field's names
+    as the others are: ``--no-tensorboard --resources.tensorboard true`` kept the last without a word."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, nargs=0, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, _Typed(False, option_string or ""), option_string)
+
+
 #: the namespace attribute where :class:`_OneName` keeps which name set each field
 GIVEN_AS = "_spec_flag_names"
 #: ... and the text the user typed for each (``2``, which the field holds as ``2.0``)
@@ -199,7 +216,7 @@ def add_spec_flags(
         parser.add_argument(
             "--no-tensorboard",
             dest="resources.tensorboard",
-            action="store_false",
+            action=_OneNameFalse,
             default=argparse.SUPPRESS,
             help="do not write TensorBoard runs",
         )

@@ -297,6 +297,10 @@ def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
         (["--trials", "5", "--search.trials", "7"], "--trials and --search.trials both set search.trials"),
         (["--budget.steps", "5", "--steps", "7"], "--budget.steps and --steps both set budget.steps"),
         (["--seed", "1", "--recipe.seed", "2"], "--seed and --recipe.seed both set recipe.seed"),
+        (  # it stored false without the check, and the last of the two won
+            ["--no-tensorboard", "--resources.tensorboard", "true"],
+            "--no-tensorboard and --resources.tensorboard both set resources.tensorboard",
+        ),
     ],
 )
 def test_a_field_given_through_two_of_its_names_is_refused(
