@@ -311,7 +311,13 @@ def cases() -> list[Any]:
         ("space.yaml", "!!python/name:os.system"),
         {"space.yaml": "globals: !!python/name:os.system\n"},
     )
-    case("yaml-not-utf8", search(), "space.yaml", {"space.yaml": b"\xff\xfe name: x\n"})
+    case("yaml-not-utf8", search(), "space.yaml", {"space.yaml": b"\x80 name: x\n"})
+    case(
+        "yaml-utf16",
+        search(),
+        ("space.yaml", "UTF-16 text", "save it as UTF-8"),
+        {"space.yaml": space().encode("utf-16")},
+    )
     case("yaml-empty", search(), "space.yaml", {"space.yaml": ""})
     case("yaml-a-list", search(), "space.yaml", {"space.yaml": "- mha\n- mdha\n"})
     case(

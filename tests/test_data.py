@@ -110,6 +110,12 @@ def _latin1_file(p: Path) -> Path:
     return p / "x.txt"
 
 
+def _utf16_file(p: Path) -> Path:
+    """Windows' "Unicode" text: it was called binary (its NUL bytes), with no word of the fix."""
+    (p / "x.txt").write_bytes("the king and the queen\n".encode("utf-16") * 50)
+    return p / "x.txt"
+
+
 @pytest.mark.parametrize(
     "make, expected",
     [
@@ -119,8 +125,9 @@ def _latin1_file(p: Path) -> Path:
         (_binary_only, "no text files"),
         (_binary_file, "is not a text corpus (binary: holds NUL bytes"),
         (_latin1_file, "is not a text corpus (not UTF-8 text"),
+        (_utf16_file, "is not a text corpus (UTF-16 text, by its byte-order mark; save it as UTF-8)"),
     ],
-    ids=["missing", "empty-file", "empty-dir", "binary-only", "binary-file", "latin1-file"],
+    ids=["missing", "empty-file", "empty-dir", "binary-only", "binary-file", "latin1-file", "utf16-file"],
 )
 def test_user_errors_are_one_line_naming_the_path(tmp_path: Path, make, expected: str) -> None:
     path = make(tmp_path)

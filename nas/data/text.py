@@ -38,7 +38,7 @@ from torch import Tensor
 from nas.data.corpus import DEFAULT_CORPUS, DEFAULT_PARALLEL, Corpus, file_lock
 from nas.errors import UserError
 from nas.outputs import cache_dir
-from nas.validate import check_writable_dir
+from nas.validate import check_writable_dir, utf16_text
 
 SEPARATOR = b"\x00"
 
@@ -151,6 +151,9 @@ MAX_INVALID = 0.01
 
 def _not_text(data: bytes) -> str | None:
     """Why ``data`` is not a text document of the corpus (None: it is one)."""
+    wide = utf16_text(data)
+    if wide:
+        return wide
     if SEPARATOR in data:
         return "binary: holds NUL bytes (the document separator)"
     try:
