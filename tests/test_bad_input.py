@@ -357,6 +357,12 @@ def cases() -> list[Any]:
         ("space.yaml", "seed_archs: transformer_pp", "is no candidate of this space"),
         {"space.yaml": space("seed_archs", ["vanilla", "transformer_pp"])},
     )
+    case(  # every candidate takes the corpus's vocabulary: the value was dropped without a word
+        "yaml-vocab-size-in-globals",
+        search(),
+        ("space.yaml", "globals.vocab_size", "the corpus's"),
+        {"space.yaml": space("globals.vocab_size", 1000)},
+    )
     case(  # a gene that changes no candidate, refused as it is in an architecture file
         "yaml-rope-base-without-rope",
         search(),

@@ -65,6 +65,16 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
 def load_spec(path: str | os.PathLike[str]) -> tuple[Spec, SearchSpace]:
     """The experiment spec in a space file and its validated space; errors name the file and the field."""
     raw = read_yaml(path, "search space")
+    globals_ = raw.get("globals") if isinstance(raw, Mapping) else None
+    if isinstance(globals_, Mapping) and "vocab_size" in globals_:
+        # every candidate takes the corpus's vocabulary (ArchConfig.with_vocab): the value changed nothing.
+        # Refused in files only: a study that recorded it still continues
+        raise ConfigError(
+            "has no effect: every candidate's vocabulary is the corpus's (its tokenizer's, or 256 bytes); "
+            "leave it out",
+            "globals.vocab_size",
+            str(path),
+        )
     return spec_of(raw, str(path))
 
 
