@@ -51,7 +51,8 @@ def _classes() -> dict[str, Any]:
 
 class _OneName(argparse.Action):
     """Store the value, refusing a field given through two of its names (``--trials 5 --search.trials 7``):
-    which one wins would be a guess.  The same name given twice keeps argparse's rule (the last)."""
+    which one wins would be a guess.  The same name given twice keeps argparse's rule (the last).  A name
+    without a value (``nargs=0``: ``--no-tensorboard``) stores ``const``, and is one of the names too."""
 
     def __call__(
         self,
@@ -66,28 +67,13 @@ class _OneName(argparse.Action):
             parser.error(f"{earlier} and {option_string} both set {self.dest}; give it once")
         given[self.dest] = option_string
         texts = namespace.__dict__.setdefault(GIVEN_TEXT, {})
+        if self.nargs == 0:
+            values = _Typed(self.const, option_string or "")
         if isinstance(values, _Typed):
             texts[self.dest], values = values.text, values.value
         else:
             texts[self.dest] = str(values)
         setattr(namespace, self.dest, values)
-
-
-class _OneNameFalse(_OneName):
-    """A flag without a value that sets its field false (``--no-tensorboard``), one of the field's names
-    as the others are: ``--no-tensorboard --resources.tensorboard true`` kept the last without a word."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, nargs=0, **kwargs)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        super().__call__(parser, namespace, _Typed(False, option_string or ""), option_string)
 
 
 #: the namespace attribute where :class:`_OneName` keeps which name set each field
@@ -216,7 +202,9 @@ def add_spec_flags(
         parser.add_argument(
             "--no-tensorboard",
             dest="resources.tensorboard",
-            action=_OneNameFalse,
+            action=_OneName,
+            nargs=0,
+            const=False,
             default=argparse.SUPPRESS,
             help="do not write TensorBoard runs",
         )
