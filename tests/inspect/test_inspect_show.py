@@ -115,6 +115,26 @@ def test_a_failed_trial_shows_the_training_it_spent(cli, runs) -> None:
     assert "time             0.5 s" in out
 
 
+def test_bits_per_byte_is_the_measured_one_and_a_probe_score_is_no_loss(cli, runs) -> None:
+    """`show` printed loss / ln 2 as bits per byte (bits per *token*: 8.23 where a tokenized corpus
+    measured 5.73), and a perplexity and bits per byte for a probes or proxy study's value."""
+    from inspect_studies import add_trial, make_study
+
+    study = make_study(runs, "tok")
+    add_trial(study, "vanilla", 2.5, val_bpb=1.25)  # a tokenizer's corpus: about 2.9 bytes per token
+    rc, out, _ = cli("show", "--study", "tok", "--runs-dir", runs, "--trial", "0")
+    assert rc == 0 and "val loss         2.5000 nats/token  (perplexity 12.182, 1.2500 bits/byte)" in out
+    study = make_study(runs, "probes")
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "probes@5"})
+    add_trial(study, "vanilla", 0.75, probe_score=0.25)
+    rc, out, _ = cli("show", "--study", "probes", "--runs-dir", runs, "--trial", "0")
+    assert rc == 0 and "val loss         0.7500  (evaluator probes@5's value, not a loss in nats)" in out
+    assert "perplexity" not in out and "bits/byte" not in out
+    rc, out, _ = cli("show", "--study", "probes", "--runs-dir", runs, "--trial", "0", "--json")
+    metrics = json.loads(out)["metrics"]
+    assert rc == 0 and metrics["val_loss"] == 0.75 and "val_ppl" not in metrics and "val_bpb" not in metrics
+
+
 def test_a_seed_trial_is_called_the_seed_only_when_it_is_the_seed_itself() -> None:
     import dataclasses
 

@@ -93,7 +93,11 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
             if r.user_attrs.get("requeued_from") == t.number
         ]
         out["requeued_as"] = again[0] if again else None
+    out["evaluator"] = str(settings_of(study).get("evaluator") or "lm")
     out["metrics"] = metrics_of(t)
+    if out["evaluator"] != "lm":  # its value is a probe score's 1 - score or a proxy's: no cross-entropy
+        for key in ("val_ppl", "val_bpb"):
+            out["metrics"].pop(key, None)
     out["intermediate"] = dict(sorted((ua.get(INTERMEDIATE) or {}).items(), key=lambda kv: float(kv[0])))
     out["optuna_params"] = dict(t.params)
     out["started"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None
@@ -261,11 +265,13 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
     lines = ["", "metrics"]
     loss = m.get("val_loss")
     label = "val loss at stop" if d["state"] == "PRUNED" else "val loss"
-    if isinstance(loss, (int, float)) and math.isfinite(loss):
-        lines.append(
-            f"  {label:<16} {loss:.4f} nats/token  (perplexity {math.exp(min(loss, 700)):.3f}, "
-            f"{loss / math.log(2):.4f} bits/byte)"
-        )
+    if isinstance(loss, (int, float)) and math.isfinite(loss) and d.get("evaluator", "lm") != "lm":
+        lines.append(f"  {label:<16} {loss:.4f}  (evaluator {d['evaluator']}'s value, not a loss in nats)")
+    elif isinstance(loss, (int, float)) and math.isfinite(loss):
+        # bits per byte as the trainer measured it, with the corpus's bytes per token (loss / ln 2, which
+        # this line used to print, is bits per token: wrong on a tokenized corpus); absent: not known
+        bpb = f", {m['val_bpb']:.4f} bits/byte" if isinstance(m.get("val_bpb"), (int, float)) else ""
+        lines.append(f"  {label:<16} {loss:.4f} nats/token  (perplexity {math.exp(min(loss, 700)):.3f}{bpb})")
     elif "val_loss" in m:
         lines.append(f"  {label:<16} {loss} (not a finite number: training diverged)")
     if "tokens" in m or "steps" in m:
