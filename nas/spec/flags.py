@@ -239,8 +239,9 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]], texts: Mapping[str
                 raise as_written(err, fields_[field_], text, "--" + named(section, field_)) from None
             # a rule between fields (warmup_frac + cooldown_frac) located at one the flags did not give:
             # the flag given that the message names is the one to change
+            at = field_.split(" (")[0]  # "gpus_per_trial (--gpus-per-trial)": the section named its flag
             named_given = [f for f in fields_ if f"{section}.{f}" in err.message]
-            if named_given:
+            if at not in fields_ and named_given:
                 raise ConfigError(err.message, "--" + named(section, named_given[0])) from None
             raise
     return dataclasses.replace(spec, **changes)
