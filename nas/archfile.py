@@ -48,9 +48,10 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError("must be a mapping with an 'arch' section", source=str(path))
     if "arch" not in raw and "d_model" not in raw and {"globals", "seed_archs", "search"} & set(raw):
         raise UserError(
-            f"{path}: is a search space (it has a globals: section), not an "
-            f"architecture; search it with `{prog_name()} search --space {path}`, or give --arch an "
-            "architecture file (a shipped one's name such as vanilla, or one `export` wrote)"
+            # read for --arch, --baseline and others: the line names no flag the user may not have typed
+            f"{path}: is a search space (it has a globals: section), not an architecture file (a shipped "
+            f"one's name such as vanilla, or one `export` wrote); search it with `{prog_name()} search "
+            f"--space {path}`"
         )
     if is_hf_config(raw):  # a Hugging Face Llama config.json: the engine's Transformer++ at its shape
         try:

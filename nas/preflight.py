@@ -128,14 +128,17 @@ def check_training(arch: ArchConfig, recipe: TrainRecipe, budget: Budget, corpus
     plan_training(budget, recipe, seq_len, corpus, arch, ())
 
 
-def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus: Any, trains: bool) -> None:
+def check_search(
+    space: SearchSpace, recipe: TrainRecipe, budget: Budget | None, corpus: Any, trains: bool
+) -> None:
     """Refuse a space whose candidates cannot all be built, or (``trains``) trained on ``corpus``.
 
     The largest candidates must fit one device and, when trained, their longest
     window the corpus; the smallest ``max_len`` must hold ``recipe.seq_len``; the
     cheapest candidate must get at least one step from the budget (a FLOPs budget
     gives bigger models fewer steps, so only when even the cheapest gets none is
-    every trial bound to fail).  Errors name the space file and its field.
+    every trial bound to fail; ``budget`` None: the candidates do not train at one budget, as
+    in a confirmation).  Errors name the space file and its field.
     """
     if trains:
         check_not_degenerate(corpus)
@@ -165,7 +168,7 @@ def check_search(space: SearchSpace, recipe: TrainRecipe, budget: Budget, corpus
         if over:  # every trial would be told "over cap" and none trained
             raise ConfigError(f"no candidate of the space meets them: the smallest has {'; '.join(over)}; "
                               "raise the cap or offer smaller choices", "constraints")  # fmt: skip
-        if cheapest is not None and trains:
+        if cheapest is not None and trains and budget is not None:
             plan_steps(budget, cheapest[0], recipe.batch_size, cheapest[1])
             # rungs every candidate can place (a FLOPs budget gives the largest the fewest steps): else
             # every trial whose run is too short for them would fail

@@ -153,6 +153,15 @@ def yaml_number(value: Any, *, keep_non_finite: bool = False) -> Any:
     return value if keep_non_finite and not math.isfinite(number) else number
 
 
+def utf16_text(data: bytes) -> str | None:
+    """Why ``data`` is unreadable as a UTF-8 text file when it is UTF-16 text (Windows' "Unicode" saving:
+    a byte-order mark, a NUL in every other byte), else None.  Every reader (a corpus, a YAML file)
+    wants UTF-8; such a file was called binary or undecodable, with no word of the fix."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "UTF-16 text, by its byte-order mark; save it as UTF-8"
+    return None
+
+
 def check_writable_dir(path: str | os.PathLike[str], what: str, *, given: str | None = None) -> None:
     """Refuse ``path`` unless it is, or can be created as, a writable directory; leaves nothing behind.
     ``given``: the path the user typed when ``path`` is derived from it (a file's directory), so the

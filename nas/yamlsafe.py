@@ -33,7 +33,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from nas.errors import UserError
-from nas.validate import finite_or_none, non_finite_path
+from nas.validate import finite_or_none, non_finite_path, utf16_text
 
 #: the largest file read; an exported 4096-layer architecture is about 350 KB
 MAX_BYTES = 2 * 2**20
@@ -217,7 +217,11 @@ def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
             raise UserError(
                 f"{p}: {_a(what)} of {p.stat().st_size:,} bytes is over the limit of {MAX_BYTES:,} bytes"
             )
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
+        wide = utf16_text(data)
+        if wide:
+            raise UserError(f"{p}: cannot read {what}: {wide}")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{p}: cannot read {what}: {err}") from None
     return load_yaml(text, str(p), what)

@@ -165,7 +165,13 @@ def cases() -> list[Any]:
     case("max-flops-negative", search("--max-flops", "-2e12"), "--max-flops")
     case("max-flops-nan", search("--max-flops", "nan"), "--max-flops")
     case("max-flops-not-a-number", search("--max-flops", "lots"), "--max-flops")
-    case("max-flops-under-one-budget", search("--budget-flops", "1e9", "--max-flops", "1e8"), "--max-flops")
+    case(
+        "max-flops-under-one-budget",
+        search("--budget-flops", "1e9", "--max-flops", "1e8", "--evaluator", "lm"),
+        ("--max-flops", "budget"),
+    )
+    # a proxy trains nothing: a FLOPs limit never ended the search (it ran until 100 repeats in a row)
+    case("proxy-with-max-flops", search("--max-flops", "1e12"), ("--max-flops", "trains nothing"))
     case(
         "hurdle-min-trials-zero",
         search("--hurdles", "0.5", "--hurdle-min-trials", "0"),
@@ -174,6 +180,12 @@ def cases() -> list[Any]:
     case("sampler-unknown", search("--sampler", "genetic"), "--sampler")
     case("objective-unknown", search("--objective", "speed"), "--objective")
     case("evaluator-unknown", search("--evaluator", "proxy:vibes"), "--evaluator")
+    case(  # it was blamed on --prescreen, which was not given, and the file was not named
+        "yaml-prescreen-unknown-task",
+        search(),
+        ("space.yaml: search.prescreen:", "unknown probe task 'nope'"),
+        {"space.yaml": space("search", {"prescreen": "probes:nope@5"})},
+    )
     case("evaluator-sleep-forever", search("--evaluator", "sleep:inf"), ("--evaluator", "finite"))
     case("retries-negative", search("--retries", "-1"), "--retries")
     case("seed-negative", search("--seed", "-1"), "--seed")
@@ -300,7 +312,13 @@ def cases() -> list[Any]:
         ("space.yaml", "!!python/name:os.system"),
         {"space.yaml": "globals: !!python/name:os.system\n"},
     )
-    case("yaml-not-utf8", search(), "space.yaml", {"space.yaml": b"\xff\xfe name: x\n"})
+    case("yaml-not-utf8", search(), "space.yaml", {"space.yaml": b"\x80 name: x\n"})
+    case(
+        "yaml-utf16",
+        search(),
+        ("space.yaml", "UTF-16 text", "save it as UTF-8"),
+        {"space.yaml": space().encode("utf-16")},
+    )
     case("yaml-empty", search(), "space.yaml", {"space.yaml": ""})
     case("yaml-a-list", search(), "space.yaml", {"space.yaml": "- mha\n- mdha\n"})
     case(
@@ -339,6 +357,24 @@ def cases() -> list[Any]:
         search(),
         ("space.yaml", "n_heads"),
         {"space.yaml": space("globals.d_model", 30).replace("n_heads: 2", "n_heads: 4")},
+    )
+    case(  # a seed named that no candidate can be was never queued, without a word
+        "yaml-seed-arch-the-space-cannot-hold",
+        search(),
+        ("space.yaml", "seed_archs: transformer_pp", "is no candidate of this space"),
+        {"space.yaml": space("seed_archs", ["vanilla", "transformer_pp"])},
+    )
+    case(  # every candidate takes the corpus's vocabulary: the value was dropped without a word
+        "yaml-vocab-size-in-globals",
+        search(),
+        ("space.yaml", "globals.vocab_size", "the corpus's"),
+        {"space.yaml": space("globals.vocab_size", 1000)},
+    )
+    case(  # a gene that changes no candidate, refused as it is in an architecture file
+        "yaml-rope-base-without-rope",
+        search(),
+        ("space.yaml", "globals.rope_base", "pos_encoding offers learned"),
+        {"space.yaml": space("globals.rope_base", [100, 10000])},
     )
     case(
         "yaml-range-inverted",

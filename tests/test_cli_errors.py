@@ -192,6 +192,11 @@ def cases() -> list[Any]:
     case(
         "confirm-trial-listed-twice", [*CONFIRM[:6], "--seeds", "1", "--trial", "0,0"], ("--trial", "0 twice")
     )
+    case(  # the line said "give --arch an architecture file" to a user who typed --baseline
+        "confirm-baseline-is-a-space",
+        confirm("--baseline", "space.yaml"),
+        ("space.yaml", "is a search space", "not an architecture file (a shipped one's name"),
+    )
     case(
         "confirm-baseline-other-task",
         confirm("--baseline", "s2s.yaml"),

@@ -67,6 +67,20 @@ def test_directory_reads_nested_text_and_skips_binary_and_hidden(tmp_path: Path)
     assert "left out 1 file(s): blob.bin" in corpus.describe()  # never silently
 
 
+def test_the_tools_cache_inside_the_corpus_is_not_part_of_it(tmp_path: Path, monkeypatch) -> None:
+    """NAS_CACHE_DIR inside the corpus directory: the first run's token cache (meta.json is text) became
+    documents of the next run's corpus, whose fingerprint then refused the study it had made."""
+    (tmp_path / "a.txt").write_text("the king and the queen " * 40)
+    before = load_corpus(tmp_path)
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    entry = tmp_path / "cache" / "tokens" / "x"
+    entry.mkdir(parents=True)
+    (entry / "meta.json").write_text('{"vocab_size": 300, "dtype": "uint16"}')
+    after = load_corpus(tmp_path)
+    assert after.fingerprint == before.fingerprint and after.n_docs == 1
+    assert after.left_out == ("cache/ (this tool's cache, NAS_CACHE_DIR)",)
+
+
 def test_a_stray_byte_that_is_not_utf8_keeps_its_document(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_bytes(
         b"plain text " * 50 + b"caf\xe9 " + b"and more " * 50
@@ -110,6 +124,12 @@ def _latin1_file(p: Path) -> Path:
     return p / "x.txt"
 
 
+def _utf16_file(p: Path) -> Path:
+    """Windows' "Unicode" text: it was called binary (its NUL bytes), with no word of the fix."""
+    (p / "x.txt").write_bytes("the king and the queen\n".encode("utf-16") * 50)
+    return p / "x.txt"
+
+
 @pytest.mark.parametrize(
     "make, expected",
     [
@@ -119,8 +139,9 @@ def _latin1_file(p: Path) -> Path:
         (_binary_only, "no text files"),
         (_binary_file, "is not a text corpus (binary: holds NUL bytes"),
         (_latin1_file, "is not a text corpus (not UTF-8 text"),
+        (_utf16_file, "is not a text corpus (UTF-16 text, by its byte-order mark; save it as UTF-8)"),
     ],
-    ids=["missing", "empty-file", "empty-dir", "binary-only", "binary-file", "latin1-file"],
+    ids=["missing", "empty-file", "empty-dir", "binary-only", "binary-file", "latin1-file", "utf16-file"],
 )
 def test_user_errors_are_one_line_naming_the_path(tmp_path: Path, make, expected: str) -> None:
     path = make(tmp_path)

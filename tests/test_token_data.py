@@ -118,10 +118,27 @@ def _no_train(d: Path) -> str:
     return "train.bin: missing"
 
 
+def _vocab_past_torch(d: Path) -> str:  # it was blamed on the architecture: "vanilla: vocab_size: ..."
+    (d / "meta.json").write_text('{"vocab_size": 3000000000, "dtype": "uint32"}')
+    return "meta.json: vocab_size 3,000,000,000 is more than"
+
+
+def _name_not_text(d: Path) -> str:  # it was printed and recorded as "{'a': 1}"
+    (d / "meta.json").write_text('{"vocab_size": 1000, "dtype": "uint16", "name": {"a": 1}}')
+    return "meta.json: name must be a string"
+
+
+def _train_a_directory(d: Path) -> str:  # it was called missing
+    (d / "train.bin").unlink()
+    (d / "train.bin").mkdir()
+    return "train.bin: not a regular file"
+
+
 @pytest.mark.parametrize(
     "spoil",
-    [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train],
-)
+    [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train,
+     _vocab_past_torch, _name_not_text, _train_a_directory],
+)  # fmt: skip
 def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
     d = write_token_corpus(tmp_path / "tok")
     expected = spoil(d)

@@ -277,6 +277,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
         ]
     every, wanted, baselines = build_entries(known, p.finals, p.bases)
+    _check_runs([*wanted, *baselines], scales, p.spec)
     seed0 = int(p.spec.recipe.seed)  # the seed the search trained every trial with (not its sampler's)
     _check_size(args.seeds, seed0, len(wanted) + len(baselines), len(scales), len(lrs))
     plan = Plan(
@@ -318,6 +319,20 @@ def _check_whole_steps(scales: list[float], budget: Any) -> None:
                 f"{budget.value:g}; give one"
             )
         seen[steps] = scale
+
+
+def _check_runs(entries: list[Any], scales: list[float], spec: Any) -> None:
+    """Refuse a scale at which an architecture's run would buy no step or could not place the study's
+    rungs: every such run used to be queued and fail (``FAIL ConfigError``), leaving that scale empty."""
+    from nas.confirm.plan import check_runs
+    from nas.confirm.runner import scaled_budget
+
+    for scale in scales:
+        budget = scaled_budget(spec.budget, scale)
+        for e in entries:
+            seq_len = spec.recipe.seq_len or e.arch.max_len
+            label = f"--scales {scale:g}: {e.name}"
+            check_runs(budget, spec.recipe, e.arch, seq_len, label, "give larger --scales")
 
 
 def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int) -> None:
@@ -394,7 +409,7 @@ def settings_for(args: argparse.Namespace, name: str, p: Picked, seed0: int, rec
     if budget is not None:
         changes["budget"] = budget
     return RunContext(spec.replace(**changes), p.space, study=name, storage=p.url, data=p.data,
-                      runs_dir=args.runs_dir)  # fmt: skip
+                      runs_dir=args.runs_dir, planned=True)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

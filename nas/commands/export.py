@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         recipe=recipe,
         budget=budget,
         data=settings.get("data"),
-        metrics=metrics_of(trial),
+        metrics=metrics_of(trial, str(settings.get("evaluator") or "lm")),
         source=source,
     )
     loss = trial.values[0]

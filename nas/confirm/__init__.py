@@ -17,6 +17,7 @@ from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, CONFIRM_OF, PLAN, Plan, confirm_study_name, run_confirmation
 from nas.confirm.summary import collect_runs, power_laws, rank_correlation, summarize, verdicts
 from nas.redact import mask_url
+from nas.spec import Budget
 
 __all__ = [
     "ARCHS",
@@ -45,12 +46,11 @@ def build_report(study: optuna.Study, storage: str) -> dict[str, Any]:
         for row in summary:
             row["search_gap"] = None
     settings = study.user_attrs.get("settings") or {}
-    ((kind, value),) = (settings.get("budget") or {"steps": 0}).items()
     return {
         "study": study.user_attrs.get(CONFIRM_OF),
         "confirm_study": study.study_name,
         "storage": mask_url(storage),
-        "budget": f"{value:g} {kind}",
+        "budget": str(Budget.from_dict(settings["budget"])) if settings.get("budget") else "0 steps",
         "scales": list(plan.scales),
         "seeds": list(plan.seeds),
         "lrs": list(plan.lrs),

@@ -104,6 +104,20 @@ class Run:
             return None
 
 
+def check_runs(budget: Any, recipe: Any, arch: ArchConfig, seq_len: int, label: str, hint: str) -> None:
+    """Refuse a planned run whose budget buys no step or whose rungs cannot be placed, naming it (``label``)
+    and what to change (``hint``): the run would fail, and with it every seed of it, after the queue was
+    written."""
+    from evaluators.budget import plan_rungs, plan_steps
+    from nas.cost import compute
+
+    try:
+        steps = plan_steps(budget, compute(arch, seq_len), recipe.batch_size, seq_len)
+        plan_rungs(budget, recipe, steps)
+    except ConfigError as err:
+        raise UserError(f"{label} trains on {budget}: {err}; {hint}") from None
+
+
 def parse_list(
     text: str, flag: str, kind: type = float, bounds: tuple[float, float] | None = None
 ) -> list[Any]:

@@ -38,7 +38,7 @@ from torch import Tensor
 from nas.data.corpus import DEFAULT_CORPUS, DEFAULT_PARALLEL, Corpus, file_lock
 from nas.errors import UserError
 from nas.outputs import cache_dir
-from nas.validate import check_writable_dir
+from nas.validate import check_writable_dir, utf16_text
 
 SEPARATOR = b"\x00"
 
@@ -118,9 +118,17 @@ def _load_path(path: Path) -> Corpus:
     if not path.is_dir():
         raise UserError(f"{path}: is neither a file nor a directory; --data takes {_VALID_SPECS}")
     docs, left_out = [], []
+    # this tool's cache inside the corpus (NAS_CACHE_DIR=corpus/cache): its token files, written by the
+    # first run, made the next run's corpus another one (a study could not be continued)
+    cache = cache_dir().expanduser().resolve()
+    inside = cache != path.resolve() and path.resolve() in cache.parents
+    if inside and cache.exists():
+        left_out.append(f"{cache.relative_to(path.resolve()).as_posix()}/ (this tool's cache, NAS_CACHE_DIR)")
     for p in sorted(path.rglob("*")):
         rel = p.relative_to(path)
         if any(part.startswith(".") for part in rel.parts) or not p.is_file():
+            continue
+        if inside and (cache == p.resolve() or cache in p.resolve().parents):
             continue
         data = _read(p)
         why = "empty" if not data else _not_text(data)
@@ -151,6 +159,9 @@ MAX_INVALID = 0.01
 
 def _not_text(data: bytes) -> str | None:
     """Why ``data`` is not a text document of the corpus (None: it is one)."""
+    wide = utf16_text(data)
+    if wide:
+        return wide
     if SEPARATOR in data:
         return "binary: holds NUL bytes (the document separator)"
     try:

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from nas.data.corpus import Corpus, written_whole
 from nas.errors import UserError
+from nas.validate import MAX_DIM
 
 META = "meta.json"
 FILES = ("train.bin", "val.bin")
@@ -73,12 +74,17 @@ def read_meta(path: Path) -> dict[str, Any]:
     dtype = meta.get("dtype")
     if dtype not in DTYPES:
         raise UserError(f"{meta_path}: unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    if vocab > MAX_DIM:  # uint32 holds ids to 2**32 - 1, but no embedding of that many rows can be indexed
+        raise UserError(f"{meta_path}: vocab_size {vocab:,} is more than a model's vocabulary can be "
+                        f"({MAX_DIM:,}, a tensor dimension torch indexes)")  # fmt: skip
     limit = int(np.iinfo(DTYPES[dtype]).max) + 1
     if vocab > limit:
         raise UserError(
             f"{meta_path}: dtype {dtype} holds ids below {limit:,}, too few for vocab_size {vocab:,}; "
             "use uint32"
         )
+    if meta.get("name") is not None and not isinstance(meta["name"], str):  # printed and recorded as the name
+        raise UserError(f"{meta_path}: name must be a string, got {meta['name']!r}")
     bpt = meta.get("bytes_per_token")
     if bpt is not None and (isinstance(bpt, bool) or not isinstance(bpt, (int, float)) or not 0 < bpt < 1e6):
         raise UserError(f"{meta_path}: bytes_per_token must be a positive number, got {bpt!r}")
@@ -125,7 +131,8 @@ def _byte_ends(file: Path, n_val: int) -> Tensor | None:
 
 def _map(file: Path, dtype: np.dtype) -> Tensor:
     if not file.is_file():
-        raise UserError(f"{file}: missing; a token-file directory holds {', '.join(FILES)} and {META}")
+        what = "not a regular file" if file.exists() else "missing"
+        raise UserError(f"{file}: {what}; a token-file directory holds {', '.join(FILES)} and {META}")
     size = file.stat().st_size
     if size % dtype.itemsize:
         raise UserError(

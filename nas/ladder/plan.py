@@ -16,13 +16,14 @@ and the rungs alone vary the tokens).  Each run is a
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from nas.confirm.plan import SCALE_RANGE, Entry, Run
+from nas.confirm.plan import SCALE_RANGE, Entry, Run, check_runs
 from nas.cost import compute
 from nas.errors import ConfigError, UserError
-from nas.models.sizes import resize
+from nas.models.sizes import reached, resize
 from nas.spec.training import Budget, TrainRecipe
 
 LADDER = "ladder_plan"  # ladder study user attr: LadderPlan.to_dict()
@@ -106,19 +107,6 @@ def _budget_ratio(budget: Budget, base: Any, grown: Any, tokens: str) -> float:
     return ratio
 
 
-def check_runs(budget: Budget, recipe: TrainRecipe, arch: Any, seq_len: int, label: str) -> None:
-    """Refuse a member whose budget buys no step or whose rungs cannot be placed, naming it."""
-    from evaluators.budget import plan_rungs, plan_steps
-
-    try:
-        steps = plan_steps(budget, compute(arch, seq_len), recipe.batch_size, seq_len)
-        plan_rungs(budget, recipe, steps)
-    except ConfigError as err:
-        raise UserError(
-            f"{label} trains on {budget}: {err}; give a larger --scale, later --rungs or other --sizes"
-        ) from None
-
-
 def build_ladder(
     known: Sequence[Entry],
     wanted: Sequence[Entry],
@@ -141,25 +129,32 @@ def build_ladder(
         families.append((e.name, e.role, e.base_name))
         seq_len = recipe.seq_len or e.arch.max_len
         base = compute(e.arch, seq_len)
-        shapes: dict[str, float] = {}
+        archs = {}
         for size in sizes:
             try:
-                arch = resize(e.arch, size)
+                archs[size] = resize(e.arch, size)
             except ConfigError as err:
                 raise UserError(f"--sizes {size:g}: {e.name} cannot take it: {err}") from None
-            if arch.arch_id in shapes:  # heads and layers are whole: near sizes of a small model coincide
+        # heads and layers are whole: near sizes of a small model coincide.  The size nearest what the
+        # architecture reaches names it (size 1, the entry itself, used to be named after a smaller size)
+        shapes: dict[str, float] = {}
+        for size in sorted(sizes, key=lambda s: abs(math.log(s / reached(e.arch, archs[s])))):
+            shapes.setdefault(archs[size].arch_id, size)
+        for size in sizes:
+            arch = archs[size]
+            if shapes[arch.arch_id] != size:
                 notes.append(
                     f"{e.name}: size {size:g} rounds to the same architecture as size "
                     f"{shapes[arch.arch_id]:g} ({arch.summary()}); it is trained once, as size "
                     f"{shapes[arch.arch_id]:g}"
                 )
                 continue
-            shapes[arch.arch_id] = size
             run_scale = float(f"{scale * _budget_ratio(budget, base, compute(arch, seq_len), tokens):.6g}")
             if not SCALE_RANGE[0] <= run_scale <= SCALE_RANGE[1]:
                 raise UserError(f"--sizes {size:g}: {e.name} would train on {run_scale:g} times the budget")
             name = f"{e.name} x{size:g}"
-            check_runs(_scaled(budget, run_scale), recipe, arch, seq_len, name)
+            check_runs(_scaled(budget, run_scale), recipe, arch, seq_len, name,
+                       "give a larger --scale, later --rungs or other --sizes")  # fmt: skip
             entry = by_id.get(arch.arch_id)
             if entry is None:
                 one = size == 1
@@ -175,6 +170,12 @@ def build_ladder(
                 by_id[arch.arch_id] = entry
                 every.append(entry)
             members.append(Member(e.name, float(size), entry.index, run_scale))
+        if len(shapes) < 3:  # the fit has five coefficients: fewer sizes were trained and reported '-'
+            raise UserError(
+                f"--sizes {','.join(f'{s:g}' for s in sizes)}: {e.name} takes only {len(shapes)} distinct "
+                f"architectures at them (heads and layers are whole numbers); a ladder needs 3 or more: "
+                "give sizes further apart"
+            )
     bases = tuple(e.arch.to_dict() for e in wanted)
     return (
         every,

@@ -51,7 +51,8 @@ def _classes() -> dict[str, Any]:
 
 class _OneName(argparse.Action):
     """Store the value, refusing a field given through two of its names (``--trials 5 --search.trials 7``):
-    which one wins would be a guess.  The same name given twice keeps argparse's rule (the last)."""
+    which one wins would be a guess.  The same name given twice keeps argparse's rule (the last).  A name
+    without a value (``nargs=0``: ``--no-tensorboard``) stores ``const``, and is one of the names too."""
 
     def __call__(
         self,
@@ -66,6 +67,8 @@ class _OneName(argparse.Action):
             parser.error(f"{earlier} and {option_string} both set {self.dest}; give it once")
         given[self.dest] = option_string
         texts = namespace.__dict__.setdefault(GIVEN_TEXT, {})
+        if self.nargs == 0:
+            values = _Typed(self.const, option_string or "")
         if isinstance(values, _Typed):
             texts[self.dest], values = values.text, values.value
         else:
@@ -199,7 +202,9 @@ def add_spec_flags(
         parser.add_argument(
             "--no-tensorboard",
             dest="resources.tensorboard",
-            action="store_false",
+            action=_OneName,
+            nargs=0,
+            const=False,
             default=argparse.SUPPRESS,
             help="do not write TensorBoard runs",
         )
@@ -232,6 +237,12 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]], texts: Mapping[str
             if field_ in fields_:  # --search.trials (--trials): the flag and the alias one may have typed
                 text = (texts or {}).get(f"{section}.{field_}")
                 raise as_written(err, fields_[field_], text, "--" + named(section, field_)) from None
+            # a rule between fields (warmup_frac + cooldown_frac) located at one the flags did not give:
+            # the flag given that the message names is the one to change
+            at = field_.split(" (")[0]  # "gpus_per_trial (--gpus-per-trial)": the section named its flag
+            named_given = [f for f in fields_ if f"{section}.{f}" in err.message]
+            if at not in fields_ and named_given:
+                raise ConfigError(err.message, "--" + named(section, named_given[0])) from None
             raise
     return dataclasses.replace(spec, **changes)
 

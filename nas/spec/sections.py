@@ -190,6 +190,11 @@ class SearchSection(Section):
                 "(--hurdles 0.25,0.5) or search.prescreen, or leave it out",
                 named("search", which),
             )
+        if self.max_flops is not None and self.evaluator.partition(":")[0] in ("proxy", "sleep"):
+            # scored from the architecture alone: the limit would never be reached
+            raise ConfigError(
+                f"{self.evaluator} trains nothing, so no FLOPs are spent and the limit would never end "
+                f"the search; give {named('search', 'trials')}", named("search", "max_flops"))  # fmt: skip
         if self.population is not None and self.sampler == "random":
             raise ConfigError(f"has no effect with {named('search', 'sampler')} random (it sizes nsga2 and "
                               "evolution, and tpe's random start); drop it or choose another sampler",

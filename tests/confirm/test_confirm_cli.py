@@ -606,3 +606,27 @@ def test_a_report_never_replaces_a_baseline_file_it_reads(command, studies, tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is the --baseline file this command reads" in err[0], err
     assert base.read_bytes() == before
+
+
+def test_a_study_with_rungs_is_listed_and_confirmed_and_a_scale_too_short_for_them_is_refused(
+    tmp_path, corpus_dir, capsys
+):
+    """A wsd search with rungs records its budget as {steps, rungs}: `best` and the confirm report ended in
+    a ValueError traceback on it; a scale whose runs cannot place the rungs (or buy no step) was queued,
+    and every run at it failed (FAIL ConfigError): now refused in one line before anything is written."""
+    wsd = ["--recipe.schedule", "wsd", "--budget.rungs", "0.5", "--steps", "4", "--trials", "1"]
+    url = _search(tmp_path, corpus_dir, "w", "--objective", "loss", "--sampler", "random", *wsd)
+    capsys.readouterr()
+    assert main(["best", "--study", "w", "--storage", url]) == 0
+    assert "budget 4 steps (rungs 0.5) per trial" in capsys.readouterr().out
+    before = _snapshot(url)
+    flags = ["--top", "1", "--seeds", "1", "--baseline", "vanilla"]
+    assert main(_confirm(url, "w", *flags, "--scales", "0.25,1")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --scales 0.25: trial 0"), err
+    assert "trains on 1 steps (rungs 0.5): budget.rungs: rung 0.5 of 1 steps buys 0 steps" in err, err
+    assert err.endswith("give larger --scales\n"), err
+    assert _snapshot(url) == before
+    assert main(_confirm(url, "w", *flags, "--scales", "1")) == 0
+    assert "of the search's budget (4 steps (rungs 0.5))" in capsys.readouterr().out
+    assert len(_load(url, "w-confirm").trials) == 2

@@ -51,3 +51,17 @@ def test_force_overwrites(cli, multi: optuna.Study, runs, tmp_path: Path) -> Non
     assert rc == 2 and "pass --force" in err and out.read_text() == "old\n"
     rc, _, _ = cli("export", "--study", "multi", "--runs-dir", runs, "--trial", "1", "--out", out, "--force")
     assert rc == 0 and load_arch_file(out)["source"]["trial"] == 1
+
+
+def test_a_probes_studys_export_claims_no_perplexity(cli, runs, tmp_path: Path) -> None:
+    """The file's metrics carried val_ppl (the exp of 1 - score) and val_bpb, as if measured on text."""
+    from inspect_studies import add_trial, make_study
+
+    study = make_study(runs, "probes")
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "probes@5"})
+    add_trial(study, "vanilla", 0.75, probe_score=0.25)
+    out = tmp_path / "p.yaml"
+    rc, _, err = cli("export", "--study", "probes", "--runs-dir", runs, "--best", "--out", out)
+    metrics = load_arch_file(out)["metrics"]
+    assert rc == 0 and metrics["val_loss"] == 0.75 and metrics["probe_score"] == 0.25, err
+    assert "val_ppl" not in metrics and "val_bpb" not in metrics

@@ -57,6 +57,9 @@ def test_a_score_that_is_not_a_loss_has_no_perplexity(cli, runs) -> None:
     _, out, _ = cli("show", "--study", "proxy", "--trial", "0", "--runs-dir", runs)
     assert "val loss         10.5000  (proxy:params score)" in out
     assert "perplexity" not in out and "bits/byte" not in out
+    _, out, _ = cli("show", "--study", "proxy", "--trial", "0", "--runs-dir", runs, "--json")
+    metrics = json.loads(out)["metrics"]  # nor in what --json and export write
+    assert metrics["val_loss"] == 10.5 and "val_ppl" not in metrics and "val_bpb" not in metrics
 
 
 def test_hurdles_and_final_loss(cli, multi: optuna.Study, runs) -> None:

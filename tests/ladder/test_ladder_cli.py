@@ -249,3 +249,16 @@ def test_a_ladder_study_is_no_search_to_ladder_or_confirm(searched, capsys):
             capsys.readouterr().err
             == "error: --study 's-ladder' is a ladder's runs; pass the search study 's'\n"
         )
+
+
+def test_a_larger_scale_makes_room_for_the_rungs_of_a_short_study(tmp_path, corpus_dir, capsys):
+    """A study of 2 steps cannot place the ladder's rungs at 1x, but at --scale 8 every run has them: the
+    ladder used to check the study's space at 1x with its rungs and refuse, blaming the study's spec."""
+    url = _search(tmp_path, corpus_dir, "short", "budget: {steps: 2}\n")
+    flags = ["--top", "1", "--sizes", "0.42,1,3.4", "--samples", "5"]
+    assert _exit(_ladder(url, "short", *flags)) == 2
+    assert "give a larger --scale" in capsys.readouterr().err
+    assert main(_ladder(url, "short", *flags, "--scale", "8")) == 0
+    ladder = optuna.load_study(study_name="short-ladder", storage=url)
+    done = [t for t in ladder.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 6 and {t.user_attrs["steps"] for t in done} >= {16}

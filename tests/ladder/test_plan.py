@@ -57,9 +57,24 @@ def test_tokens_follow_the_parameters_or_stay_the_same(kind: str) -> None:
 
 def test_sizes_that_round_to_one_architecture_are_trained_once_with_a_note() -> None:
     e = _entry()  # 4 heads, 4 layers: 0.5 and 0.6 both give 3 heads and 3 layers
-    every, plan, notes = build_ladder([], [e], [0.5, 0.6, 1.0], (0,), 1.0, Budget("steps", 200), RECIPE)
-    assert [m.size for m in plan.members] == [0.5, 1.0]
+    steps = Budget("steps", 200)
+    every, plan, notes = build_ladder([], [e], [0.5, 0.6, 1.0, 2.0], (0,), 1.0, steps, RECIPE)
+    assert [m.size for m in plan.members] == [0.5, 1.0, 2.0]
     assert len(notes) == 1 and "size 0.6 rounds to the same architecture as size 0.5" in notes[0]
+
+
+def test_a_size_that_rounds_to_the_entry_itself_is_size_one_and_too_few_sizes_are_refused() -> None:
+    """Of 2 heads and 2 layers, size 0.7 gives the entry itself: it used to be trained and named as size
+    0.7 (the first size listed), and a ladder left with two distinct sizes was trained, then fitted
+    nothing (its report all '-')."""
+    small = dataclasses.replace(_entry(), arch=resize(_entry().arch, 0.125))  # d64 h2 L2
+    steps = Budget("steps", 200)
+    every, plan, notes = build_ladder([], [small], [0.7, 1.0, 3.0, 8.0], (0,), 1.0, steps, RECIPE)
+    assert [m.size for m in plan.members] == [1.0, 3.0, 8.0]
+    assert every[plan.members[0].entry].arch_id == small.arch_id
+    assert notes == [notes[0]] and "size 0.7 rounds to the same architecture as size 1" in notes[0]
+    with pytest.raises(UserError, match=r"--sizes 0.7,1,3: vanilla takes only 2 distinct architectures"):
+        build_ladder([], [small], [0.7, 1.0, 3.0], (0,), 1.0, steps, RECIPE)
 
 
 def test_known_entries_keep_their_index_and_a_shared_architecture_is_one_entry() -> None:

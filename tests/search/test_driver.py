@@ -254,3 +254,19 @@ def test_the_printed_next_command_finds_the_study_again(tmp_path, text_corpus, c
     assert words[words.index("best") - 1].endswith(("run_search.py", "pytest", "nas", "__main__.py"))
     assert main(words[words.index("best") :]) == 0  # exactly what the user is told to type
     assert "hint" in capsys.readouterr().out
+
+
+def test_a_finite_loss_past_exps_range_is_told_not_a_crash():
+    """A diverging model can end with a finite loss above 709.78, whose exp overflows: the progress line's
+    perplexity raised OverflowError in the driver.  The trial is told with its loss; the line caps the
+    perplexity, and without a language model's loss (a probe score, a proxy) gives none."""
+    from nas.search.driver.outcome import tell_result
+
+    study = optuna.create_study()
+    for lm in (True, False):
+        trial = study.ask()
+        result = {"status": "ok", "metrics": {"val_loss": 800.0}}
+        state, text, loss, frozen = tell_result(study, trial, result, "loss", ("val_loss",), lm)
+        assert (state, loss, frozen.values) == ("COMPLETE", 800.0, [800.0])
+        assert text.startswith("loss 800.0000 ppl 1.01e+304" if lm else "loss 800.0000 "), text
+        assert lm or "ppl" not in text

@@ -176,15 +176,18 @@ def test_a_probes_search_records_each_tasks_accuracy(tmp_path, text_corpus, caps
                     "--objective", "loss", trials=2)  # fmt: skip
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 2
+    # the progress lines gave "ppl 2.70" (the exp of 1 - score) and the start line the unused budget
+    out = capsys.readouterr().out
+    progress = [ln for ln in out.splitlines() if " COMPLETE " in ln]
+    assert len(progress) == 2 and not any("ppl" in ln for ln in progress), out
+    assert "evaluator probes:memorization,selective_copying@2 (the budget is not used)" in out, out
     for t in done:
         a = t.user_attrs
         assert a["probe_steps"] == 2 and a["probe_tasks"] == "memorization,selective_copying"
         assert t.value == pytest.approx(1 - a["probe_score"])
         assert a["probe_score"] == pytest.approx((a["probe_memorization"] + a["probe_selective_copying"]) / 2)
     # its value is 1 - score: no perplexity or bits per byte derived from it (issue 36, output hygiene),
-    # in the search's progress lines, `best` and `show` alike
-    progress = [ln for ln in capsys.readouterr().out.splitlines() if " COMPLETE loss " in ln]
-    assert len(progress) == 2 and not any(" ppl " in ln for ln in progress), progress
+    # in the search's progress lines (above), `best` and `show` alike
     assert main(["show", "--study", "pr", "--storage", f"sqlite:///{tmp_path}/pr.db", "--trial",
                  str(done[0].number)]) == 0  # fmt: skip
     shown = capsys.readouterr().out

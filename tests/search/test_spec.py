@@ -223,6 +223,21 @@ def test_a_continuation_names_the_fields_that_differ(tmp_path, corpus, capsys):
     assert study.user_attrs[SPEC]["search"]["hurdles"] == [0.5]
 
 
+def test_a_continuation_from_another_directory_finds_a_relative_corpus(tmp_path, corpus, monkeypatch):
+    """`--data corpus.txt` typed in one directory was kept as typed in the study's spec: `search --study S`
+    (without --space) run elsewhere said the corpus was not found.  The spec keeps the path absolute."""
+    monkeypatch.chdir(corpus.parent)
+    argv = ["search", "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db", "--local",
+            "--no-tensorboard", "--evaluator", "proxy:params"]  # fmt: skip
+    assert main([*argv, "--space", str(TINY_SPACE), "--data", corpus.name, "--trials", "1"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main([*argv, "--trials", "2"]) == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    assert len(study.trials) == 2 and study.user_attrs[SPEC]["data"]["corpus"] == str(corpus)
+
+
 def test_a_study_recorded_before_a_field_existed_continues(tmp_path, corpus, capsys):
     # A study written by an older version has no search.prescreen in its spec: it ran at the default.
     assert _search(tmp_path, corpus, TINY_SPACE, "s", "--trials", "1", "--evaluator", "proxy:params") == 0
@@ -282,6 +297,10 @@ def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
         (["--trials", "5", "--search.trials", "7"], "--trials and --search.trials both set search.trials"),
         (["--budget.steps", "5", "--steps", "7"], "--budget.steps and --steps both set budget.steps"),
         (["--seed", "1", "--recipe.seed", "2"], "--seed and --recipe.seed both set recipe.seed"),
+        (  # it stored false without the check, and the last of the two won
+            ["--no-tensorboard", "--resources.tensorboard", "true"],
+            "--no-tensorboard and --resources.tensorboard both set resources.tensorboard",
+        ),
     ],
 )
 def test_a_field_given_through_two_of_its_names_is_refused(
@@ -318,6 +337,17 @@ def test_a_flags_bad_value_is_quoted_as_typed(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: {argv[0]}"), err
     assert quoted in err and converted not in err, err
+
+
+def test_a_rule_between_fields_names_the_flag_given_not_the_field_left_alone(capsys) -> None:
+    """`--recipe.schedule wsd --recipe.warmup_frac 0.9` was refused as `recipe.cooldown_frac: ...`, a field
+    nobody typed (its default 0.2 and the warmup exceed 1), naming neither a flag nor a file."""
+    argv = ["search", "--recipe.schedule", "wsd", "--recipe.warmup_frac", "0.9", "--evaluator",
+            "proxy:params", "--storage", "sqlite:////nonexistent/x.db"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: --recipe.warmup_frac: recipe.warmup_frac 0.9 + recipe.cooldown_frac"), err
 
 
 def test_a_flags_value_refused_by_training_names_the_flag_not_the_file(tmp_path, capsys) -> None:

@@ -56,6 +56,11 @@ class RunContext:
     #: the spec fields the command line gave (``budget.flops``, ``recipe.seq_len``), each with the text
     #: typed: an error about one of them names the flag, not the space file, and quotes that text
     flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: True for ``confirm`` and ``ladder``: what trains is a plan's architectures at the plan's scales of
+    #: ``spec.budget``, each checked against its own budget by the plan (``nas.confirm.plan.check_runs``);
+    #: the space's candidates never train at ``spec.budget`` itself, so it is not checked against them
+    #: (a ladder's 1x budget with its rungs was, and refused ``--scale 8`` of a 2-step study)
+    planned: bool = False
 
     def __post_init__(self) -> None:
         check_study_name(self.study, "--study")
@@ -70,17 +75,24 @@ class RunContext:
         try:
             registry.check(search.evaluator)
         except ConfigError as err:
-            raise ConfigError(err.message, "search.evaluator (--evaluator)") from None
+            raise self._search_error("evaluator", err.message) from None
         if search.prescreen is not None:
             try:
                 registry.check(search.prescreen, kinds=registry.SCREENS)
             except ConfigError as err:
-                raise ConfigError(err.message, "search.prescreen (--prescreen)") from None
+                raise self._search_error("prescreen", err.message) from None
         for field, name in (("evaluator", search.evaluator), ("prescreen", search.prescreen)):
             if self.space.task == "seq2seq" and str(name or "").startswith("probes"):
                 from evaluators.probes import ENCODER_DECODER
 
-                raise ConfigError(f"{name!r}: the space {ENCODER_DECODER}", f"search.{field} (--{field})")
+                raise self._search_error(field, f"{name!r}: the space {ENCODER_DECODER}")
+
+    def _search_error(self, field: str, message: str) -> ConfigError:
+        """An error about ``search.FIELD``: naming its flag when the command line gave the value, else the
+        spec file that did (a file's bad evaluator used to be blamed on --evaluator, and no file named)."""
+        if f"search.{field}" in self.flags:
+            return ConfigError(message, named("search", field))
+        return ConfigError(message, f"search.{field}", self.space.source)
 
     @property
     def trials(self) -> int | None:
@@ -160,7 +172,7 @@ class RunContext:
         corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
         try:
-            check_search(self.space, self.spec.recipe, self.spec.budget, corpus,
+            check_search(self.space, self.spec.recipe, None if self.planned else self.spec.budget, corpus,
                          trains=self.spec.search.evaluator == "lm")  # fmt: skip
         except ConfigError as err:
             raise self.blame_flag(err) from None

@@ -179,8 +179,12 @@ class Driver:
         if self.CONFIRMATION:  # queued runs, each at its own scale (the [... 4x seed 0] of its line)
             what = f"each run on its scale times the budget {s.spec.budget}"
         else:
+            evaluator = s.spec.search.evaluator
+            # the probes train by their own protocol and a proxy not at all: the budget would be a claim
+            scored = f"budget {s.spec.budget} per trial" if evaluator == "lm" else (
+                f"evaluator {evaluator} (the budget is not used)")  # fmt: skip
             what = (
-                f"budget {s.spec.budget} per trial, objective {s.spec.search.objective}, "
+                f"{scored}, objective {s.spec.search.objective}, "
                 f"sampler {self.sampler}{' (auto)' if s.spec.search.sampler == 'auto' else ''}"
             )
         report.line(
@@ -439,7 +443,8 @@ class Driver:
 
     def _tell(self, study: optuna.Study, r: Running, result: dict[str, Any]) -> tuple[str, str, float | None]:
         objective = self.s.spec.search.objective
-        state, text, loss, frozen = tell_result(study, r.trial, result, objective, METRIC_KEYS)
+        lm = self.s.spec.search.evaluator == "lm"
+        state, text, loss, frozen = tell_result(study, r.trial, result, objective, METRIC_KEYS, lm)
         if frozen is not None:
             self.twins.add_complete(r.arch_id, frozen)
         elif state == "PRUNED":

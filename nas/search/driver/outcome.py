@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.execution.worker import DIVERGED
-from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE, evaluator_of
+from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE
 from nas.spec.sections import OBJECTIVE_METRICS
 
 #: a model's losses: what a trial screened out before training does not have
@@ -64,9 +64,16 @@ def objective_values(result: dict[str, Any], objective: str) -> list[float] | No
 
 
 def tell_result(
-    study: optuna.Study, trial: Trial, result: dict[str, Any], objective: str, metric_keys: Sequence[str]
+    study: optuna.Study,
+    trial: Trial,
+    result: dict[str, Any],
+    objective: str,
+    metric_keys: Sequence[str],
+    lm: bool = True,
 ) -> tuple[str, str, float | None, FrozenTrial | None]:
-    """Tell what a worker measured: (state, a line of text, the loss or None, the COMPLETE trial or None)."""
+    """Tell what a worker measured: (state, a line of text, the loss or None, the COMPLETE trial or None).
+    ``lm``: the value is a language model's loss; else (a probe score, a proxy's value) the line gives no
+    perplexity, which would be the exp of something that is no cross-entropy."""
     inter = result.get("intermediate") or {}
     if inter:
         trial.set_user_attr(INTERMEDIATE, inter)
@@ -121,6 +128,6 @@ def tell_result(
     values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
     frozen = study.tell(trial, values)
     summary = trial.user_attrs.get("summary", "")
-    # a perplexity only for a language model's loss (not a probe score, a proxy); exp overflows past ~709
-    ppl = f" ppl {math.exp(min(loss, 700.0)):.2f}" if evaluator_of(study) == "lm" else ""
-    return "COMPLETE", f"loss {loss:.4f}{ppl} {summary}", loss, frozen
+    ppl = math.exp(min(loss, 700.0))  # as evaluators.result: exp overflows a float past ~709
+    ppl_text = (f"ppl {ppl:.2f} " if ppl < 1e9 else f"ppl {ppl:.3g} ") if lm else ""
+    return "COMPLETE", f"loss {loss:.4f} {ppl_text}{summary}", loss, frozen

@@ -18,6 +18,7 @@ from nas.search.reports.trial import (
     origin,
 )
 from nas.search.storage.records import evaluator_of, settings_of, trained
+from nas.spec import Budget
 
 
 def _row(t: FrozenTrial, pareto: bool, lm: bool = True) -> dict[str, Any]:
@@ -127,8 +128,8 @@ def format_leaderboard(study: optuna.Study, rows: list[dict[str, Any]]) -> str:
     if settings.get("objective"):
         facts.append(f"objective {settings['objective']}")
     if settings.get("budget"):
-        ((kind, value),) = settings["budget"].items()
-        facts.append(f"budget {value:g} {kind} per trial")
+        # a wsd study's budget also records its rungs: the text is the Budget's own
+        facts.append(f"budget {Budget.from_dict(settings['budget'])} per trial")
     lines = [f"study {study.study_name!r}: " + ", ".join(facts)]
     if len(study.directions) > 1:
         what = "FLOPs/token" + (" and state" if len(study.directions) > 2 else "")

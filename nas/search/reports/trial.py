@@ -27,10 +27,14 @@ from nas.search.storage.records import (
 ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from")
 
 
-def metrics_of(t: FrozenTrial) -> dict[str, Any]:
+def metrics_of(t: FrozenTrial, evaluator: str = "lm") -> dict[str, Any]:
     """The measured metrics of a trial, in METRICS order (only those it has), then the evaluator's own
-    (``probe_*``, ``prescreen_*``)."""
-    out = {k: t.user_attrs[k] for k in METRICS + RUN_KEYS if t.user_attrs.get(k) is not None}
+    (``probe_*``, ``prescreen_*``).  Scored by another ``evaluator`` than ``lm``, its ``val_loss`` is a
+    probe score's 1 - score or a proxy's value: no perplexity or bits per byte are derived from it."""
+    derived = ("val_ppl", "val_bpb") if evaluator != "lm" else ()
+    out = {
+        k: t.user_attrs[k] for k in METRICS + RUN_KEYS if t.user_attrs.get(k) is not None and k not in derived
+    }
     out.update({k: v for k, v in t.user_attrs.items() if k.startswith(EVALUATOR_PREFIXES) and v is not None})
     return out
 
@@ -96,7 +100,7 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
             if r.user_attrs.get("requeued_from") == t.number
         ]
         out["requeued_as"] = again[0] if again else None
-    out["metrics"] = metrics_of(t)
+    out["metrics"] = metrics_of(t, out["evaluator"])
     out["intermediate"] = dict(sorted((ua.get(INTERMEDIATE) or {}).items(), key=lambda kv: float(kv[0])))
     out["optuna_params"] = dict(t.params)
     out["started"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None

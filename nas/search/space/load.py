@@ -65,6 +65,16 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
 def load_spec(path: str | os.PathLike[str]) -> tuple[Spec, SearchSpace]:
     """The experiment spec in a space file and its validated space; errors name the file and the field."""
     raw = read_yaml(path, "search space")
+    globals_ = raw.get("globals") if isinstance(raw, Mapping) else None
+    if isinstance(globals_, Mapping) and "vocab_size" in globals_:
+        # every candidate takes the corpus's vocabulary (ArchConfig.with_vocab): the value changed nothing.
+        # Refused in files only: a study that recorded it still continues
+        raise ConfigError(
+            "has no effect: every candidate's vocabulary is the corpus's (its tokenizer's, or 256 bytes); "
+            "leave it out",
+            "globals.vocab_size",
+            str(path),
+        )
     return spec_of(raw, str(path))
 
 
@@ -141,7 +151,27 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     _check_combinations(space, space.layer_choices, "layers")
     if encoder is not None and "encoder" in raw:
         _check_combinations(space, encoder, "encoder")
+    if "seed_archs" in raw:  # named by the user: one the space cannot hold was dropped without a word
+        _check_seeds(space)
     return space
+
+
+def _check_seeds(space: SearchSpace) -> None:
+    """Refuse a seed architecture ``seed_archs`` names that no candidate of the space can be (the
+    default seeds are queued where they fit, silently)."""
+    from nas.search.space.sampling import SEED_GLOBALS, seed_arch
+
+    for name in space.seed_archs:
+        if space.seed_params(name) is None:
+            arch = seed_arch(name)
+            layer = arch.layers[0]
+            parts = [f"{key} {getattr(arch, key)}" for key in SEED_GLOBALS]
+            parts += [f"{layer.attention.text(short=True)} with {layer.ffn.activation} in every layer"]
+            raise ConfigError(
+                f"{name} ({', '.join(parts)}) is no candidate of this space, so it would never be queued; "
+                "offer its components (in every layer's menu, at every depth), or leave it out",
+                "seed_archs",
+            )
 
 
 def _parse_layer_choices(l_raw: Any, path: str) -> LayerChoices:
@@ -281,6 +311,14 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
     if task != "seq2seq" and "n_encoder_layers" in g_raw:
         raise ConfigError("only a task: seq2seq space has an encoder", "globals.n_encoder_layers")
     params = {key: Param.parse(g_raw[key], f"globals.{key}") for key in GLOBAL_KEYS if key in g_raw}
+    positions = params["pos_encoding"].values() if "pos_encoding" in params else ["learned"]
+    if "rope_base" in params and "rope" not in positions:
+        # as in an architecture file: a value (here a gene) that changes no candidate is a mistake
+        raise ConfigError(
+            f"has no effect: no candidate has rotary positions (pos_encoding offers "
+            f"{', '.join(map(str, positions))}); add rope to globals.pos_encoding, or leave rope_base out",
+            "globals.rope_base",
+        )
     depths = ("n_layers", "n_encoder_layers")
     for key in ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "vocab_size"):
         if key in params:

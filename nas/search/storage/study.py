@@ -9,6 +9,7 @@ a database is opened are in :mod:`nas.search.storage.urls`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -87,9 +88,30 @@ def check_spec(study: optuna.Study, spec: Spec | None) -> None:
 
 
 def record_spec(study: optuna.Study, spec: Spec | None) -> None:
-    """Keep ``spec`` whole in ``study`` (the driver, under its lease): what ``show --spec`` prints."""
-    if spec is not None and study.user_attrs.get(SPEC) != spec.to_dict():
+    """Keep ``spec`` whole in ``study`` (the driver, under its lease): what ``show --spec`` prints, and what
+    ``search --study S`` without ``--space`` continues with, from any directory: so a corpus or tokenizer
+    path is kept absolute (``--data text.txt`` was kept as typed, and the same command run elsewhere
+    said the corpus was not found)."""
+    if spec is None:
+        return
+    paths = {key: _absolute(getattr(spec.data, key)) for key in ("corpus", "tokenizer")}
+    spec = spec.replace(data=paths)
+    if study.user_attrs.get(SPEC) != spec.to_dict():
         study.set_user_attr(SPEC, spec.to_dict())
+
+
+def _absolute(path: str | None) -> str | None:
+    """``path`` made absolute when it names a file or directory here (links kept, not resolved); a corpus's
+    name (``shakespeare``) and None as they are."""
+    from nas.data import DEFAULT_CORPUS, DEFAULT_PARALLEL
+
+    if (
+        path is None
+        or path in (DEFAULT_CORPUS, DEFAULT_PARALLEL)
+        or not os.path.exists(os.path.expanduser(path))
+    ):
+        return path
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def check_data(study: optuna.Study, now: dict[str, Any], remedy: str) -> None:
