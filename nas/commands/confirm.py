@@ -357,7 +357,7 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from its record and its space file (which must not have changed).
     """
     from nas.confirm import CONFIRM_OF
-    from nas.search.space.load import load_spec, spec_of
+    from nas.search.space.load import PATH_FIELDS, load_spec, spec_of
     from nas.search.storage.records import settings_of, stored_spec
     from nas.shipped import space_path
     from nas.spec import Budget, TrainRecipe
@@ -374,7 +374,8 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     spec = stored_spec(study)
     if spec is not None:
         return record, *spec_of(spec.to_dict(), spec.source)
-    spec, space = load_spec(space_path(record["space_file"]))  # search_spaces/x.yaml: shipped if not here
+    # search_spaces/x.yaml: shipped if not here; the data is the record's (_data_spec), not the file's
+    spec, space = load_spec(space_path(record["space_file"]), replaced=PATH_FIELDS)
     if record.get("space_fingerprint") not in (None, space.fingerprint):
         raise UserError(
             f"{record['space_file']} changed since --study {name!r} searched it "

@@ -37,6 +37,7 @@ from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
 from nas.models.sizes import MAX_SIZE, missed, reached, resize
 from nas.outputs import Planned, plan_output
+from nas.paths import in_file
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
@@ -120,8 +121,17 @@ def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None, arch:
     data_flag, tokenizer_flag = given.get("corpus"), given.get("tokenizer")
     rec = data if isinstance(data, dict) else None
     task = getattr(arch, "task", "lm")
-    spec = data_flag if data_flag is not None else (rec["corpus"] if rec else data_or_default(data, task))
-    tokenizer = tokenizer_flag or (rec.get("tokenizer") if rec else None)
+    file = arch_path(args.arch)  # a path in the file is relative to the file (nas.paths); a flag's to here
+    spec = data_flag
+    if data_flag is None:
+        spec = (
+            in_file(rec["corpus"], file, "data.corpus")
+            if rec
+            else in_file(data_or_default(data, task), file, "data")
+        )
+    tokenizer = tokenizer_flag
+    if tokenizer_flag is None and rec:
+        tokenizer = in_file(rec.get("tokenizer"), file, "data.tokenizer")
     if data_flag is not None and tokenizer_flag is None and is_token_dir(Path(data_flag).expanduser()):
         tokenizer = None  # token files need no tokenizer, whatever the file used
     explicit = data_flag is not None or tokenizer_flag is not None

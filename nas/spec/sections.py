@@ -103,10 +103,12 @@ class DataSpec(Section):
 
     corpus: str | None = field(
         None, "text file or directory, a token-file directory (train.bin, val.bin, meta.json), or a parallel "
-        "directory for seq2seq (default: Shakespeare; shakespeare-reversed for seq2seq)",
+        "directory for seq2seq (default: Shakespeare; shakespeare-reversed for seq2seq); a relative path in "
+        "a spec file is relative to the file, one given here to the working directory",
         alias="--data", check=text, metavar="PATH")  # fmt: skip
     tokenizer: str | None = field(
-        None, "a Hugging Face tokenizer.json: tokenizes the text corpus once (cached)",
+        None, "a Hugging Face tokenizer.json: tokenizes the text corpus once (cached); a relative path "
+        "as data.corpus's",
         alias="--tokenizer", check=text, metavar="FILE")  # fmt: skip
 
     @classmethod
