@@ -45,8 +45,8 @@ def in_file(value: str | None, file: str | os.PathLike[str], field: str) -> str 
     before paths in files were read from their own directory.  A path that is in neither place is
     returned file-relative: reading it says it is not found, naming where it was looked for.
     """
-    if value is None or _is_name(value):
-        return value
+    if value is None or not value.strip() or _is_name(value):
+        return value  # empty: never the file's directory; the loader refuses it, as an empty --data
     expanded = os.path.expanduser(value)
     if os.path.isabs(expanded):
         return os.path.normpath(expanded)

@@ -552,6 +552,25 @@ def cases() -> list[Any]:
         ["train", "--arch", "space.yaml"],
         ("space.yaml", "is a search space", "--space"),
     )
+    # an architecture file's data section is held to a spec's rules (nas.spec.sections.DataSpec)
+    case(  # the typo was dropped and the text trained as bytes
+        "train-arch-data-unknown-key",
+        ["train", "--arch", "bad.yaml", "--steps", "1"],
+        ("bad.yaml: data.tokenizr: unknown key", "tokenizer"),
+        {"bad.yaml": ARCH + "data: {corpus: corpus, tokenizr: notes.txt}\n"},
+    )
+    case(  # it trained on the file's own directory
+        "train-arch-data-empty-corpus",
+        ["train", "--arch", "bad.yaml", "--steps", "1"],
+        ("bad.yaml: data.corpus: must be a non-empty string",),
+        {"bad.yaml": ARCH + "data: {corpus: '', vocab_size: 256}\n"},
+    )
+    case(  # a traceback
+        "train-arch-data-tokenizer-not-a-string",
+        ["train", "--arch", "bad.yaml", "--steps", "1"],
+        ("bad.yaml: data.tokenizer: must be a non-empty string",),
+        {"bad.yaml": ARCH + "data: {corpus: corpus, tokenizer: [a], vocab_size: 300}\n"},
+    )
     case("search-space-is-an-arch", search("--space", "arch.yaml"), ("arch.yaml", "architecture"))
     case("train-steps-zero", ["train", "--arch", "arch.yaml", "--steps", "0"], "--steps")
     case(

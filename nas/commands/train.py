@@ -42,6 +42,7 @@ from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
 from nas.spec.flags import add_spec_flags, apply_flags, blame_flag, flag_texts, overrides
+from nas.spec.sections import DataSpec
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_THREADS, check_number, check_writable_dir
 
@@ -101,6 +102,9 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     try:
         recipe = TrainRecipe.from_dict(doc.get("recipe"))
         budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
+        # a spec's rules for its data section: paths non-empty strings, no unknown key (`tokenizr:` was
+        # dropped and the text trained as bytes; `corpus: ""` trained on the file's own directory)
+        DataSpec.from_dict(data)
     except ConfigError as err:
         raise err.in_file(source) from None
     spec = apply_flags(Spec(space={}, recipe=recipe, budget=budget), args)

@@ -92,7 +92,16 @@ class Section:
 
 
 #: the keys of a corpus's record as a study and an exported file store it (nas.data.corpus.corpus_record)
-DATA_RECORD_KEYS = ("corpus", "tokenizer", "name", "vocab_size", "fingerprint", "tokenizer_fingerprint")
+#: (a parallel corpus's adds its task: nas.data.parallel.ParallelCorpus.record)
+DATA_RECORD_KEYS = (
+    "corpus",
+    "tokenizer",
+    "name",
+    "vocab_size",
+    "fingerprint",
+    "tokenizer_fingerprint",
+    "task",
+)
 
 
 @dataclasses.dataclass(frozen=True)

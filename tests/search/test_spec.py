@@ -293,6 +293,16 @@ def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
     record = corpus_record("b", {"corpus": "b", "tokenizer": "t.json", "tokenizer_fingerprint": "x"}, 9, "f")
     assert set(record) <= set(DATA_RECORD_KEYS)  # every key an exported record has is read as one
     assert DataSpec.from_dict(record) == DataSpec(corpus="b", tokenizer="t.json")
+    # a parallel corpus's record adds its task: an exported seq2seq winner's data is read too
+    from nas.data import load_parallel
+
+    for name in ("train.src", "train.tgt", "val.src", "val.tgt"):
+        (tmp_path / "pairs").mkdir(exist_ok=True)
+        (tmp_path / "pairs" / name).write_text("to be or not\nthat is the question\n")
+    parallel = load_parallel(tmp_path / "pairs").record()
+    assert (
+        set(parallel) <= set(DATA_RECORD_KEYS) and DataSpec.from_dict(parallel).corpus == parallel["corpus"]
+    )
 
 
 @pytest.mark.parametrize(
