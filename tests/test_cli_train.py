@@ -237,17 +237,23 @@ def test_rope_base_without_rotary_positions_is_refused(tmp_path: Path, capsys) -
     assert nas.load_arch(path).rope_base == 500000.0
 
 
-@pytest.mark.parametrize("flag", ["--arch", "--data"])
+@pytest.mark.parametrize("flag", ["--arch", "--data", "corpus"])
 def test_save_never_replaces_a_file_the_command_reads(
     flag: str, arch_file: Path, tmp_path: Path, capsys
 ) -> None:
     """`train --arch b.yaml --save b.yaml --force` replaced the architecture file it had just read (and
-    `--save` onto the corpus the same): refused in one line, even with --force."""
+    `--save` onto the corpus the same; onto the corpus the file's `data:` names, too): refused in one
+    line, even with --force."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("to be or not to be, that is the question. " * 400)
     target = arch_file if flag == "--arch" else corpus
+    data = ["--data", str(corpus)]
+    if flag == "corpus":  # the file names it, relative to the file
+        doc = yaml.safe_load(arch_file.read_text())
+        arch_file.write_text(yaml.safe_dump({**doc, "data": corpus.name}))
+        data = []
     before = target.read_bytes()
-    argv = ["train", "--arch", str(arch_file), "--data", str(corpus), "--save", str(target), "--force"]
+    argv = ["train", "--arch", str(arch_file), *data, "--save", str(target), "--force"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"is the {flag} file this command reads" in err[0], err
