@@ -20,6 +20,7 @@ from nas.commands._study import add_study_args
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
+from nas.paths import recorded
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply_flags, overrides
 from nas.spec.sections import named
@@ -151,8 +152,8 @@ def plan_flags(args: argparse.Namespace) -> str:
     """The flags that chose this confirmation's runs, as a command line would give them again."""
     which = ["--trial", args.trial] if args.trial else ["--top", str(args.top or DEFAULT_TOP)]
     flags = [*which, "--seeds", str(args.seeds), "--scales", args.scales]
-    for f in args.baseline or ():
-        flags += ["--baseline", f]
+    for f in args.baseline or ():  # recorded: a file absolute, so it names the same one from anywhere
+        flags += ["--baseline", recorded(f)]
     if args.baseline_shape != "finalist":
         flags += ["--baseline-shape", args.baseline_shape]
     if args.lrs:
