@@ -193,9 +193,17 @@ def test_paths_in_files_are_read_from_the_files_directory(tmp_path: Path, capsys
     )
     m = train_json(capsys, "--arch", "proj/archs/mine.yaml", "--steps", "1")
     assert m["vocab_size"] == 300 and m["corpus"] == trained.name
+    # confirm reads the study's data from anywhere: its first seed repeats the search's run exactly
+    confirm = ["confirm", "--study", "s", "--runs-dir", runs, "--local", "--no-tensorboard", "--top", "1"]
+    assert main([*confirm, "--seeds", "1", "--scales", "1", "--baseline", "proj/archs/mine.yaml"]) == 0
+    capsys.readouterr()
+    conf = optuna_study(runs, "s-confirm")
+    finalist = next(t for t in conf.trials if t.user_attrs["role"] == "finalist")
+    searched = {t.user_attrs["arch_id"]: t.values[0] for t in optuna_study(runs).trials if t.values}
+    assert finalist.values[0] == searched[finalist.user_attrs["arch_id"]]
 
 
-def optuna_study(runs: str):
+def optuna_study(runs: str, name: str = "s"):
     import optuna
 
-    return optuna.load_study(study_name="s", storage=f"sqlite:///{runs}/s/study.db")
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{runs}/s/study.db")
