@@ -128,10 +128,10 @@ def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch
             else in_file(data_or_default(data, task), file, "data")
         )
     tokenizer = tokenizer_flag
-    if tokenizer_flag is None and rec:
-        tokenizer = in_file(rec.get("tokenizer"), file, "data.tokenizer")
     if data_flag is not None and tokenizer_flag is None and is_token_dir(Path(data_flag).expanduser()):
-        tokenizer = None  # token files need no tokenizer, whatever the file used
+        tokenizer = None  # token files need no tokenizer, whatever the file used (its path is not read)
+    elif tokenizer_flag is None and rec:
+        tokenizer = in_file(rec.get("tokenizer"), file, "data.tokenizer")
     return spec, tokenizer
 
 
