@@ -12,8 +12,10 @@ Layout (every key but ``arch`` optional)::
 
 A file with ``layers`` at the top level is read as a bare architecture.  ``data``
 as export writes it is ``nas.data.Corpus.record()``: the corpus (and tokenizer)
-by path, name, vocabulary size and content fingerprint, which ``train`` uses to
-find and check the data again (``nas.commands.train.load_data``).
+by absolute path, name, vocabulary size and content fingerprint, which ``train`` uses to
+find and check the data again (``nas.commands.train.load_data``).  A relative path written in
+``data`` is relative to the file's directory (:mod:`nas.paths`), resolved by ``train``, the one
+command that reads it.
 """
 
 from __future__ import annotations

@@ -290,6 +290,46 @@ def cases() -> list[Any]:
         ("a.txt", "same id"),
         {"a.txt": "a" * 5000},
     )
+    # a path in a file is relative to the file (nas.paths); one written for the working directory, which
+    # the file's directory does not have, was read from the working directory: refused, naming both
+    spec_in_configs = ["search", "--space", "configs/s.yaml", "--runs-dir", "runs", "--local", "--evaluator",
+                       "proxy:params", "--trials", "2"]  # fmt: skip
+    case(
+        "spec-corpus-relative-to-the-working-directory",
+        spec_in_configs,
+        ("configs/s.yaml: data.corpus:", "configs/corpus is not there", "write ../corpus"),
+        {"configs/s.yaml": space("data", {"corpus": "corpus"})},
+    )
+    case(
+        "spec-data-string-relative-to-the-working-directory",
+        spec_in_configs,
+        ("configs/s.yaml: data:", "write ../corpus/a.txt"),
+        {"configs/s.yaml": space("data", "corpus/a.txt")},
+    )
+    case(
+        "spec-tokenizer-relative-to-the-working-directory",
+        spec_in_configs,
+        ("configs/s.yaml: data.tokenizer:", "write ../notes.txt"),
+        {"configs/s.yaml": space("data", {"corpus": "../corpus", "tokenizer": "notes.txt"})},
+    )
+    case(
+        "train-arch-data-relative-to-the-working-directory",
+        ["train", "--arch", "archs/a.yaml", "--steps", "1"],
+        ("archs/a.yaml: data:", "write ../corpus"),
+        {"archs/a.yaml": ARCH + "data: corpus\n"},
+    )
+    case(
+        "train-arch-record-relative-to-the-working-directory",
+        ["train", "--arch", "archs/a.yaml", "--steps", "1"],
+        ("archs/a.yaml: data.corpus:", "write ../corpus"),
+        {"archs/a.yaml": ARCH + "data: {corpus: corpus, vocab_size: 256, fingerprint: 'sha256:0'}\n"},
+    )
+    case(
+        "train-arch-record-tokenizer-relative-to-the-working-directory",
+        ["train", "--arch", "archs/a.yaml", "--steps", "1"],
+        ("archs/a.yaml: data.tokenizer:", "write ../notes.txt"),
+        {"archs/a.yaml": ARCH + "data: {corpus: ../corpus, tokenizer: notes.txt, vocab_size: 300}\n"},
+    )
     # -- search: the space file -----------------------------------------------------------------
     case("space-missing", search("--space", "nope.yaml"), "nope.yaml")
     case("space-is-a-directory", search("--space", "corpus"), "corpus")
@@ -511,6 +551,25 @@ def cases() -> list[Any]:
         "train-arch-is-a-space",
         ["train", "--arch", "space.yaml"],
         ("space.yaml", "is a search space", "--space"),
+    )
+    # an architecture file's data section is held to a spec's rules (nas.spec.sections.DataSpec)
+    case(  # the typo was dropped and the text trained as bytes
+        "train-arch-data-unknown-key",
+        ["train", "--arch", "bad.yaml", "--steps", "1"],
+        ("bad.yaml: data.tokenizr: unknown key", "tokenizer"),
+        {"bad.yaml": ARCH + "data: {corpus: corpus, tokenizr: notes.txt}\n"},
+    )
+    case(  # it trained on the file's own directory
+        "train-arch-data-empty-corpus",
+        ["train", "--arch", "bad.yaml", "--steps", "1"],
+        ("bad.yaml: data.corpus: must be a non-empty string",),
+        {"bad.yaml": ARCH + "data: {corpus: '', vocab_size: 256}\n"},
+    )
+    case(  # a traceback
+        "train-arch-data-tokenizer-not-a-string",
+        ["train", "--arch", "bad.yaml", "--steps", "1"],
+        ("bad.yaml: data.tokenizer: must be a non-empty string",),
+        {"bad.yaml": ARCH + "data: {corpus: corpus, tokenizer: [a], vocab_size: 300}\n"},
     )
     case("search-space-is-an-arch", search("--space", "arch.yaml"), ("arch.yaml", "architecture"))
     case("train-steps-zero", ["train", "--arch", "arch.yaml", "--steps", "0"], "--steps")

@@ -237,18 +237,44 @@ def test_rope_base_without_rotary_positions_is_refused(tmp_path: Path, capsys) -
     assert nas.load_arch(path).rope_base == 500000.0
 
 
-@pytest.mark.parametrize("flag", ["--arch", "--data"])
+@pytest.mark.parametrize("flag", ["--arch", "--data", "corpus"])
 def test_save_never_replaces_a_file_the_command_reads(
     flag: str, arch_file: Path, tmp_path: Path, capsys
 ) -> None:
     """`train --arch b.yaml --save b.yaml --force` replaced the architecture file it had just read (and
-    `--save` onto the corpus the same): refused in one line, even with --force."""
+    `--save` onto the corpus the same; onto the corpus the file's `data:` names, too): refused in one
+    line, even with --force."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("to be or not to be, that is the question. " * 400)
     target = arch_file if flag == "--arch" else corpus
+    data = ["--data", str(corpus)]
+    if flag == "corpus":  # the file names it, relative to the file
+        doc = yaml.safe_load(arch_file.read_text())
+        arch_file.write_text(yaml.safe_dump({**doc, "data": corpus.name}))
+        data = []
     before = target.read_bytes()
-    argv = ["train", "--arch", str(arch_file), "--data", str(corpus), "--save", str(target), "--force"]
+    argv = ["train", "--arch", str(arch_file), *data, "--save", str(target), "--force"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"is the {flag} file this command reads" in err[0], err
     assert target.read_bytes() == before
+
+
+def test_a_flag_replaces_the_files_path_which_is_then_not_read(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A path the file writes for the working directory is refused (nas.paths), but only where it is
+    read: `--data` with token files uses no tokenizer, so the file's tokenizer path is not resolved."""
+    from token_corpus import write_token_corpus
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text("{}")
+    tokens = str(write_token_corpus(tmp_path / "tok", vocab_size=300))
+    (tmp_path / "archs").mkdir()
+    path = str(write_arch(tmp_path / "archs" / "a.yaml", data={"corpus": "c.txt", "tokenizer": "t.json"}))
+    assert main(["train", "--arch", path, "--steps", "1", "--data", tokens]) == 0
+    capsys.readouterr()
+    assert main(["train", "--arch", path, "--steps", "1", "--data", tokens, "--tokenizer", "t.json"]) == 2
+    assert "--tokenizer t.json: not a Hugging Face" in capsys.readouterr().err  # the flag's: read from here
+    assert main(["train", "--arch", path, "--steps", "1"]) == 2
+    # without the flag the file's tokenizer is read: written for the working directory, it is refused
+    err = capsys.readouterr().err
+    assert "archs/a.yaml: data.tokenizer: t.json is read relative to this file's directory" in err

@@ -141,3 +141,69 @@ def test_exported_tokenizer_is_found_or_named(tmp_path: Path, corpus_dir: Path, 
         capsys, "--arch", "best.yaml", "--tokenizer", str(tmp_path / "elsewhere.json"), "--steps", "1"
     )
     assert m["vocab_size"] == 300
+
+
+@pytest.mark.timeout(300)
+def test_paths_in_files_are_read_from_the_files_directory(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A spec's `data: {corpus: ../data, tokenizer: tok/tokenizer.json}` was read from the working directory:
+    run from another one, the search trained on whatever was there (or said not found).  Paths in a file
+    are relative to the file; the study and the exported file keep them absolute, so each command below
+    runs from another directory and trains on the same data."""
+    from synthetic_text import write_corpus
+
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    proj, work, third = tmp_path / "proj", tmp_path / "a" / "work", tmp_path / "third"
+    data = write_corpus(proj / "data", 6)
+    tok = train_tiny_bpe(proj / "configs" / "tok" / "tokenizer.json", vocab_size=300)
+    spec = proj / "configs" / "s.yaml"
+    spec.write_text(TINY_SPACE.read_text() + "data: {corpus: ../data, tokenizer: tok/tokenizer.json}\n")
+    # decoys where the same text names other files from the working directory
+    write_corpus(tmp_path / "a" / "data", 3, n_words=300)
+    train_tiny_bpe(work / "tok" / "tokenizer.json", vocab_size=280)
+    third.mkdir()
+    runs = str(tmp_path / "runs")
+    argv = ["search", "--study", "s", "--runs-dir", runs, "--local", "--steps", "2", "--no-tensorboard"]
+
+    monkeypatch.chdir(work)
+    assert main([*argv, "--space", "../../proj/configs/s.yaml", "--trials", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"read relative to the file: {data}" in err and f"read relative to the file: {tok}" in err
+    study = optuna_study(runs)
+    trained = nas.data.load_corpus(nas.data.resolve_data(str(data), str(tok)))
+    assert study.user_attrs["settings"]["data"]["fingerprint"] == trained.fingerprint
+    assert study.user_attrs["spec"]["data"] == {"corpus": str(data), "tokenizer": str(tok)}
+    assert study.trials[0].user_attrs["vocab_size"] == 300  # the file's tokenizer, not the decoy's 280
+
+    monkeypatch.chdir(third)  # no decoys: the study's spec, then the file by another relative path
+    assert main([*argv, "--trials", "2"]) == 0
+    assert main([*argv, "--space", "../proj/configs/s.yaml", "--trials", "3"]) == 0
+    assert main(["export", "--study", "s", "--runs-dir", runs, "--best", "--out", "../proj/best.yaml"]) == 0
+    capsys.readouterr()
+    assert len(optuna_study(runs).trials) == 3
+
+    monkeypatch.chdir(tmp_path)  # the exported file records absolute paths: it retrains from anywhere
+    best = load_arch_file(proj / "best.yaml")
+    again = train_json(capsys, "--arch", "proj/best.yaml")
+    assert again["vocab_size"] == 300 and abs(again["val_loss"] - best["metrics"]["val_loss"]) < 1e-4
+    # a hand-written architecture file's relative data is relative to it too
+    (proj / "archs").mkdir()
+    arch_file(proj / "archs" / "mine.yaml").write_text(
+        (proj / "archs" / "mine.yaml").read_text()
+        + "data: {corpus: ../data, tokenizer: ../configs/tok/tokenizer.json}\n"
+    )
+    m = train_json(capsys, "--arch", "proj/archs/mine.yaml", "--steps", "1")
+    assert m["vocab_size"] == 300 and m["corpus"] == trained.name
+    # confirm reads the study's data from anywhere: its first seed repeats the search's run exactly
+    confirm = ["confirm", "--study", "s", "--runs-dir", runs, "--local", "--no-tensorboard", "--top", "1"]
+    assert main([*confirm, "--seeds", "1", "--scales", "1", "--baseline", "proj/archs/mine.yaml"]) == 0
+    capsys.readouterr()
+    conf = optuna_study(runs, "s-confirm")
+    finalist = next(t for t in conf.trials if t.user_attrs["role"] == "finalist")
+    searched = {t.user_attrs["arch_id"]: t.values[0] for t in optuna_study(runs).trials if t.values}
+    assert finalist.values[0] == searched[finalist.user_attrs["arch_id"]]
+
+
+def optuna_study(runs: str, name: str = "s"):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{runs}/s/study.db")

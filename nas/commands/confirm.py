@@ -20,6 +20,7 @@ from nas.commands._study import add_study_args
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
+from nas.paths import recorded
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply_flags, overrides
 from nas.spec.sections import named
@@ -151,8 +152,8 @@ def plan_flags(args: argparse.Namespace) -> str:
     """The flags that chose this confirmation's runs, as a command line would give them again."""
     which = ["--trial", args.trial] if args.trial else ["--top", str(args.top or DEFAULT_TOP)]
     flags = [*which, "--seeds", str(args.seeds), "--scales", args.scales]
-    for f in args.baseline or ():
-        flags += ["--baseline", f]
+    for f in args.baseline or ():  # recorded: a file absolute, so it names the same one from anywhere
+        flags += ["--baseline", recorded(f)]
     if args.baseline_shape != "finalist":
         flags += ["--baseline-shape", args.baseline_shape]
     if args.lrs:
@@ -357,7 +358,7 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from its record and its space file (which must not have changed).
     """
     from nas.confirm import CONFIRM_OF
-    from nas.search.space.load import load_spec, spec_of
+    from nas.search.space.load import PATH_FIELDS, load_spec, spec_of
     from nas.search.storage.records import settings_of, stored_spec
     from nas.shipped import space_path
     from nas.spec import Budget, TrainRecipe
@@ -374,7 +375,8 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     spec = stored_spec(study)
     if spec is not None:
         return record, *spec_of(spec.to_dict(), spec.source)
-    spec, space = load_spec(space_path(record["space_file"]))  # search_spaces/x.yaml: shipped if not here
+    # search_spaces/x.yaml: shipped if not here; the data is the record's (_data_spec), not the file's
+    spec, space = load_spec(space_path(record["space_file"]), replaced=PATH_FIELDS)
     if record.get("space_fingerprint") not in (None, space.fingerprint):
         raise UserError(
             f"{record['space_file']} changed since --study {name!r} searched it "

@@ -28,6 +28,7 @@ from nas.search.reports.lookup import get_trial
 from nas.search.reports.tables import best_trial
 from nas.search.reports.trial import metrics_of
 from nas.search.storage.records import CONFIRM_OF, INFEASIBLE, is_infeasible, settings_of, state_name
+from nas.search.storage.urls import absolute_url
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     recipe, budget = settings.get("recipe"), settings.get("budget")
     source: dict[str, Any] = {
         "study": study.study_name,
-        "storage": mask_url(url),
+        "storage": mask_url(absolute_url(url)),  # a record: from any directory
         "trial": trial.number,
         "arch_id": arch.arch_id,
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -185,7 +186,7 @@ def _export_kept(args: argparse.Namespace) -> int:
                              "confirmed": False}  # fmt: skip
     plain["found"] = {  # the model card and config.json say where the model came from
         "study": study.study_name,
-        "storage": mask_url(url),
+        "storage": mask_url(absolute_url(url)),  # a record: from any directory
         "trial": trial.number,
         "origin": origin(trial),
         "search_loss": trial.values[0] if trial.values else None,
@@ -290,7 +291,7 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
     recipe, budget = recipe_and_budget(settings, run)
     source: dict[str, Any] = {
         "study": study.study_name,
-        "storage": mask_url(url),
+        "storage": mask_url(absolute_url(url)),  # a record: from any directory
         "trial": trial.number,
         "arch_id": run["arch_id"],
         "confirms": search.study_name,

@@ -19,6 +19,7 @@ from typing import Any
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
+from nas.paths import recorded
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags
 
@@ -256,8 +257,8 @@ def plan_flags(args: argparse.Namespace) -> str:
         "--rungs",
         args.rungs,
     ]
-    for f in args.baseline or ():
-        flags += ["--baseline", f]
+    for f in args.baseline or ():  # recorded: a file absolute, so it names the same one from anywhere
+        flags += ["--baseline", recorded(f)]
     if args.baseline_shape != "finalist":
         flags += ["--baseline-shape", args.baseline_shape]
     return shlex.join(flags)

@@ -77,12 +77,13 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
     from nas.search.storage.urls import default_storage
 
     given = overrides(args)
+    replaced = [f"data.{key}" for key in given.get("data", {})]  # the file's paths there are not read
     runs = Path(args.runs_dir)
     stored = None if args.space is not None else _stored_spec(args)
     if stored is not None:
         spec, space = spec_of(stored.to_dict(), stored.source)
     else:
-        spec, space = load_spec(resolve_space_path(args.space))
+        spec, space = load_spec(resolve_space_path(args.space), replaced)
     spec = apply_flags(spec, args)
     if args.space is None and stored is None and space.task == "lm":
         from nas.data import task_of
@@ -93,7 +94,7 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
                 "(--space names another)",
                 flush=True,
             )
-            spec, space = load_spec(resolve_space_path("seq2seq"))
+            spec, space = load_spec(resolve_space_path("seq2seq"), replaced)
             spec = apply_flags(spec, args)
     _refuse_unused_flags(spec, given)
     if args.study is None:  # the space's name names the study: an error points at the file

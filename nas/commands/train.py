@@ -37,10 +37,12 @@ from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
 from nas.models.sizes import MAX_SIZE, missed, reached, resize
 from nas.outputs import Planned, plan_output
+from nas.paths import in_file
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
 from nas.spec.flags import add_spec_flags, apply_flags, blame_flag, flag_texts, overrides
+from nas.spec.sections import DataSpec
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_THREADS, check_number, check_writable_dir
 
@@ -100,14 +102,43 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     try:
         recipe = TrainRecipe.from_dict(doc.get("recipe"))
         budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
+        # a spec's rules for its data section: paths non-empty strings, no unknown key (`tokenizr:` was
+        # dropped and the text trained as bytes; `corpus: ""` trained on the file's own directory)
+        DataSpec.from_dict(data)
     except ConfigError as err:
         raise err.in_file(source) from None
     spec = apply_flags(Spec(space={}, recipe=recipe, budget=budget), args)
     return doc["arch"], spec, data
 
 
-def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any = None) -> AnyCorpus:
-    """The corpus to train on: the flags', else the one the file records.
+def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any = None
+               ) -> tuple[str | None, str | None]:  # fmt: skip
+    """The corpus and tokenizer this run reads: a flag's (relative to the working directory), else the
+    file's (relative to the file, :mod:`nas.paths`); a corpus's name as it is."""
+    given = overrides(args).get("data", {})
+    data_flag, tokenizer_flag = given.get("corpus"), given.get("tokenizer")
+    rec = data if isinstance(data, dict) else None
+    file = arch_path(args.arch)
+    spec = data_flag
+    if data_flag is None:
+        task = getattr(arch, "task", "lm")
+        spec = (
+            in_file(rec["corpus"], file, "data.corpus")
+            if rec
+            else in_file(data_or_default(data, task), file, "data")
+        )
+    tokenizer = tokenizer_flag
+    if data_flag is not None and tokenizer_flag is None and is_token_dir(Path(data_flag).expanduser()):
+        tokenizer = None  # token files need no tokenizer, whatever the file used (its path is not read)
+    elif tokenizer_flag is None and rec:
+        tokenizer = in_file(rec.get("tokenizer"), file, "data.tokenizer")
+    return spec, tokenizer
+
+
+def load_data(
+    args: argparse.Namespace, data: str | dict[str, Any] | None, paths: tuple[str | None, str | None]
+) -> AnyCorpus:
+    """The corpus to train on: ``paths`` (:func:`data_paths`): the flags', else the one the file records.
 
     An exported file records its corpus and tokenizer by path and fingerprint
     (``Corpus.record``).  Without flags both must still be where they were and hold
@@ -119,11 +150,7 @@ def load_data(args: argparse.Namespace, data: str | dict[str, Any] | None, arch:
     given = overrides(args).get("data", {})
     data_flag, tokenizer_flag = given.get("corpus"), given.get("tokenizer")
     rec = data if isinstance(data, dict) else None
-    task = getattr(arch, "task", "lm")
-    spec = data_flag if data_flag is not None else (rec["corpus"] if rec else data_or_default(data, task))
-    tokenizer = tokenizer_flag or (rec.get("tokenizer") if rec else None)
-    if data_flag is not None and tokenizer_flag is None and is_token_dir(Path(data_flag).expanduser()):
-        tokenizer = None  # token files need no tokenizer, whatever the file used
+    spec, tokenizer = paths
     explicit = data_flag is not None or tokenizer_flag is not None
     if rec and not explicit:
         if spec not in (DEFAULT_CORPUS, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():
@@ -165,15 +192,19 @@ def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | No
     return None
 
 
-def check_outputs(args: argparse.Namespace) -> Planned | None:
+def check_outputs(
+    args: argparse.Namespace, data: tuple[str | None, str | None] = (None, None)
+) -> Planned | None:
     """Refuse an output path that cannot be written now, before any data is read or any step taken;
-    the ``--save`` path as planned (nas.outputs: checked again when the weights are written)."""
+    the ``--save`` path as planned (nas.outputs: checked again when the weights are written).  ``data``:
+    the corpus and tokenizer the run reads (:func:`data_paths`), which ``--save`` never replaces."""
     save = None
     if args.save is not None:
-        # a checkpoint is a user's work: even one this tool saved is replaced only with --force
+        # a checkpoint is a user's work: even one this tool saved is replaced only with --force; an input
+        # never, wherever it was named (`data:` in the file too: --save corpus.txt --force replaced it)
         given = overrides(args).get("data", {})
-        reads = [("--arch", arch_path(args.arch)), ("--data", given.get("corpus")),
-                 ("--tokenizer", given.get("tokenizer"))]  # fmt: skip
+        reads = [("--arch", arch_path(args.arch)), ("--data" if "corpus" in given else "corpus", data[0]),
+                 ("--tokenizer" if "tokenizer" in given else "tokenizer", data[1])]  # fmt: skip
         save = plan_output(
             args.save, "--save", force=args.force, example="model.safetensors", replace_own=False, reads=reads
         )
@@ -193,8 +224,9 @@ def run(args: argparse.Namespace) -> int:
         arch = sized(arch, args.size)
     recipe, budget, device = spec.recipe, spec.budget, spec.resources.device
     threads = recorded_threads(args, device)
-    save = check_outputs(args)
-    corpus = load_data(args, data, arch)  # before any progress output: a missing corpus is one line
+    paths = data_paths(args, data, arch)
+    save = check_outputs(args, paths)
+    corpus = load_data(args, data, paths)  # before any progress output: a missing corpus is one line
     file_vocab = arch.vocab_size
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
         arch = arch.with_vocab(corpus.vocab_size)

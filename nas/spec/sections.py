@@ -92,7 +92,16 @@ class Section:
 
 
 #: the keys of a corpus's record as a study and an exported file store it (nas.data.corpus.corpus_record)
-DATA_RECORD_KEYS = ("corpus", "tokenizer", "name", "vocab_size", "fingerprint", "tokenizer_fingerprint")
+#: (a parallel corpus's adds its task: nas.data.parallel.ParallelCorpus.record)
+DATA_RECORD_KEYS = (
+    "corpus",
+    "tokenizer",
+    "name",
+    "vocab_size",
+    "fingerprint",
+    "tokenizer_fingerprint",
+    "task",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +112,12 @@ class DataSpec(Section):
 
     corpus: str | None = field(
         None, "text file or directory, a token-file directory (train.bin, val.bin, meta.json), or a parallel "
-        "directory for seq2seq (default: Shakespeare; shakespeare-reversed for seq2seq)",
+        "directory for seq2seq (default: Shakespeare; shakespeare-reversed for seq2seq); a relative path in "
+        "a spec file is relative to the file, one given here to the working directory",
         alias="--data", check=text, metavar="PATH")  # fmt: skip
     tokenizer: str | None = field(
-        None, "a Hugging Face tokenizer.json: tokenizes the text corpus once (cached)",
+        None, "a Hugging Face tokenizer.json: tokenizes the text corpus once (cached); a relative path "
+        "as data.corpus's",
         alias="--tokenizer", check=text, metavar="FILE")  # fmt: skip
 
     @classmethod

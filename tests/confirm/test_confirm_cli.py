@@ -630,3 +630,20 @@ def test_a_study_with_rungs_is_listed_and_confirmed_and_a_scale_too_short_for_th
     assert main(_confirm(url, "w", *flags, "--scales", "1")) == 0
     assert "of the search's budget (4 steps (rungs 0.5))" in capsys.readouterr().out
     assert len(_load(url, "w-confirm").trials) == 2
+
+
+@pytest.mark.parametrize("command", ["confirm", "ladder"])
+def test_the_recorded_plan_flags_name_a_baseline_file_from_anywhere(command, tmp_path, monkeypatch):
+    """`--baseline mine.yaml` was recorded as typed: `export --confirmed` told a user in another directory
+    to finish with `confirm ... --baseline mine.yaml`, another file (or none) there.  A file is recorded
+    absolute; a shipped name stays a name."""
+    from nas.cli import build_parser
+    from nas.commands import confirm, ladder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_bytes(Path(arch_path("vanilla")).read_bytes())
+    args = build_parser().parse_args(
+        [command, "--study", "s", "--baseline", "mine.yaml", "--baseline", "vanilla"]
+    )
+    flags = (confirm if command == "confirm" else ladder).plan_flags(args)
+    assert f"--baseline {tmp_path / 'mine.yaml'} --baseline vanilla" in flags

@@ -34,6 +34,18 @@ def test_round_trip(cli, multi: optuna.Study, runs, tmp_path: Path) -> None:
     assert nas.load_arch(out) == doc["arch"]  # the Python API reads it too
 
 
+def test_the_source_names_the_study_from_any_directory(cli, multi, runs, tmp_path, monkeypatch) -> None:
+    """`--runs-dir runs` was recorded as `sqlite:///runs/multi/study.db`: read from anywhere else, the
+    exported file's source named another database (or none)."""
+    monkeypatch.chdir(runs.parent)
+    rc, _, err = cli("export", "--study", "multi", "--runs-dir", "runs", "--trial", "3", "--out", "t3.yaml")
+    assert rc == 0, err
+    assert (
+        load_arch_file(tmp_path / "t3.yaml")["source"]["storage"]
+        == f"sqlite:///{runs / 'multi' / 'study.db'}"
+    )
+
+
 def test_best_is_lowest_loss_on_the_front(
     cli, multi: optuna.Study, single: optuna.Study, runs, tmp_path
 ) -> None:

@@ -143,6 +143,27 @@ def test_payload_keys_are_what_the_worker_reads() -> None:
     assert TrialPayload.from_dict(d) == payload
 
 
+def test_the_payload_names_files_from_any_working_directory(tmp_path: Path, monkeypatch) -> None:
+    """`--data text.txt` and `--runs-dir runs` went to the worker as typed: a worker of a Ray cluster
+    started elsewhere (``--address``) need not share the driver's working directory, and there they name
+    other files or none."""
+    import optuna
+
+    from nas.models import ArchConfig
+    from nas.search.driver.payload import trial_payload
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "text.txt").write_text("some words " * 200)
+    run = make(data="text.txt", runs_dir="runs")
+    study = optuna.create_study()
+    arch = ArchConfig.from_dict(
+        {"d_model": 16, "n_heads": 2, "max_len": 16, "layers": [{"attention": "mha"}]}
+    )
+    payload = trial_payload(run, study, study.ask(), arch)
+    assert payload.data == str(tmp_path / "text.txt")
+    assert payload.logdir is not None and payload.logdir.startswith(str(tmp_path / "runs" / "s" / "tb"))
+
+
 def test_over_caps_names_each_cap_broken() -> None:
     assert over_caps({}, 10**9, 1e12) == []
     assert over_caps({"max_params": 100}, 100, 5.0) == []

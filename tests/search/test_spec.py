@@ -17,6 +17,7 @@ import yaml
 
 from nas.cli import build_parser, main
 from nas.commands.search import resolve_spec
+from nas.search.space.load import PATH_FIELDS
 from nas.search.storage.records import SPEC
 from nas.spec import Spec, differences, is_mutable
 from nas.spec.flags import ALL_SECTIONS, _base_type, add_spec_flags, apply, overrides
@@ -110,7 +111,10 @@ def test_every_field_keeps_the_files_value_unless_its_flag_is_given(tmp_path, se
     path = _spec_file(tmp_path, section, name, value)
     args = build_parser().parse_args(["search", "--space", str(path)])
     spec, *_ = resolve_spec(args)
-    assert _value(spec, section, name) == value  # no flag: the file's value, not the flag's default
+    # no flag: the file's value, not the flag's default (a path: relative to the file, nas.paths)
+    assert _value(spec, section, name) == (
+        str(path.parent / value) if f"{section}.{name}" in PATH_FIELDS else value
+    )
     # the flag wins; every field has one (--section.field)
     flag_value = (
         _other_value(section, name, value, type(value)) if not isinstance(value, (str, list)) else value
@@ -289,6 +293,16 @@ def test_a_misspelt_data_key_is_refused_not_dropped(tmp_path: Path) -> None:
     record = corpus_record("b", {"corpus": "b", "tokenizer": "t.json", "tokenizer_fingerprint": "x"}, 9, "f")
     assert set(record) <= set(DATA_RECORD_KEYS)  # every key an exported record has is read as one
     assert DataSpec.from_dict(record) == DataSpec(corpus="b", tokenizer="t.json")
+    # a parallel corpus's record adds its task: an exported seq2seq winner's data is read too
+    from nas.data import load_parallel
+
+    for name in ("train.src", "train.tgt", "val.src", "val.tgt"):
+        (tmp_path / "pairs").mkdir(exist_ok=True)
+        (tmp_path / "pairs" / name).write_text("to be or not\nthat is the question\n")
+    parallel = load_parallel(tmp_path / "pairs").record()
+    assert (
+        set(parallel) <= set(DATA_RECORD_KEYS) and DataSpec.from_dict(parallel).corpus == parallel["corpus"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from typing import Any
 
 from nas.data import data_record
 from nas.errors import ConfigError, UserError
+from nas.paths import recorded
 from nas.search.samplers.hurdles import Hurdles
 from nas.search.space.load import SearchSpace
 from nas.search.storage.urls import check_storage_url, default_storage, is_memory_sqlite, sqlite_path
@@ -198,7 +199,7 @@ class RunContext:
         """What must match for a study to be continued."""
         return {
             "space_fingerprint": self.space.fingerprint,
-            "space_file": self.space.source,
+            "space_file": recorded(self.space.source),  # a legacy study's confirm reads it from anywhere
             "objective": self.spec.search.objective,
             "budget": self.spec.budget.to_dict(),
             "recipe": self.spec.recipe.to_dict(),

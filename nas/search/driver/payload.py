@@ -8,6 +8,7 @@ the TensorBoard run).  The space's caps, checked before a candidate gets this fa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from optuna.trial import Trial
 
 from nas.execution.payload import TrialPayload
 from nas.models import ArchConfig
+from nas.paths import recorded
 from nas.search.driver.context import RunContext
 
 #: the spec's sections a payload carries whole under ``spec`` (recipe and budget have keys of their own)
@@ -29,11 +31,11 @@ def trial_payload(run: RunContext, study: optuna.Study, trial: Trial, arch: Arch
         arch=arch.to_dict(),
         recipe=spec.recipe.to_dict(),
         budget=spec.budget.to_dict(),
-        data=run.data,
+        data=recorded(run.data),  # a worker of a cluster started elsewhere may run in another directory
         device=r.device if r.device != "auto" else ("cuda" if r.gpus_per_trial > 0 else "cpu"),
         hurdles=list(hurdles.fractions),
         thresholds=hurdles.thresholds(study.get_trials(deepcopy=False)) if hurdles.fractions else {},
-        logdir=str(Path(tb) / f"trial_{trial.number:05d}") if tb else None,
+        logdir=os.path.abspath(Path(tb) / f"trial_{trial.number:05d}") if tb else None,
         hparams=_hparams(trial.params, arch.arch_id, trial.number),
         evaluator=spec.search.evaluator,
         compile=r.compile,

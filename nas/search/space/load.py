@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from nas.errors import ConfigError
 from nas.models import ACTIVATIONS, ATTENTION
 from nas.models.config import TASKS
+from nas.paths import in_file
 from nas.program import prog_name
 from nas.search.space.combinations import check_combinations as _check_combinations
 from nas.search.space.combinations import chosen_options, product
@@ -57,13 +58,22 @@ AT_KEYS = ("layers", "attention", "ffn")
 CONSTRAINT_KEYS = ("max_params", "max_flops_per_token")
 
 
+#: the spec's fields that hold a path (a corpus's name aside): read relative to the spec file (nas.paths)
+PATH_FIELDS = ("data.corpus", "data.tokenizer")
+
+
 def load_space(path: str | os.PathLike[str]) -> SearchSpace:
     """Read and validate a search-space YAML file; errors name the file and the YAML path."""
-    return load_spec(path)[1]
+    return load_spec(path, replaced=PATH_FIELDS)[1]  # the space alone: its data is not read
 
 
-def load_spec(path: str | os.PathLike[str]) -> tuple[Spec, SearchSpace]:
-    """The experiment spec in a space file and its validated space; errors name the file and the field."""
+def load_spec(path: str | os.PathLike[str], replaced: Collection[str] = ()) -> tuple[Spec, SearchSpace]:
+    """The experiment spec in a space file and its validated space; errors name the file and the field.
+
+    The data's paths are made absolute relative to the file's directory (:func:`nas.paths.in_file`),
+    but for the fields in ``replaced`` (``data.corpus``): the command line replaces those, so the
+    file's values are never read.
+    """
     raw = read_yaml(path, "search space")
     globals_ = raw.get("globals") if isinstance(raw, Mapping) else None
     if isinstance(globals_, Mapping) and "vocab_size" in globals_:
@@ -75,7 +85,15 @@ def load_spec(path: str | os.PathLike[str]) -> tuple[Spec, SearchSpace]:
             "globals.vocab_size",
             str(path),
         )
-    return spec_of(raw, str(path))
+    spec, space = spec_of(raw, str(path))
+    # `data: books/` names the field `data`, as the file wrote it
+    shown = {"data.corpus": "data"} if isinstance(raw.get("data"), str) else {}
+    paths = {}
+    for name in PATH_FIELDS:
+        if name not in replaced:
+            key = name.removeprefix("data.")
+            paths[key] = in_file(getattr(spec.data, key), path, shown.get(name, name))
+    return spec.replace(data=paths), space
 
 
 def spec_of(raw: Any, source: str) -> tuple[Spec, SearchSpace]:

@@ -9,7 +9,6 @@ a database is opened are in :mod:`nas.search.storage.urls`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -18,6 +17,7 @@ from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
+from nas.paths import recorded
 from nas.program import prog_name
 from nas.redact import mask_url
 from nas.search.samplers.build import make_sampler, resolve_sampler, run_seed
@@ -94,24 +94,10 @@ def record_spec(study: optuna.Study, spec: Spec | None) -> None:
     said the corpus was not found)."""
     if spec is None:
         return
-    paths = {key: _absolute(getattr(spec.data, key)) for key in ("corpus", "tokenizer")}
+    paths = {key: recorded(getattr(spec.data, key)) for key in ("corpus", "tokenizer")}
     spec = spec.replace(data=paths)
     if study.user_attrs.get(SPEC) != spec.to_dict():
         study.set_user_attr(SPEC, spec.to_dict())
-
-
-def _absolute(path: str | None) -> str | None:
-    """``path`` made absolute when it names a file or directory here (links kept, not resolved); a corpus's
-    name (``shakespeare``) and None as they are."""
-    from nas.data import DEFAULT_CORPUS, DEFAULT_PARALLEL
-
-    if (
-        path is None
-        or path in (DEFAULT_CORPUS, DEFAULT_PARALLEL)
-        or not os.path.exists(os.path.expanduser(path))
-    ):
-        return path
-    return os.path.abspath(os.path.expanduser(path))
 
 
 def check_data(study: optuna.Study, now: dict[str, Any], remedy: str) -> None:

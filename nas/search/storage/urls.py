@@ -34,8 +34,22 @@ def default_storage(runs_dir: str | os.PathLike[str], study: str) -> str:
 
     SQLAlchemy decodes ``%XX`` and cuts the path at ``?``: a directory name holding either is escaped.
     """
-    path = str(Path(runs_dir) / study / "study.db").replace("%", "%25").replace("?", "%3F")
-    return f"sqlite:///{path}"
+    return f"sqlite:///{_escaped(str(Path(runs_dir) / study / 'study.db'))}"
+
+
+def _escaped(path: str) -> str:
+    """``path`` as a SQLite URL spells it: SQLAlchemy decodes ``%XX`` and cuts the path at ``?``."""
+    return path.replace("%", "%25").replace("?", "%3F")
+
+
+def absolute_url(url: str) -> str:
+    """``url`` as a record keeps it: a relative SQLite file (``sqlite:///runs/s/study.db``) made absolute,
+    so the record names the same database from any directory (nas.paths); other URLs as they are."""
+    path = sqlite_path(url)
+    if path is None or path.is_absolute():
+        return url
+    # the rest of the URL is kept as written (escapes, a ?query); only the directory goes before it
+    return f"sqlite:///{_escaped(os.getcwd())}/{url[len('sqlite:///') :]}"
 
 
 def sqlite_path(url: str) -> Path | None:
