@@ -69,7 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train the architecture's member of about M times its non-embedding parameters, its per-layer "
         "pattern kept (docs/training.md, sizes of one architecture); below 1 shrinks it",
     )
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch CPU threads (default: the count the file's metrics record for a CPU run, as an exported "
+        "trial has, so that it retrains to the same loss; else torch's)",
+    )
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument(
         "--save",
