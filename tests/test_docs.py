@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nas.cli import COMMANDS, build_parser
 from nas.shipped import shipped_archs, shipped_spaces
@@ -256,3 +257,40 @@ def test_the_alias_table_of_spec_md_is_the_parsers() -> None:
             got = dest.get(alias)
             assert got is not None, f"spec.md names {alias}, which search does not take"
             assert got == field or (field.endswith(".*") and got.startswith(field[:-1])), (alias, got, field)
+
+
+def yaml_examples() -> list[tuple[str, str]]:
+    """``(doc, text)`` of every complete ```yaml example: a search space (`globals:` and `layers:`) or an
+    architecture file (`arch:`), with nothing elided (`...`). adding_a_block.md's uses the block its own
+    test adds (tests/models/test_adding_a_block.py)."""
+    out = []
+    for doc in DOCS:
+        if doc.name == "adding_a_block.md":
+            continue
+        for text in re.findall(r"```yaml\n(.*?)```", doc.read_text(), flags=re.S):
+            keys = set(re.findall(r"^(\w+):", text, flags=re.M))
+            elided = re.search(r"^\s*\.\.\.\s*$|\{\.\.\.\}|, \.\.\.[,}\]]", text, flags=re.M)
+            if not elided and ({"globals", "layers"} <= keys or "arch" in keys):
+                out.append((doc.name, text))
+    return out
+
+
+@pytest.mark.parametrize(("doc", "text"), yaml_examples(), ids=[d for d, _ in yaml_examples()])
+def test_every_yaml_example_loads(doc: str, text: str, tmp_path: Path) -> None:
+    """A space as `search --space` reads it (every combination of its choices built once), an architecture
+    file as `train --arch` does: a user copies these."""
+    from nas.archfile import load_arch_file
+    from nas.search.space.load import load_spec
+
+    path = tmp_path / "example.yaml"
+    path.write_text(text)
+    if "arch" in yaml.safe_load(text):
+        assert load_arch_file(path)["arch"].n_layers >= 1
+    else:
+        spec, space = load_spec(path)
+        assert space.attention and spec.search.trials is not None or doc != "spec.md"
+
+
+def test_the_yaml_examples_include_the_spec_and_the_layout() -> None:
+    """The examples above are found: spec.md's whole spec, search_spaces.md's layout, seq2seq.md's file."""
+    assert sorted(d for d, _ in yaml_examples()) == ["search_spaces.md", "seq2seq.md", "spec.md"]
