@@ -294,3 +294,19 @@ def test_every_yaml_example_loads(doc: str, text: str, tmp_path: Path) -> None:
 def test_the_yaml_examples_include_the_spec_and_the_layout() -> None:
     """The examples above are found: spec.md's whole spec, search_spaces.md's layout, seq2seq.md's file."""
     assert sorted(d for d, _ in yaml_examples()) == ["search_spaces.md", "seq2seq.md", "spec.md"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=IDS)
+def test_every_spec_field_a_doc_names_exists(doc: Path) -> None:
+    """`search.hurdle_min_trials`, `recipe.cooldown_frac`, `budget.rungs`: a field of the spec."""
+    import dataclasses
+
+    from nas.spec.sections import SECTIONS
+    from nas.spec.training import BUDGET_KINDS, TrainRecipe
+
+    fields = {f"recipe.{f.name}" for f in dataclasses.fields(TrainRecipe)}
+    fields |= {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+    fields |= {f"budget.{kind}" for kind in (*BUDGET_KINDS, "rungs")}
+    named = re.findall(r"(?<![\w./-])((?:recipe|budget|data|search|resources)\.[a-z_]+)\b", doc.read_text())
+    unknown = sorted(set(named) - fields - {"data.md"})  # a link to docs/data.md, not a field
+    assert not unknown, f"{doc.name}: no such spec field: {unknown}"
