@@ -106,9 +106,10 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     try:
         recipe = TrainRecipe.from_dict(doc.get("recipe"))
         budget = Budget.from_dict(doc["budget"]) if "budget" in doc else DEFAULT_BUDGET
+        spec = Spec(space={}, recipe=recipe, budget=budget, source=source)  # rules between its sections
     except ConfigError as err:
         raise err.in_file(source) from None
-    spec = apply_flags(Spec(space={}, recipe=recipe, budget=budget), args)
+    spec = apply_flags(spec, args)
     return doc["arch"], spec, data
 
 
