@@ -16,9 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nas.cli import main
-from tests.test_bad_input import ARCH, BASE_FILES, in_case_dir, run_case, search, space, study, write_files  # noqa: F401 (fixtures)
+from tests.test_bad_input import (  # noqa: F401 (fixtures)
+    ARCH,
+    BASE_FILES,
+    SPACE,
+    in_case_dir,
+    run_case,
+    search,
+    space,
+    study,
+    write_files,
+)
 
 PROXY = ["--evaluator", "proxy:params"]
 
@@ -224,6 +235,18 @@ def cases() -> list[Any]:
     case("search-rungs-every-trial-would-fail",
          [*lm, "--steps", "8", "--recipe.schedule", "wsd", "--budget.rungs", "0.25", "--recipe.warmup_frac", "0.5"],
          ("budget.rungs", "inside the warmup"))  # fmt: skip
+    # -- a rule between sections (budget.rungs needs recipe.schedule: wsd) names the flag that gave the field,
+    # else the file: it named neither (`budget.rungs: needs ...`), against docs/spec.md's "Errors"
+    case("train-rungs-flag-without-wsd", [*TRAIN, "--budget.rungs", "0.5"],
+         ("error: --budget.rungs: needs recipe.schedule: wsd, but it is cosine",))  # fmt: skip
+    case("train-file-rungs-without-wsd", TRAIN_BAD, ("error: bad.yaml: budget.rungs: needs recipe.schedule",),
+         arch_file("budget: {steps: 8, rungs: [0.5]}\n"))  # fmt: skip
+    case("search-rungs-flag-without-wsd", search("--budget.rungs", "0.5"),
+         ("error: --budget.rungs: needs recipe.schedule: wsd",))  # fmt: skip
+    case("search-file-rungs-flag-schedule", search("--recipe.schedule", "cosine"),
+         ("error: space.yaml: budget.rungs: needs recipe.schedule: wsd, but it is cosine",),
+         {"space.yaml": yaml.safe_dump({**SPACE, "recipe": {**SPACE["recipe"], "schedule": "wsd"},
+                                        "budget": {"steps": 8, "rungs": [0.5]}})})  # fmt: skip
     # -- ladder: checked before the ladder study is written
     ladder = ["ladder", "--study", "s", "--storage", "{url}", "--local", "--no-tensorboard"]
     case("ladder-two-sizes", [*ladder, "--sizes", "1,2"], ("--sizes", "3 sizes or more"))

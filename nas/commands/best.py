@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "best",
         help="leaderboard or Pareto front of a study",
         description="Print the best trials of a study: lowest validation loss first for a "
-        "single-objective study, the Pareto front of loss and FLOPs/token for a multi-objective one; "
+        "single-objective study, the Pareto front of loss and FLOPs/token for a multi-objective one (and "
+        "state bytes under --objective loss+flops+state); "
         "with --by-layer, the blocks the best trials chose per layer.",
     )
     add_study_args(p)
@@ -32,7 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="instead of trials: which attention block and activation the top trials chose at each "
         "layer, against how often the sampler drew each at all",
     )
-    p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a table")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of rows instead of a table (with --by-layer: an object with the rows)",
+    )
     p.set_defaults(func=run)
 
 

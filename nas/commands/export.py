@@ -34,10 +34,13 @@ from nas.search.storage.urls import absolute_url
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export",
-        help="write a trial as an architecture YAML that train --arch accepts",
-        description="Export a COMPLETE trial as YAML: architecture, the study's training recipe, "
-        "budget and data, the measured metrics and the source.  "
-        f"`{prog_name()} train --arch FILE` retrains it.",
+        help="write a trial as an architecture YAML that train --arch accepts, or trained weights as a "
+        "Hugging Face directory",
+        description="Export a COMPLETE trial as YAML (--out): architecture, the study's training recipe, "
+        f"budget and data, the measured metrics and the source; `{prog_name()} train --arch FILE` retrains "
+        "it.  Or export trained weights as a Hugging Face directory (--hf): a checkpoint that train --save "
+        "wrote (--checkpoint), or the weights a search kept for a trial (--study with --best or --trial N; "
+        "docs/export.md).",
     )
     add_study_args(p, required=False)  # not with --checkpoint: run() checks
     which = p.add_mutually_exclusive_group()

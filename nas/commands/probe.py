@@ -28,8 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="score one architecture file on the synthetic capability probes (MAD's tasks, scaled down)",
         description="Train the architecture in an architecture file from scratch on each synthetic probe "
         "task (in-context recall, noisy and fuzzy recall, selective copying, compression, memorization; "
-        "docs/probes.md) with the task's vocabulary and length, and print each task's test accuracy and "
-        "their mean, the score.  The file's recipe, budget and data are not used.",
+        "docs/probes.md) with the task's vocabulary and length, and print each task's test accuracy, its "
+        "score (the accuracy; for the two in-context recall tasks, the share of the way from the no-recall "
+        "rule's accuracy to 1) and the mean of the scores, the probe score.  The file's recipe, budget and "
+        "data are not used.",
     )
     p.add_argument(
         "--arch",

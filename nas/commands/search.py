@@ -107,6 +107,45 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
     return spec, space, study, args.storage or default_storage(runs, study)
 
 
+def demo_banner(settings: RunContext) -> str:
+    """What the demo is about to do, read from the spec it runs: the demo's space is a
+    search_spaces/default.yaml in the working directory when there is one, whose corpus, workers and
+    hurdles need not be the shipped file's."""
+    spec = settings.spec
+    corpus = data_or_default(spec.data.corpus, settings.space.task) or "Shakespeare"
+    res = spec.resources
+    where = (
+        "in this process"
+        if res.local
+        else f"on {settings.workers} {'Ray' if res.address else 'local Ray'} worker(s)"
+    )
+    count = f"{settings.trials} candidate architectures" if settings.trials is not None else "candidates"
+    hurdles = spec.search.hurdles
+    lines = [
+        f"Demo search: {count} from {settings.space.source}, each trained on {corpus} for the same compute "
+        f"({spec.budget}) {where}{';' if hurdles else '.'}"
+    ]
+    if hurdles:
+        pct = spec.search.hurdle_percentile
+        rank = "the median" if pct == 50.0 else f"the {pct:g}th percentile"
+        at = (
+            "half its budget"
+            if hurdles == (0.5,)
+            else f"{', '.join(f'{h:g}' for h in hurdles)} of its budget"
+        )
+        lines.append(
+            f"a candidate whose validation loss is worse than {rank} at {at} stops there (a hurdle)."
+        )
+    end = {
+        "loss": "the leaderboard",
+        "loss+flops": "the Pareto front of loss vs FLOPs per token",
+        "loss+flops+state": "the Pareto front of loss, FLOPs per token and state bytes",
+    }[spec.search.objective]
+    lines.append(f"Each line below is one finished candidate; {end} comes at the end.")
+    lines.append(f"See `{prog_name()} search --help` for the real thing.")
+    return "\n".join(lines)
+
+
 def _check_demo_study(settings: RunContext) -> None:
     """The demo continues the study ``default`` under the runs directory; one an earlier search made with
     other settings is refused before the demo starts, saying how to continue it or run the demo apart."""
@@ -193,15 +232,7 @@ def run(args: argparse.Namespace) -> int:
     settings = build_run(args)
     if args.demo:
         _check_demo_study(settings)
-        budget = settings.spec.budget
-        print(
-            f"Demo search: {settings.trials} candidate architectures from {settings.space.source}, each "
-            f"trained on Shakespeare for the same compute ({budget}) on {settings.workers} local "
-            "Ray worker(s);\na candidate whose validation loss is worse than the median at half its budget "
-            "stops there (a hurdle).\nEach line below is one finished candidate; the Pareto front of loss "
-            f"vs FLOPs per token comes at the end.\nSee `{prog_name()} search --help` for the real thing.",
-            flush=True,
-        )
+        print(demo_banner(settings), flush=True)
     driver = Driver(settings)
     with sigterm_stops_the_driver():
         study = driver.run()

@@ -71,7 +71,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train the architecture's member of about M times its non-embedding parameters, its per-layer "
         "pattern kept (docs/training.md, sizes of one architecture); below 1 shrinks it",
     )
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch CPU threads (default: the count the file's metrics record for a CPU run, as an exported "
+        "trial has, so that it retrains to the same loss; else torch's)",
+    )
     p.add_argument("--logdir", metavar="DIR", default=None, help="write TensorBoard scalars and hparams here")
     p.add_argument(
         "--save",
@@ -105,9 +111,10 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
         # a spec's rules for its data section: paths non-empty strings, no unknown key (`tokenizr:` was
         # dropped and the text trained as bytes; `corpus: ""` trained on the file's own directory)
         DataSpec.from_dict(data)
+        spec = Spec(space={}, recipe=recipe, budget=budget, source=source)  # rules between its sections
     except ConfigError as err:
         raise err.in_file(source) from None
-    spec = apply_flags(Spec(space={}, recipe=recipe, budget=budget), args)
+    spec = apply_flags(spec, args)
     return doc["arch"], spec, data
 
 

@@ -244,7 +244,17 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]], texts: Mapping[str
             if at not in fields_ and named_given:
                 raise ConfigError(err.message, "--" + named(section, named_given[0])) from None
             raise
-    return dataclasses.replace(spec, **changes)
+    try:
+        return dataclasses.replace(spec, **changes)
+    except ConfigError as err:  # a rule between sections (budget.rungs needs recipe.schedule: wsd)
+        # the field it is located at, named by its flag when a flag gave it, else by the file that did
+        at = err.path.split(" (")[0]
+        section, _, field_ = at.partition(".")
+        if field_ in given.get(section, {}):
+            raise ConfigError(err.message, "--" + named(section, field_)) from None
+        if spec.source and not err.source:
+            raise err.in_file(spec.source) from None
+        raise
 
 
 def apply_flags(spec: Spec, args: argparse.Namespace) -> Spec:

@@ -261,8 +261,8 @@ class Resources(Section):
     device: str = field(
         "auto", "where to train (auto: CUDA if present)", alias="--device", check=one_of(DEVICES)
     )
-    compile: bool = field(False, "train each candidate through torch.compile (compile time reported apart; "
-                          "a candidate that fails to compile trains eager)", alias="--compile")  # fmt: skip
+    compile: bool = field(False, "train through torch.compile (compile time reported apart; "
+                          "a model that fails to compile trains eager)", alias="--compile")  # fmt: skip
     local: bool = field(False, "no Ray: run the trials one at a time in this process (for debugging)",
                         alias="--local")  # fmt: skip
     dashboard: bool = field(False, "start the Ray dashboard", alias="--ray-dashboard")

@@ -126,7 +126,8 @@ class TrainRecipe:
     log_every: int = field(10, "steps between progress reports", check=bounded(1, MAX_DIM, integer=True))
     seed: int = field(
         0,
-        "seed of every trial's training (and of the sampler unless search.seed is set)",
+        "seed of the training: the weights' initialisation and the batch order (in a search, every trial's, "
+        "and the sampler's unless search.seed is set)",
         alias="--seed",
         check=bounded(0, MAX_SEED, integer=True),
     )

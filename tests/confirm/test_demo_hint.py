@@ -53,3 +53,40 @@ def test_the_demo_over_a_study_run_otherwise_says_how_to_continue_it(monkeypatch
     assert err.count("\n") == 1 and "the demo searches study 'default'" in err
     assert "search.evaluator: 'proxy:params' -> 'lm'" in err and "nas search --study default" in err
     assert "--space" not in err
+
+
+def test_the_demo_banner_says_what_the_shipped_space_runs(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nas.search.driver.loop, "Driver", _NoSearch)
+    assert main(["search", "--demo", "--workers", "2"]) == 0
+    banner = capsys.readouterr().out.split("\n\n")[0]
+    assert "Demo search: 12 candidate architectures from " in banner
+    assert "each trained on Shakespeare for the same compute (1.2e+12 flops) on 2 local Ray worker(s);" in (
+        banner
+    )
+    assert "worse than the median at half its budget stops there (a hurdle)." in banner
+    assert "the Pareto front of loss vs FLOPs per token comes at the end" in banner
+
+
+def test_the_demo_banner_follows_a_default_space_of_the_users(monkeypatch, tmp_path, capsys):
+    """``nas`` alone searches ./search_spaces/default.yaml when there is one: the banner used to promise
+    Shakespeare, local Ray workers and a hurdle at half the budget whatever that file said."""
+    (tmp_path / "search_spaces").mkdir()
+    (tmp_path / "notes.txt").write_text("some text of the user's own\n" * 50)
+    (tmp_path / "search_spaces" / "default.yaml").write_text(
+        "globals: {d_model: 32, n_heads: 2, n_layers: 1, max_len: 16}\n"
+        "layers: {attention: [mha]}\n"
+        "data: notes.txt\n"
+        "budget: {steps: 3}\n"
+        "search: {objective: loss, trials: 2, hurdles: [0.25, 0.75], hurdle_percentile: 25}\n"
+        "resources: {local: true}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nas.search.driver.loop, "Driver", _NoSearch)
+    assert main([]) == 0
+    banner = capsys.readouterr().out.split("\n\n")[0]
+    assert "Demo search: 2 candidate architectures from search_spaces/default.yaml" in banner
+    assert "each trained on notes.txt for the same compute (3 steps) in this process;" in banner
+    assert "worse than the 25th percentile at 0.25, 0.75 of its budget stops there" in banner
+    assert "the leaderboard comes at the end" in banner
+    assert "Shakespeare" not in banner and "Ray" not in banner and "Pareto" not in banner
