@@ -72,7 +72,8 @@ def test_the_demo_banner_follows_a_default_space_of_the_users(monkeypatch, tmp_p
     """``nas`` alone searches ./search_spaces/default.yaml when there is one: the banner used to promise
     Shakespeare, local Ray workers and a hurdle at half the budget whatever that file said."""
     (tmp_path / "search_spaces").mkdir()
-    (tmp_path / "notes.txt").write_text("some text of the user's own\n" * 50)
+    notes = tmp_path / "search_spaces" / "notes.txt"  # beside the file, where its `data:` is read from
+    notes.write_text("some text of the user's own\n" * 50)
     (tmp_path / "search_spaces" / "default.yaml").write_text(
         "globals: {d_model: 32, n_heads: 2, n_layers: 1, max_len: 16}\n"
         "layers: {attention: [mha]}\n"
@@ -86,7 +87,7 @@ def test_the_demo_banner_follows_a_default_space_of_the_users(monkeypatch, tmp_p
     assert main([]) == 0
     banner = capsys.readouterr().out.split("\n\n")[0]
     assert "Demo search: 2 candidate architectures from search_spaces/default.yaml" in banner
-    assert "each trained on notes.txt for the same compute (3 steps) in this process;" in banner
+    assert f"each trained on {notes} for the same compute (3 steps) in this process;" in banner
     assert "worse than the 25th percentile at 0.25, 0.75 of its budget stops there" in banner
     assert "the leaderboard comes at the end" in banner
     assert "Shakespeare" not in banner and "Ray" not in banner and "Pareto" not in banner
