@@ -358,10 +358,11 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from its record and its space file (which must not have changed).
     """
     from nas.confirm import CONFIRM_OF
-    from nas.search.space.load import PATH_FIELDS, load_spec, spec_of
+    from nas.search.space.load import spec_of
     from nas.search.storage.records import settings_of, stored_spec
     from nas.shipped import space_path
     from nas.spec import Budget, TrainRecipe
+    from nas.yamlsafe import read_yaml
 
     if CONFIRM_OF in study.user_attrs:
         from nas.ladder.plan import LADDER
@@ -375,8 +376,11 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     spec = stored_spec(study)
     if spec is not None:
         return record, *spec_of(spec.to_dict(), spec.source)
-    # search_spaces/x.yaml: shipped if not here; the data is the record's (_data_spec), not the file's
-    spec, space = load_spec(space_path(record["space_file"]), replaced=PATH_FIELDS)
+    # search_spaces/x.yaml: shipped if not here.  The file is this study's record (its fingerprint is
+    # checked below): read as spec_of reads a kept spec, not as a new file (load_spec), whose rules a study
+    # that ran it may predate; the data is the record's (_data_spec), not the file's
+    file = space_path(record["space_file"])
+    spec, space = spec_of(read_yaml(file, "search space"), str(file))
     if record.get("space_fingerprint") not in (None, space.fingerprint):
         raise UserError(
             f"{record['space_file']} changed since --study {name!r} searched it "

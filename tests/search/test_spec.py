@@ -259,6 +259,33 @@ def test_a_study_recorded_before_a_field_existed_continues(tmp_path, corpus, cap
     assert "search.prescreen: None -> 'proxy:flops'" in capsys.readouterr().err
 
 
+def test_what_files_may_no_longer_say_still_continues_a_study_that_recorded_it(tmp_path, corpus, monkeypatch):
+    """globals.vocab_size, a rope_base no candidate uses and a seed no candidate can be are refused in a
+    space file; a study an older version ran with them kept them in its spec, and continuing it (or
+    confirming it) read that spec through the same checks and was refused, with no file to edit."""
+    import nas.search.space.load
+
+    raw = yaml.safe_load(TINY_SPACE.read_text())
+    raw["globals"].update(vocab_size=1000, rope_base=[100, 10000])
+    raw["seed_archs"] = ["vanilla", "transformer_pp"]
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    argv = ["--trials", "1", "--evaluator", "proxy:params"]
+    assert _search(tmp_path, corpus, path, "new", *argv) == 2  # a file: refused
+    with monkeypatch.context() as m:  # the version that ran it had none of the three rules
+        m.setattr(nas.search.space.load, "_refuse_in_files", lambda space: None)
+        assert _search(tmp_path, corpus, path, "s", *argv) == 0
+    assert _search(tmp_path, corpus, None, "s", "--trials", "2") == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    assert len(study.trials) == 2 and study.user_attrs[SPEC]["globals"]["rope_base"] == [100, 10000]
+    # a study from before studies kept their spec: confirm reads it from the (unchanged) space file
+    from nas.commands.confirm import _search_record
+
+    study.set_user_attr(SPEC, None)
+    _, spec, space = _search_record("s", study)
+    assert "rope_base" in space.globals and spec.search.evaluator == "proxy:params"
+
+
 def test_a_bad_field_in_the_file_names_the_file_and_field(tmp_path, capsys):
     path = _spec_file(tmp_path, "search", "trials", 0)
     assert main(["search", "--space", str(path), "--storage", f"sqlite:///{tmp_path}/x.db"]) == 2

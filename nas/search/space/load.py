@@ -75,17 +75,11 @@ def load_spec(path: str | os.PathLike[str], replaced: Collection[str] = ()) -> t
     file's values are never read.
     """
     raw = read_yaml(path, "search space")
-    globals_ = raw.get("globals") if isinstance(raw, Mapping) else None
-    if isinstance(globals_, Mapping) and "vocab_size" in globals_:
-        # every candidate takes the corpus's vocabulary (ArchConfig.with_vocab): the value changed nothing.
-        # Refused in files only: a study that recorded it still continues
-        raise ConfigError(
-            "has no effect: every candidate's vocabulary is the corpus's (its tokenizer's, or 256 bytes); "
-            "leave it out",
-            "globals.vocab_size",
-            str(path),
-        )
     spec, space = spec_of(raw, str(path))
+    try:
+        _refuse_in_files(space)
+    except ConfigError as err:
+        raise err.in_file(str(path)) from None
     # `data: books/` names the field `data`, as the file wrote it
     shown = {"data.corpus": "data"} if isinstance(raw.get("data"), str) else {}
     paths = {}
@@ -94,6 +88,28 @@ def load_spec(path: str | os.PathLike[str], replaced: Collection[str] = ()) -> t
             key = name.removeprefix("data.")
             paths[key] = in_file(getattr(spec.data, key), path, shown.get(name, name))
     return spec.replace(data=paths), space
+
+
+def _refuse_in_files(space: SearchSpace) -> None:
+    """What a space file may no longer say, though a study that recorded it still continues (its spec is
+    read by :func:`spec_of`, not here): a value that changes no candidate, a seed no candidate can be."""
+    g = space.globals
+    if "vocab_size" in g:  # every candidate takes the corpus's vocabulary (ArchConfig.with_vocab)
+        raise ConfigError(
+            "has no effect: every candidate's vocabulary is the corpus's (its tokenizer's, or 256 bytes); "
+            "leave it out",
+            "globals.vocab_size",
+        )
+    positions = g["pos_encoding"].values() if "pos_encoding" in g else ["learned"]
+    if "rope_base" in g and "rope" not in positions:
+        # as in an architecture file: a value (here a gene) that changes no candidate is a mistake
+        raise ConfigError(
+            f"has no effect: no candidate has rotary positions (pos_encoding offers "
+            f"{', '.join(map(str, positions))}); add rope to globals.pos_encoding, or leave rope_base out",
+            "globals.rope_base",
+        )
+    if "seed_archs" in space.raw:  # named by the user: one the space cannot hold was dropped without a word
+        _check_seeds(space)
 
 
 def spec_of(raw: Any, source: str) -> tuple[Spec, SearchSpace]:
@@ -169,8 +185,6 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     _check_combinations(space, space.layer_choices, "layers")
     if encoder is not None and "encoder" in raw:
         _check_combinations(space, encoder, "encoder")
-    if "seed_archs" in raw:  # named by the user: one the space cannot hold was dropped without a word
-        _check_seeds(space)
     return space
 
 
@@ -329,14 +343,6 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
     if task != "seq2seq" and "n_encoder_layers" in g_raw:
         raise ConfigError("only a task: seq2seq space has an encoder", "globals.n_encoder_layers")
     params = {key: Param.parse(g_raw[key], f"globals.{key}") for key in GLOBAL_KEYS if key in g_raw}
-    positions = params["pos_encoding"].values() if "pos_encoding" in params else ["learned"]
-    if "rope_base" in params and "rope" not in positions:
-        # as in an architecture file: a value (here a gene) that changes no candidate is a mistake
-        raise ConfigError(
-            f"has no effect: no candidate has rotary positions (pos_encoding offers "
-            f"{', '.join(map(str, positions))}); add rope to globals.pos_encoding, or leave rope_base out",
-            "globals.rope_base",
-        )
     depths = ("n_layers", "n_encoder_layers")
     for key in ("d_model", "n_heads", "n_layers", "n_encoder_layers", "max_len", "vocab_size"):
         if key in params:
