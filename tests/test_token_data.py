@@ -134,10 +134,22 @@ def _train_a_directory(d: Path) -> str:  # it was called missing
     return "train.bin: not a regular file"
 
 
+def _byte_ends_fall(d: Path) -> str:  # it gave a negative bits per byte
+    ends = np.arange(1, 4_001, dtype="<u8") * 3
+    ends[100] = 7
+    (d / "val_bytes.bin").write_bytes(ends.tobytes())
+    return "val_bytes.bin: token 100 ends at byte 7, before the token (or the start) before it"
+
+
+def _byte_ends_flat(d: Path) -> str:  # a division by zero after the training (a traceback)
+    (d / "val_bytes.bin").write_bytes(np.zeros(4_000, "<u8").tobytes())
+    return "val_bytes.bin: every validation token ends at byte 0 (none holds text)"
+
+
 @pytest.mark.parametrize(
     "spoil",
     [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train,
-     _vocab_past_torch, _name_not_text, _train_a_directory],
+     _vocab_past_torch, _name_not_text, _train_a_directory, _byte_ends_fall, _byte_ends_flat],
 )  # fmt: skip
 def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
     d = write_token_corpus(tmp_path / "tok")
@@ -145,6 +157,20 @@ def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
     with pytest.raises(UserError) as info:
         load_corpus(d)
     assert expected in str(info.value) and str(d) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_byte_ends_are_checked_in_a_sample_of_big_files(tmp_path: Path, monkeypatch) -> None:
+    from nas.data import tokens
+
+    monkeypatch.setattr(tokens, "FULL_CHECK", 1000)
+    monkeypatch.setattr(tokens, "CHUNK", 100)
+    ends, val = np.arange(1, 50_001, dtype=np.int64), np.zeros(50_000, np.int64)
+    write_token_dir(tmp_path / "ok", np.zeros(10, np.int64), val, 500, val_byte_ends=ends)
+    assert int(load_corpus(tmp_path / "ok").val_byte_ends[-1]) == 50_000
+    ends[-100:] -= 49_000  # the last chunk, sampled, falls below the chunk before it
+    write_token_dir(tmp_path / "tok", np.zeros(10, np.int64), val, 500, val_byte_ends=ends)
+    with pytest.raises(UserError, match="token 49,900 ends at byte 901, before the token"):
+        load_corpus(tmp_path / "tok")
 
 
 def test_ids_are_checked_in_a_sample_of_big_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,8 @@ dtype, neither file empty, and no id >= vocab_size in every id of files up to
 :data:`FULL_CHECK` tokens, or in :data:`SAMPLE_CHUNKS` evenly spaced chunks of
 :data:`CHUNK` tokens of bigger ones (about a million ids: milliseconds, not a
 pass over 50 GB).  An out-of-range id outside the sample is caught by the
-model's embedding when a batch reaches it.
+model's embedding when a batch reaches it.  ``val_bytes.bin``, when there is one, must hold one
+end per validation token, never decreasing (checked in the same stretches) and rising somewhere.
 """
 
 from __future__ import annotations
@@ -126,7 +127,34 @@ def _byte_ends(file: Path, n_val: int) -> Tensor | None:
             f"{file}: {file.stat().st_size:,} bytes, not 8 per validation token ({n_val:,} of them); "
             "it belongs to other tokens: delete it (bits per byte then use meta.json's bytes_per_token)"
         )
-    return torch.from_numpy(np.memmap(file, dtype=np.dtype("<u8"), mode="c").view(np.int64))
+    ends = np.memmap(file, dtype=np.dtype("<u8"), mode="c").view(np.int64)
+    # what bits per byte divide by: ends that fall (or pass 2**63, negative here) gave a negative bits per
+    # byte, and ends that never rise a division by zero after the training
+    damaged = "damaged or of other tokens: delete it (bits per byte then use meta.json's bytes_per_token)"
+    last = 0
+    for a, b in _spans(n_val):
+        part = ends[a:b]
+        falls = np.flatnonzero(np.diff(part, prepend=last) < 0)
+        if len(falls):
+            where = a + int(falls[0])
+            raise UserError(
+                f"{file}: token {where:,} ends at byte {int(ends[where]):,}, before the token (or the start) "
+                f"before it: {damaged}"
+            )
+        last = int(part[-1])
+    if n_val > 1 and ends[-1] <= ends[0]:
+        raise UserError(f"{file}: every validation token ends at byte {int(ends[0]):,} (none holds text): "
+                        f"{damaged}")  # fmt: skip
+    return torch.from_numpy(ends)
+
+
+def _spans(n: int) -> list[tuple[int, int]]:
+    """The stretches of a file of ``n`` values that loading checks: all of it up to :data:`FULL_CHECK`,
+    else :data:`SAMPLE_CHUNKS` evenly spaced chunks of :data:`CHUNK` values."""
+    if n <= FULL_CHECK:
+        return [(0, n)]
+    starts = np.linspace(0, n - CHUNK, SAMPLE_CHUNKS).astype(np.int64)
+    return [(int(s), int(s) + CHUNK) for s in starts]
 
 
 def _map(file: Path, dtype: np.dtype) -> Tensor:
@@ -151,14 +179,8 @@ def _map(file: Path, dtype: np.dtype) -> Tensor:
 
 def _check_ids(part: Tensor, vocab: int, file: Path) -> None:
     """No id >= vocab in all of a small file, or in a bounded sample of chunks of a big one."""
-    n = len(part)
-    if n <= FULL_CHECK:
-        spans = [(0, n)]
-    else:
-        starts = np.linspace(0, n - CHUNK, SAMPLE_CHUNKS).astype(np.int64)
-        spans = [(int(s), int(s) + CHUNK) for s in starts]
     array = part.numpy()
-    for a, b in spans:
+    for a, b in _spans(len(part)):
         top = int(array[a:b].max())
         if top >= vocab:
             where = a + int(np.argmax(array[a:b] >= vocab))
