@@ -27,7 +27,14 @@ from nas.redact import mask_url
 from nas.search.reports.lookup import get_trial
 from nas.search.reports.tables import best_trial
 from nas.search.reports.trial import metrics_of
-from nas.search.storage.records import CONFIRM_OF, INFEASIBLE, is_infeasible, settings_of, state_name
+from nas.search.storage.records import (
+    CONFIRM_OF,
+    INFEASIBLE,
+    evaluator_of,
+    is_infeasible,
+    settings_of,
+    state_name,
+)
 from nas.search.storage.urls import absolute_url
 
 
@@ -129,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         recipe=recipe,
         budget=budget,
         data=settings.get("data"),
-        metrics=metrics_of(trial, str(settings.get("evaluator") or "lm")),
+        metrics=metrics_of(trial, evaluator_of(study)),
         source=source,
     )
     loss = trial.values[0]
