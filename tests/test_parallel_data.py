@@ -145,6 +145,10 @@ _OK = {"train_src": "a b\n", "train_tgt": "b a\n", "val_src": "c d\n", "val_tgt"
             {"train_tgt": b"b a\n\xff\n", "train_src": "a b\nc\n"},
             r"train\.tgt: line 2 is not valid UTF-8 \(byte 0xff",
         ),
+        (  # Windows' "Unicode" saving: it was 'line 1 is not valid UTF-8 (byte 0xff', no word of the fix
+            {"val_src": "c d\n".encode("utf-16")},
+            r"val\.src: UTF-16 text, by its byte-order mark; save it as UTF-8",
+        ),
         ({"val_tgt": "\n"}, r"val\.tgt: line 1 is blank but line 1 of val\.src is not"),
         (
             {"train_src": "a b\n\n", "train_tgt": "b a\nx\n"},

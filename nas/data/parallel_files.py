@@ -35,6 +35,7 @@ from nas.data.parallel import (
     sides_text,
 )
 from nas.errors import UserError
+from nas.validate import utf16_text
 
 PAIRS_FILE = "pairs.npz"
 _FORMAT = "nas-lm-parallel/1"
@@ -122,6 +123,9 @@ def _read_lines(file: Path) -> list[bytes]:
         data = file.read_bytes()
     except OSError as err:
         raise UserError(f"{file}: cannot read it: {err.strerror or err}") from None
+    wide = utf16_text(data)
+    if wide:
+        raise UserError(f"{file}: {wide}")
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as err:
