@@ -62,6 +62,22 @@ def test_a_score_that_is_not_a_loss_has_no_perplexity(cli, runs) -> None:
     assert metrics["val_loss"] == 10.5 and "val_ppl" not in metrics and "val_bpb" not in metrics
 
 
+def test_a_trial_whose_recorded_architecture_this_version_refuses_is_still_shown(cli, runs) -> None:
+    # an older version ran sliding_window as a mixture component (mha's logits under its name); show of
+    # such a trial ended in one line about the architecture, not naming the trial, and showed nothing
+    study = make_study(runs, "old")
+    raw = ArchConfig.from_dict({"d_model": 32, "n_heads": 2, "max_len": 16, "layers": [{"attention": "mha"}]})
+    raw = raw.to_dict()
+    raw["layers"][0]["attention"] = {"type": "mixture", "components": ["mha", "sliding_window"]}
+    add_trial(study, "vanilla", 2.2, arch=raw)
+    rc, out, err = cli("show", "--study", "old", "--trial", "0", "--runs-dir", runs)
+    assert rc == 0, err
+    assert "layers: not shown: its recorded architecture is not one this version builds" in out
+    assert "'sliding_window' cannot be mixed" in out and "val loss         2.2000 nats/token" in out
+    rc, out, _ = cli("show", "--study", "old", "--trial", "0", "--runs-dir", runs, "--json")
+    assert rc == 0 and "cannot be mixed" in json.loads(out)["arch_error"]
+
+
 def test_hurdles_and_final_loss(cli, multi: optuna.Study, runs) -> None:
     _, out, _ = cli("show", "--study", "multi", "--trial", "0", "--runs-dir", runs)
     # the space's sizes, not vanilla's: said so, with what vanilla itself is (issue 36, seed labels)

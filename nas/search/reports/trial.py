@@ -74,6 +74,7 @@ def _seed_itself(name: str, raw: Any) -> tuple[bool | None, str | None]:
 def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     """Everything ``show`` says about one trial, as plain data (its ``--json``)."""
     from nas.cost import compute, layer_rows  # torch: imported when needed
+    from nas.errors import ConfigError
     from nas.models import ATTENTION, ArchConfig
 
     ua = t.user_attrs
@@ -109,7 +110,13 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     out["layers"] = []
     if ua.get("arch") is None:
         return out
-    arch = ArchConfig.from_dict(ua["arch"])
+    try:
+        arch = ArchConfig.from_dict(ua["arch"])
+    except ConfigError as err:
+        # recorded by a version whose rules it met (a sliding_window mixture component was mha's logits
+        # under its name): the trial is still shown, without what only a built architecture gives
+        out["arch_error"] = str(err)
+        return out
     recipe = settings_of(study).get("recipe") or {}
     seq_len = recipe.get("seq_len") or arch.max_len
     c = compute(arch, seq_len)
@@ -145,6 +152,9 @@ def format_trial(detail: dict[str, Any]) -> str:
     lines = _header_lines(detail)
     if detail["layers"]:
         lines += ["", *_layer_table(detail)]
+    if detail.get("arch_error"):
+        lines += ["", f"layers: not shown: its recorded architecture is not one this version builds "
+                      f"({detail['arch_error']})"]  # fmt: skip
     lines += _metric_lines(detail)
     lines += sample_lines(detail["metrics"].get("samples"))
     lines += _hurdle_lines(detail)
