@@ -103,32 +103,35 @@ def cached_tokenization(
 
 def _write(out: Path, text: Corpus, tokenizer: Any, source: dict[str, str], tok_name: str) -> None:
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
-    ids, ends = [], []
-    for part in (text.train, text.val):
-        docs = bytes(part.numpy()).split(SEPARATOR)
-        # errors="replace": a document may hold a few bytes that are not UTF-8 (nas.data.text keeps it)
-        encoded = [_encode(tokenizer, d.decode("utf-8", errors="replace")) for d in docs]
-        ids.append(np.concatenate([i for i, _, _ in encoded]))
-        # each document's byte ends, shifted by the bytes of the documents before it (no separators)
-        shift = np.cumsum([0] + [n for _, _, n in encoded])
-        ends.append(np.concatenate([e + s for (_, e, _), s in zip(encoded, shift, strict=False)]))
-    val_bytes = int(ends[1][-1]) if len(ends[1]) else 0
+    train = np.concatenate([_encode(tokenizer, d, byte_ends=False)[0] for d in _documents(text.train)])
+    encoded = [_encode(tokenizer, d) for d in _documents(text.val)]
+    val = np.concatenate([i for i, _, _ in encoded])
+    # each document's byte ends, shifted by the bytes of the documents before it (no separators)
+    shift = np.cumsum([0] + [n for _, _, n in encoded])
+    ends = np.concatenate([e + s for (_, e, _), s in zip(encoded, shift, strict=False)])
     write_token_dir(
         out,
-        ids[0],
-        ids[1],
+        train,
+        val,
         vocab,
-        val_byte_ends=ends[1],
-        bytes_per_token=val_bytes / max(1, len(ids[1])),
+        val_byte_ends=ends,
+        bytes_per_token=(int(ends[-1]) if len(ends) else 0) / max(1, len(val)),
         name=f"{text.name} tokenized by {tok_name}",
         source=source,
     )
 
 
-def _encode(tokenizer: Any, doc: str) -> tuple[np.ndarray, np.ndarray, int]:
+def _documents(part: Any) -> list[str]:
+    """The documents of a byte corpus's split as text (split at its NUL separators)."""
+    # errors="replace": a document may hold a few bytes that are not UTF-8 (nas.data.text keeps it)
+    return [d.decode("utf-8", errors="replace") for d in bytes(part.numpy()).split(SEPARATOR)]
+
+
+def _encode(tokenizer: Any, doc: str, byte_ends: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
     """``doc``'s ids, the UTF-8 bytes of ``doc`` up to the end of each token (never decreasing), and its
     bytes.  The ends come from the tokenizer's offsets, which are in characters of ``doc``: a
-    token that is part of one character ends where that character does."""
+    token that is part of one character ends where that character does.  Without ``byte_ends`` (the
+    training text, whose ends nothing reads) the ends are empty and the bytes 0."""
     pieces, start = [], 0
     while start < len(doc):
         end = doc.find("\n", start + _PIECE)
@@ -138,14 +141,16 @@ def _encode(tokenizer: Any, doc: str) -> tuple[np.ndarray, np.ndarray, int]:
     encoded = tokenizer.encode_batch(pieces, add_special_tokens=False) if pieces else []
     ids, ends, done = [], [], 0
     for piece, e in zip(pieces, encoded, strict=True):
-        prefix = np.concatenate([[0], np.cumsum(_utf8_lengths(piece))])  # bytes before each character
-        chars = np.asarray([b for _, b in e.offsets], dtype=np.int64).reshape(-1)
         ids.append(np.asarray(e.ids, dtype=np.int64))
-        ends.append(done + prefix[np.minimum(chars, len(piece))])
-        done += int(prefix[-1])
+        if byte_ends:
+            prefix = np.concatenate([[0], np.cumsum(_utf8_lengths(piece))])  # bytes before each character
+            chars = np.asarray([b for _, b in e.offsets], dtype=np.int64).reshape(-1)
+            ends.append(done + prefix[np.minimum(chars, len(piece))])
+            done += int(prefix[-1])
+    none = np.zeros(0, np.int64)
     if not ids:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
-    return np.concatenate(ids), np.maximum.accumulate(np.concatenate(ends)), done
+        return none, none, 0
+    return np.concatenate(ids), np.maximum.accumulate(np.concatenate(ends)) if ends else none, done
 
 
 def _utf8_lengths(text: str) -> np.ndarray:
