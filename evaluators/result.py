@@ -22,6 +22,12 @@ _METRIC = {"group": "metric"}  # recorded on every trial and shown by `best` / `
 _RUN = {"group": "run"}  # recorded on every trial: how the metrics were measured
 
 
+def perplexity(loss: float) -> float:
+    """``exp(loss)`` of a loss in nats per token, capped where the exp overflows a float (past ~709): the one
+    rule for every perplexity the tool prints or records."""
+    return math.exp(min(loss, 700.0))
+
+
 def _f(group: dict[str, str], default: Any = dataclasses.MISSING) -> Any:
     return dataclasses.field(default=default, metadata=group)
 
@@ -89,7 +95,7 @@ class Result:
         derives perplexity, bits per byte and the size and FLOP columns."""
         return cls(
             val_loss=val_loss,
-            val_ppl=math.exp(min(val_loss, 700.0)),  # exp overflows a float past ~709
+            val_ppl=perplexity(val_loss),
             val_bpb=None if bytes_per_token is None else val_loss / math.log(2.0) / bytes_per_token,
             params=cost.params,
             non_embedding_params=cost.non_embedding_params,

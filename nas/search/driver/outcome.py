@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from evaluators.result import perplexity
 from nas.execution.worker import DIVERGED
 from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE
 from nas.spec.sections import OBJECTIVE_METRICS
@@ -128,6 +129,6 @@ def tell_result(
     values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
     frozen = study.tell(trial, values)
     summary = trial.user_attrs.get("summary", "")
-    ppl = math.exp(min(loss, 700.0))  # as evaluators.result: exp overflows a float past ~709
+    ppl = perplexity(loss)
     ppl_text = (f"ppl {ppl:.2f} " if ppl < 1e9 else f"ppl {ppl:.3g} ") if lm else ""
     return "COMPLETE", f"loss {loss:.4f} {ppl_text}{summary}", loss, frozen

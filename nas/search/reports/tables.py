@@ -6,12 +6,12 @@ The storage look-ups (``nas.search.reports.lookup``) and the one-trial report
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
+from evaluators.result import perplexity
 from nas.errors import UserError
 from nas.search.reports.lookup import get_trial, state_counts
 from nas.search.reports.trial import (
@@ -29,7 +29,7 @@ def _row(t: FrozenTrial, pareto: bool, lm: bool = True) -> dict[str, Any]:
     return {
         "trial": t.number,
         "val_loss": loss,
-        "val_ppl": math.exp(min(loss, 700.0)) if lm and loss is not None else None,
+        "val_ppl": perplexity(loss) if lm and loss is not None else None,
         # as the trainer measured it, with the corpus's bytes per token (loss / ln 2 is bits per *token*)
         "val_bpb": ua.get("val_bpb") if lm else None,
         "flops_per_token": ua.get("flops_per_token"),

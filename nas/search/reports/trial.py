@@ -10,6 +10,7 @@ from optuna.trial import FrozenTrial
 
 from evaluators.result import (
     METRICS,  # the measured metrics a finished trial carries in its user attributes
+    perplexity,
     sample_lines,  # how a trial was run (CPU results depend on threads)
 )
 from evaluators.result import RUN_FIELDS as RUN_KEYS
@@ -310,7 +311,7 @@ def _loss_units(d: dict[str, Any], loss: float) -> str:
         return f"  ({d['evaluator']} score)"
     bpb = d["metrics"].get("val_bpb")
     per_byte = f", {bpb:.4f} bits/byte" if isinstance(bpb, (int, float)) else ""
-    return f" nats/token  (perplexity {math.exp(min(loss, 700)):.3f}{per_byte})"
+    return f" nats/token  (perplexity {perplexity(loss):.3f}{per_byte})"
 
 
 def _hurdle_lines(d: dict[str, Any]) -> list[str]:
