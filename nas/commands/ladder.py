@@ -230,11 +230,12 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     if runs > MAX_RUNS:
         raise UserError(f"--seeds {args.seeds}: {runs:,} runs; at most {MAX_RUNS:,} in one ladder")
     plan = dataclasses.replace(plan, seeds=tuple(range(seed0, seed0 + args.seeds)))
-    n_sizes = len(plan.sizes())
-    if args.seeds * n_sizes <= min(3, n_sizes):  # ladder.fit.resamples_vary: each resample is all the runs
+    flat = plan.without_interval()
+    if flat:  # each resample would be all the runs
+        n = len(plan.sizes(flat[0]))
         notes.append(
-            f"{n_sizes} sizes of one seed: {n_sizes} runs per architecture are too few for a bootstrap "
-            "interval or p(best) (a fourth size, or --seeds 2, gives them)"
+            f"{', '.join(flat)}: {n} sizes of one seed are too few runs for a bootstrap interval or p(best) "
+            "(a fourth size, or --seeds 2, gives them)"
         )
     settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
     print_notes(p.notes + notes)

@@ -233,15 +233,20 @@ def fit(points: Sequence[Point], form: str = "chinchilla") -> tuple[Fit, torch.T
     return _to_fit(best, form, points, rms), torch.stack(distinct)
 
 
+#: the distinct sizes a bootstrap resample must keep (all of them where the data has fewer): with one size
+#: the parameter term of the form is not identified at all
+RESAMPLE_SIZES = 3
+
+
 def resample_weights(points: Sequence[Point], samples: int, generator: torch.Generator) -> torch.Tensor:
     """(samples, n) weights: each resample draws the runs with replacement, a point weighs its run's count.
 
-    A resample with fewer distinct parameter counts than ``min(3, distinct in the data)`` is drawn
-    again (up to 20 times): with one size, the parameter term of the form is not identified at all.
+    A resample with fewer distinct parameter counts than ``min(RESAMPLE_SIZES, distinct in the data)`` is
+    drawn again (up to 20 times), then is the runs themselves.
     """
     runs = sorted({p.run for p in points})
     size_of = {p.run: p.params for p in points}
-    need = min(3, len({p.params for p in points}))
+    need = min(RESAMPLE_SIZES, len({p.params for p in points}))
     index = {r: i for i, r in enumerate(runs)}
     point_run = torch.tensor([index[p.run] for p in points])
     out = torch.empty(samples, len(points), dtype=torch.float64)
@@ -263,8 +268,12 @@ def resamples_vary(points: Sequence[Point]) -> bool:
     It cannot when there are no more runs than the sizes a resample must keep (three sizes of one seed
     each): every accepted draw is then each run once, every refit the same fit, and the percentiles
     of the draws a zero-width interval that would claim certainty where there is none."""
-    runs = {p.run for p in points}
-    return len(runs) > min(3, len({p.params for p in points}))
+    return can_vary(len({p.run for p in points}), len({p.params for p in points}))
+
+
+def can_vary(runs: int, sizes: int) -> bool:
+    """:func:`resamples_vary` of ``runs`` runs at ``sizes`` distinct sizes, known before any run trains."""
+    return runs > min(RESAMPLE_SIZES, sizes)
 
 
 def bootstrap(

@@ -67,8 +67,17 @@ class LadderPlan:
         order = sorted(self.members, key=lambda m: (m.size, m.family))
         return [Run(m.entry, m.scale, seed, self.lr) for m in order for seed in self.seeds]
 
-    def sizes(self) -> list[float]:
-        return sorted({m.size for m in self.members})
+    def sizes(self, family: str | None = None) -> list[float]:
+        """The sizes of ``family`` (every family's when None)."""
+        return sorted({m.size for m in self.members if family is None or m.family == family})
+
+    def without_interval(self) -> list[str]:
+        """The families whose bootstrap cannot vary (:func:`nas.ladder.fit.can_vary`: each of three sizes
+        one run), so that their report will give no interval and no p(best)."""
+        from nas.ladder.fit import can_vary
+
+        sizes = {name: len(self.sizes(name)) for name, _, _ in self.families}
+        return [name for name, n in sizes.items() if not can_vary(n * len(self.seeds), n)]
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -25,7 +25,17 @@ from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, existing_runs
 from nas.confirm.stats import kendall, spearman
 from nas.cost import compute
-from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, percentile, resamples_vary
+from nas.ladder.fit import (
+    RESAMPLE_SIZES,
+    CostCurve,
+    Fit,
+    Point,
+    bootstrap,
+    fit,
+    optimal,
+    percentile,
+    resamples_vary,
+)
 from nas.ladder.plan import LADDER, LadderPlan
 from nas.models import ArchConfig
 from nas.models.sizes import reached, resize
@@ -123,9 +133,9 @@ class Family:
         """Why a fitted family has no interval (its bootstrap could not vary), else None."""
         if self.fit is None or self.draws:
             return None
-        runs = len({p.run for p in self.points})
+        runs, kept = len({p.run for p in self.points}), min(RESAMPLE_SIZES, len(self.sizes))
         return (
-            f"{runs} runs at {len(self.sizes)} sizes: every resample that keeps {min(3, len(self.sizes))} "
+            f"{runs} runs at {len(self.sizes)} sizes: every resample that keeps {kept} "
             "sizes is the same runs, so a bootstrap gives no interval (more --sizes or --seeds 2 give one)"
         )
 

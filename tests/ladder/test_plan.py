@@ -10,7 +10,7 @@ from nas.archfile import load_arch
 from nas.confirm.plan import Entry, Run
 from nas.cost import compute
 from nas.errors import UserError
-from nas.ladder.plan import LadderPlan, build_ladder
+from nas.ladder.plan import LadderPlan, Member, build_ladder
 from nas.models.sizes import resize
 from nas.shipped import arch_path
 from nas.spec.training import Budget, TrainRecipe
@@ -111,3 +111,16 @@ def test_runs_are_confirm_runs_at_the_recipe_lr() -> None:
     )
     assert all(isinstance(r, Run) and r.seed == 4 and r.lr == RECIPE.lr for r in plan.runs())
     assert {r.scale for r in plan.runs() if every[r.arch].name == "vanilla x1"} == {2.0}
+
+
+def test_the_families_without_an_interval_are_known_from_the_plan_family_by_family() -> None:
+    """ladder's note before training counted the sizes of every family together: a family of three sizes
+    beside one of four (near sizes of a small model coincide) got no note, and no interval in its report."""
+    members = [Member("a", s, 0, 1.0) for s in (0.5, 1.0, 2.0)] + [
+        Member("b", s, 1, 1.0) for s in (0.5, 0.7, 1.0, 2.0)
+    ]
+    families = (("a", "finalist", "a"), ("b", "baseline", "b"))
+    plan = LadderPlan(families, tuple(members), (0,), 0.003)
+    assert plan.sizes() == [0.5, 0.7, 1.0, 2.0] and plan.sizes("a") == [0.5, 1.0, 2.0]
+    assert plan.without_interval() == ["a"]
+    assert dataclasses.replace(plan, seeds=(0, 1)).without_interval() == []
