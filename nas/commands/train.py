@@ -118,7 +118,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     return doc["arch"], spec, data
 
 
-def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any = None
+def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any
                ) -> tuple[str | None, str | None]:  # fmt: skip
     """The corpus and tokenizer this run reads: a flag's (relative to the working directory), else the
     file's (relative to the file, :mod:`nas.paths`); a corpus's name as it is."""
@@ -128,7 +128,7 @@ def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch
     file = arch_path(args.arch)
     spec = data_flag
     if data_flag is None:
-        task = getattr(arch, "task", "lm")
+        task = arch.task
         spec = (
             in_file(rec["corpus"], file, "data.corpus")
             if rec
@@ -199,9 +199,7 @@ def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | No
     return None
 
 
-def check_outputs(
-    args: argparse.Namespace, data: tuple[str | None, str | None] = (None, None)
-) -> Planned | None:
+def check_outputs(args: argparse.Namespace, data: tuple[str | None, str | None]) -> Planned | None:
     """Refuse an output path that cannot be written now, before any data is read or any step taken;
     the ``--save`` path as planned (nas.outputs: checked again when the weights are written).  ``data``:
     the corpus and tokenizer the run reads (:func:`data_paths`), which ``--save`` never replaces."""
