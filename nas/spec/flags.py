@@ -321,6 +321,6 @@ def _show(value: Any) -> str:
 
 
 __all__ = [
-    "ALL_SECTIONS", "DataSpec", "Resources", "SearchSection", "add_spec_flags", "apply", "as_written",
-    "blame_flag", "flag_texts", "overrides",
+    "ALL_SECTIONS", "DataSpec", "Resources", "SearchSection", "add_spec_flags", "apply", "apply_flags",
+    "as_written", "blame_flag", "flag_texts", "overrides",
 ]  # fmt: skip
