@@ -389,3 +389,22 @@ def test_bits_per_byte_divide_by_the_bytes_of_exactly_the_scored_text(
     (Path(spec) / VAL_BYTES).unlink()  # without it: the average, as a nanoGPT directory gives
     plain = load_corpus(spec)
     assert plain.val_byte_ends is None and scored_bytes_per_token(plain, y) == plain.bytes_per_token
+
+
+def test_a_stray_byte_counts_as_the_one_byte_it_is(tokenizer: Path, tmp_path: Path) -> None:
+    """A text document may hold a few bytes that are not UTF-8; the tokenizer reads each as U+FFFD, whose
+    three bytes the byte ends counted in its place (4 bytes too many here: bits per byte too low)."""
+    from tokenizers import Tokenizer
+
+    text = tmp_path / "text"
+    text.mkdir()
+    for i in range(5):
+        (text / f"d{i}.txt").write_bytes(b"plain words, all of them fine\n" * 300 + b"one caf\xe9 line\n" * 2)
+    raw = load_corpus(text).val
+    size = len(bytes(raw.numpy()).replace(b"\0", b""))
+    corpus = load_corpus(resolve_data(str(text), str(tokenizer)))
+    assert int(corpus.val_byte_ends[-1]) == size
+    assert corpus.bytes_per_token == pytest.approx(size / len(corpus.val), rel=1e-12)
+    # the ids are the tokenizer's on the text with U+FFFD in place of the byte, as they always were
+    replaced = bytes(raw.numpy()).decode("utf-8", errors="replace")
+    assert corpus.val.tolist() == Tokenizer.from_file(str(tokenizer)).encode(replaced).ids

@@ -34,6 +34,9 @@ from nas.outputs import cache_dir
 from nas.validate import check_writable_dir
 
 _PIECE = 1 << 20  # characters per encoded piece
+#: a byte that is not UTF-8, as surrogateescape decodes it (U+DC80 to U+DCFF), to the replacement character
+#: the tokenizer reads in its place
+_STRAY = {c: "\ufffd" for c in range(0xDC80, 0xDD00)}
 
 
 def load_tokenizer(path: Path) -> tuple[Any, str]:
@@ -115,16 +118,17 @@ def _write(out: Path, text: Corpus, tokenizer: Any, source: dict[str, str], tok_
         val,
         vocab,
         val_byte_ends=ends,
-        bytes_per_token=(int(ends[-1]) if len(ends) else 0) / max(1, len(val)),
+        bytes_per_token=int(shift[-1]) / max(1, len(val)),
         name=f"{text.name} tokenized by {tok_name}",
         source=source,
     )
 
 
 def _documents(part: Any) -> list[str]:
-    """The documents of a byte corpus's split as text (split at its NUL separators)."""
-    # errors="replace": a document may hold a few bytes that are not UTF-8 (nas.data.text keeps it)
-    return [d.decode("utf-8", errors="replace") for d in bytes(part.numpy()).split(SEPARATOR)]
+    """The documents of a byte corpus's split as text (split at its NUL separators).  A document may hold a
+    few bytes that are not UTF-8 (nas.data.text keeps it): each is one character here (surrogateescape),
+    which the tokenizer reads as U+FFFD and the byte ends count as the one byte it is."""
+    return [d.decode("utf-8", errors="surrogateescape") for d in bytes(part.numpy()).split(SEPARATOR)]
 
 
 def _encode(tokenizer: Any, doc: str, byte_ends: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
@@ -138,7 +142,8 @@ def _encode(tokenizer: Any, doc: str, byte_ends: bool = True) -> tuple[np.ndarra
         end = len(doc) if end < 0 else end + 1
         pieces.append(doc[start:end])
         start = end
-    encoded = tokenizer.encode_batch(pieces, add_special_tokens=False) if pieces else []
+    texts = [_tokenizer_text(p) for p in pieces]
+    encoded = tokenizer.encode_batch(texts, add_special_tokens=False) if pieces else []
     ids, ends, done = [], [], 0
     for piece, e in zip(pieces, encoded, strict=True):
         ids.append(np.asarray(e.ids, dtype=np.int64))
@@ -153,10 +158,21 @@ def _encode(tokenizer: Any, doc: str, byte_ends: bool = True) -> tuple[np.ndarra
     return np.concatenate(ids), np.maximum.accumulate(np.concatenate(ends)) if ends else none, done
 
 
+def _tokenizer_text(piece: str) -> str:
+    """``piece`` as the tokenizer reads it: a byte that is not UTF-8 (:func:`_documents`) as U+FFFD."""
+    try:
+        piece.encode("utf-8")
+    except UnicodeEncodeError:  # the rare document with stray bytes
+        return piece.translate(_STRAY)
+    return piece
+
+
 def _utf8_lengths(text: str) -> np.ndarray:
-    """The UTF-8 length of each character of ``text`` (1 to 4), vectorised over its code points."""
-    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    return 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
+    """The UTF-8 length of each character of ``text`` (1 to 4; 1 for a byte that is not UTF-8, as
+    :func:`_documents` decodes it), vectorised over its code points."""
+    points = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
+    stray = (points >= 0xDC80) & (points < 0xDD00)
+    return 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000) - 2 * stray
 
 
 def update_source(meta_path: Path, source: dict[str, str]) -> None:
