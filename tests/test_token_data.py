@@ -393,13 +393,14 @@ def test_bits_per_byte_divide_by_the_bytes_of_exactly_the_scored_text(
 
 def test_a_stray_byte_counts_as_the_one_byte_it_is(tokenizer: Path, tmp_path: Path) -> None:
     """A text document may hold a few bytes that are not UTF-8; the tokenizer reads each as U+FFFD, whose
-    three bytes the byte ends counted in its place (4 bytes too many here: bits per byte too low)."""
+    three bytes the byte ends counted in its place (bits per byte too low)."""
     from tokenizers import Tokenizer
 
     text = tmp_path / "text"
     text.mkdir()
     for i in range(5):
-        (text / f"d{i}.txt").write_bytes(b"plain words, all of them fine\n" * 300 + b"one caf\xe9 line\n" * 2)
+        # a stray byte, and two that begin a three-byte character cut short (one U+FFFD for both)
+        (text / f"d{i}.txt").write_bytes(b"plain words, all fine\n" * 300 + b"caf\xe9, \xe2\x82 cut\n" * 2)
     raw = load_corpus(text).val
     size = len(bytes(raw.numpy()).replace(b"\0", b""))
     corpus = load_corpus(resolve_data(str(text), str(tokenizer)))

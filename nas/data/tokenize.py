@@ -17,6 +17,7 @@ exactly the text the loss is measured on.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -34,9 +35,19 @@ from nas.outputs import cache_dir
 from nas.validate import check_writable_dir
 
 _PIECE = 1 << 20  # characters per encoded piece
-#: a byte that is not UTF-8, as surrogateescape decodes it (U+DC80 to U+DCFF), to the replacement character
-#: the tokenizer reads in its place
+#: bytes that are not UTF-8, as :func:`_documents` decodes them (one character, U+DC80 + their count, where
+#: errors="replace" puts one U+FFFD), to the U+FFFD the tokenizer reads in their place
 _STRAY = {c: "\ufffd" for c in range(0xDC80, 0xDD00)}
+
+
+def _stray(err: UnicodeError) -> tuple[str, int]:
+    """The decode error handler of :func:`_documents`: ``replace``'s one character per invalid stretch, one
+    that says how many bytes it stands for."""
+    assert isinstance(err, UnicodeDecodeError)
+    return chr(0xDC80 + err.end - err.start), err.end
+
+
+codecs.register_error("nas-stray", _stray)
 
 
 def load_tokenizer(path: Path) -> tuple[Any, str]:
@@ -126,9 +137,9 @@ def _write(out: Path, text: Corpus, tokenizer: Any, source: dict[str, str], tok_
 
 def _documents(part: Any) -> list[str]:
     """The documents of a byte corpus's split as text (split at its NUL separators).  A document may hold a
-    few bytes that are not UTF-8 (nas.data.text keeps it): each is one character here (surrogateescape),
-    which the tokenizer reads as U+FFFD and the byte ends count as the one byte it is."""
-    return [d.decode("utf-8", errors="surrogateescape") for d in bytes(part.numpy()).split(SEPARATOR)]
+    few bytes that are not UTF-8 (nas.data.text keeps it): each stretch of them is one character here
+    (:func:`_stray`), which the tokenizer reads as U+FFFD and the byte ends count as the bytes it is."""
+    return [d.decode("utf-8", errors="nas-stray") for d in bytes(part.numpy()).split(SEPARATOR)]
 
 
 def _encode(tokenizer: Any, doc: str, byte_ends: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
@@ -168,11 +179,12 @@ def _tokenizer_text(piece: str) -> str:
 
 
 def _utf8_lengths(text: str) -> np.ndarray:
-    """The UTF-8 length of each character of ``text`` (1 to 4; 1 for a byte that is not UTF-8, as
-    :func:`_documents` decodes it), vectorised over its code points."""
+    """The UTF-8 length of each character of ``text`` (1 to 4; for bytes that are not UTF-8, as
+    :func:`_documents` decodes them, their count), vectorised over its code points."""
     points = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
     stray = (points >= 0xDC80) & (points < 0xDD00)
-    return 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000) - 2 * stray
+    utf8 = 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
+    return np.where(stray, points.astype(np.int64) - 0xDC80, utf8)
 
 
 def update_source(meta_path: Path, source: dict[str, str]) -> None:
