@@ -47,5 +47,5 @@ def sigterm_stops_the_driver() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
     if received:
         sys.stdout.flush()
-        sys.stderr.flush()
+        print("terminated (SIGTERM)", file=sys.stderr, flush=True)  # the line nas.cli gives any other command
         os._exit(128 + signal.SIGTERM)
