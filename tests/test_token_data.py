@@ -363,3 +363,40 @@ def test_bits_per_byte_divide_by_the_bytes_of_exactly_the_scored_text(
     (Path(spec) / VAL_BYTES).unlink()  # without it: the average, as a nanoGPT directory gives
     plain = load_corpus(spec)
     assert plain.val_byte_ends is None and scored_bytes_per_token(plain, y) == plain.bytes_per_token
+
+
+def test_a_tokenization_killed_while_it_wrote_leaves_nothing_after_the_next_one(
+    tokenizer: Path, corpus_dir: Path
+) -> None:
+    """SIGKILL (or a power loss) while an entry was written: its temporary directory, as large as the
+    tokenized corpus, used to stay in the cache for good; the next tokenization removes it."""
+    import os
+    import shutil
+    import subprocess
+
+    spec = Path(resolve_data(str(corpus_dir), str(tokenizer)))
+    shutil.rmtree(spec)
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from nas.outputs import partial\n"
+        "held = partial(Path(sys.argv[1]), sys.argv[2], directory=True)\n"  # as written_whole does
+        "d = held.__enter__()\n"
+        "(d / 'train.bin').write_bytes(b'half')\n"
+        "print(d, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(spec.parent), spec.name],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert proc.stdout is not None
+    left = Path(proc.stdout.readline().strip())
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert (left / "train.bin").is_file()
+    assert Path(resolve_data(str(corpus_dir), str(tokenizer))) == spec
+    assert not left.exists() and (spec / "meta.json").is_file()
