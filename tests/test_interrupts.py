@@ -6,17 +6,14 @@ search's (trials re-queued) in ``tests/test_driver_stop.py``.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from interpreter import start_python
 
 from nas.interrupts import held
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -37,12 +34,11 @@ def test_a_stop_while_the_command_loads_is_one_line(tmp_path: Path, sig: str, co
         "nas.cli.build_parser = build_parser\n"
         "sys.exit(nas.cli.main(sys.argv[1:]))\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code_, "best", "--study", "s", "--runs-dir", str(tmp_path)],
+    proc = start_python(
+        code_,
+        *("best", "--study", "s", "--runs-dir", str(tmp_path)),
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background runner may ignore it
     )
     assert proc.stderr is not None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from interpreter import start_python
 
 import nas.commands.train
 from nas.cli import main
@@ -187,7 +188,6 @@ def test_a_file_changed_after_the_check_is_not_replaced(tmp_path):
 def _limited(tmp_path: Path, limit: int, argv: list[str]) -> Any:
     """Run the CLI in a process whose files may not grow past ``limit`` bytes (RLIMIT_FSIZE: EFBIG)."""
     import subprocess
-    import sys
 
     code = (
         "import resource, signal, sys\n"
@@ -254,7 +254,6 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     """`best | head -1`: the pipe closes under the tool; it stops quietly (128 + SIGPIPE), as `cat` does."""
     import shutil
     import subprocess
-    import sys
 
     root = Path(__file__).resolve().parents[1]
     db = tmp_path / "study.db"
@@ -316,15 +315,7 @@ def _paused_while_writing(cwd: Path, argv: list[str]) -> Any:
         "from nas.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *argv],
-        cwd=cwd,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
+    proc = start_python(code, *argv, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     assert proc.stderr is not None
     for line in proc.stderr:
         if line.startswith("WRITING"):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from interpreter import start_python
 from token_corpus import token_stream, train_tiny_bpe, write_token_corpus
 
 from nas.data import (
@@ -370,7 +371,6 @@ def test_a_tokenization_killed_while_it_wrote_leaves_nothing_after_the_next_one(
 ) -> None:
     """SIGKILL (or a power loss) while an entry was written: its temporary directory, as large as the
     tokenized corpus, used to stay in the cache for good; the next tokenization removes it."""
-    import os
     import shutil
     import subprocess
 
@@ -386,13 +386,7 @@ def test_a_tokenization_killed_while_it_wrote_leaves_nothing_after_the_next_one(
         "print(d, flush=True)\n"
         "time.sleep(60)\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(spec.parent), spec.name],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
+    proc = start_python(code, str(spec.parent), spec.name, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     left = Path(proc.stdout.readline().strip())
     proc.kill()
