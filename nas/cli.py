@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nas.errors import UserError
-from nas.interrupts import Terminated, held, sigterm_unwinds
+from nas.interrupts import Terminated, held, stops_unwind
 from nas.program import prog_name
 from nas.redact import redacted_output
 
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ["search"],
     ):  # the demo: the shipped default space, whose spec sets its trials and hurdles
         argv = ["search", "--demo"]
-    with redacted_output(argv), sigterm_unwinds():  # a storage URL's password is never printed (nas.redact)
+    with redacted_output(argv), stops_unwind():  # a storage URL's password is never printed (nas.redact)
         try:
             # a Ctrl-C inside the imports of torch and NumPy left them half-imported: a later import then
             # failed ("cannot load module more than once") or the Ctrl-C was swallowed and the command ran on

@@ -11,6 +11,12 @@ one line each.  The commands that drive trials put their own SIGTERM handler ove
 :func:`held` keeps both signals waiting while a few steps must happen together (a finished file
 moved into place and recorded, the imports of torch and NumPy, which an exception half-way through
 leaves unusable); the signal takes effect as soon as the block ends.
+
+A handler's exception is raised wherever the main thread is when the signal arrives; inside a weakref
+callback or a ``__del__`` (the garbage collector runs them at any moment: Ray's object references have
+them) Python prints it as "Exception ignored" and carries on, and the stop is lost: a search stopped by
+a scheduler ran on to its last trial.  So every stop raised is remembered, and the driver's loop, which
+a stop's exception leaves for good, raises again one it finds there (:func:`raise_lost_stop`).
 """
 
 from __future__ import annotations
@@ -33,25 +39,58 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+#: the stops raised while a command runs (:func:`stops_unwind`), for :func:`raise_lost_stop`
+_raised: list[BaseException] = []
+
+
+def stop(exc: BaseException) -> None:
+    """Raise ``exc`` from a signal handler, remembered until the command ends (:func:`raise_lost_stop`)."""
+    _raised.append(exc)
+    raise exc
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    stop(KeyboardInterrupt())
+
+
 def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated(signum)
+    stop(Terminated(signum))
 
 
 @contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread (the handler in place
-    before is put back afterwards).  A SIGTERM that was ignored when the process started stays ignored,
-    and so does everything outside the main thread, where Python cannot set a handler."""
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
-    ):
+def stops_unwind() -> Iterator[None]:
+    """While the block runs, Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated` in the
+    main thread, each remembered (the handlers in place before are put back afterwards).  A signal that
+    was ignored when the process started stays ignored (``nohup``, a shell's background job), and
+    nothing changes outside the main thread, where Python cannot set a handler."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    ours = {
+        signal.SIGINT: (signal.default_int_handler, _interrupt),
+        signal.SIGTERM: (signal.SIG_DFL, _terminate),
+    }
+    previous = {s: signal.getsignal(s) for s in ours}
+    for s, (default, handler) in ours.items():
+        if previous[s] == default:
+            signal.signal(s, handler)
+    _raised.clear()
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _raised.clear()
+        for s, h in previous.items():
+            if h is not None:
+                signal.signal(s, h)
+
+
+def raise_lost_stop() -> None:
+    """Raise again a stop whose exception never unwound the command (raised inside a weakref callback
+    or a ``__del__``: printed by Python as "Exception ignored", then dropped).  Call it only where a
+    stop's exception, once raised, can never come back to: the top of the driver's loop."""
+    if _raised:
+        lost = _raised[-1]
+        raise type(lost)(*lost.args)
 
 
 @contextlib.contextmanager
