@@ -57,3 +57,39 @@ def test_a_signal_inside_held_takes_effect_when_the_block_ends() -> None:
         steps.append("after the block")
     assert steps == ["after the signal"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_the_garbage_collector_swallowed_still_stops_train(tmp_path: Path) -> None:
+    """Raised inside a ``__del__``, a signal's exception is printed by Python and dropped: training went on
+    to its last step.  The training loop raises it again at its next step (``nas.interrupts``)."""
+    code_ = (
+        "import signal, sys\n"
+        "import evaluators.loop as loop\n"
+        "real, steps = loop.train_batch, []\n"
+        "class Collected:\n"
+        "    def __del__(self):\n"
+        "        signal.raise_signal(signal.SIGINT)\n"  # the handler runs here, inside __del__
+        "def train_batch(*args):\n"
+        "    steps.append(1)\n"
+        "    if len(steps) == 2:\n"
+        "        Collected()\n"
+        "        print('SWALLOWED', file=sys.stderr, flush=True)\n"
+        "    return real(*args)\n"
+        "loop.train_batch = train_batch\n"
+        "import nas.cli\n"
+        "code = nas.cli.main(sys.argv[1:])\n"
+        "print('steps', len(steps), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    proc = start_python(
+        code_,
+        *("train", "--arch", "vanilla", "--budget.steps", "50", "--save", str(tmp_path / "m.pt")),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    _, err = proc.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130 and "SWALLOWED" in err, err
+    assert lines[-2:] == ["interrupted", "steps 2"], err  # stopped at the next step, not after 50
+    assert list(tmp_path.iterdir()) == []  # no model saved from a run the user stopped
