@@ -36,6 +36,7 @@ from evaluators.model import CompileFailed, Prepared, describe_compile_error
 from evaluators.step import TrainStep
 from evaluators.trainlog import TrainLog
 from nas.data import train_batch
+from nas.interrupts import raise_lost_stop
 from nas.spec.training import TrainRecipe
 
 
@@ -110,6 +111,7 @@ class _Loop:
         step = 0
         total = self.plan.total_steps
         while True:
+            raise_lost_stop()  # a Ctrl-C or SIGTERM the garbage collector swallowed (nas.interrupts)
             for rung in self.branch_at.get(step, ()):
                 self._branch(rung, batches)
             lr = (

@@ -83,6 +83,7 @@ from evaluators.result import Result
 from evaluators.step import TrainStep, autocast_for, compute_dtype
 from nas.cost import compute
 from nas.errors import ConfigError
+from nas.interrupts import raise_lost_stop
 from nas.models import ArchConfig, build_model
 from nas.spec.training import Budget, TrainRecipe
 
@@ -643,6 +644,7 @@ class ProbeEvaluator:
             return TaskRun(acc, steps, tokens, tokens * per_token, seconds, score(acc), plateau)
 
         for step in range(1, self.steps + 1):
+            raise_lost_stop()  # a Ctrl-C or SIGTERM the garbage collector swallowed (nas.interrupts)
             if at + self.batch_size > perm.numel():  # a new epoch, reshuffled
                 perm, at = torch.randperm(x.size(0), generator=order), 0
             idx = perm[at : at + self.batch_size]

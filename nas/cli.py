@@ -12,11 +12,13 @@ import argparse
 import importlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from nas.errors import UserError
+from nas.interrupts import Terminated, held, stops_unwind
 from nas.program import prog_name
 from nas.redact import redacted_output
 
@@ -65,13 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ["search"],
     ):  # the demo: the shipped default space, whose spec sets its trials and hurdles
         argv = ["search", "--demo"]
-    parser = build_parser(argv[0])
-    with redacted_output(argv):  # a storage URL's password is never printed (nas.redact)
-        args = parser.parse_args(argv)
-        if getattr(args, "func", None) is None:
-            parser.print_help()
-            return 2
+    with redacted_output(argv), stops_unwind():  # a storage URL's password is never printed (nas.redact)
         try:
+            # a Ctrl-C inside the imports of torch and NumPy left them half-imported: a later import then
+            # failed ("cannot load module more than once") or the Ctrl-C was swallowed and the command ran on
+            with held():
+                parser = build_parser(argv[0])
+            args = parser.parse_args(argv)
+            if getattr(args, "func", None) is None:
+                parser.print_help()
+                return 2
             code = int(args.func(args) or 0)
             sys.stdout.flush()  # a reader that went away (`best | head`) shows here, inside the try
             return code
@@ -83,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        except Terminated as stop:  # SIGTERM: everything unwound as for Ctrl-C (nas.interrupts)
+            print(f"terminated ({signal.Signals(stop.signum).name})", file=sys.stderr)
+            return 128 + stop.signum
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130

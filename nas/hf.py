@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -462,14 +461,15 @@ class written_dir:  # noqa: N801 (used as a context manager, like a function)
         self.written: list[str] = []
 
     def __enter__(self) -> Path:
-        import tempfile
+        from nas.outputs import partial
 
         self.target = self.out.resolve() if self.out.is_symlink() else self.out  # the directory a link names
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent))
+        self.partial = partial(self.target.parent, self.target.name, directory=True)
+        self.tmp = self.partial.__enter__()
         return self.tmp
 
     def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        from nas.interrupts import held
         from nas.outputs import is_database
 
         out = self.target
@@ -495,12 +495,13 @@ class written_dir:  # noqa: N801 (used as a context manager, like a function)
                             f"{there}: the export would replace it ({which}), even with --force; nothing "
                             "was written"
                         )
-                for name in names:
-                    os.replace(self.tmp / name, out / name)
+                with held():  # a Ctrl-C half-way would leave the old export mixed with the new
+                    for name in names:
+                        os.replace(self.tmp / name, out / name)
             else:
                 if out.is_dir():
                     out.rmdir()  # empty: replaced by the whole new one
                 os.replace(self.tmp, out)
             self.written = names
         finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.partial.__exit__(None, None, None)  # removes what is left of the temporary directory

@@ -19,6 +19,12 @@ one this tool wrote included, needs ``--force`` (``replace_own=False``).  Checke
   model trained, are never overwritten.  A full disk ends in one line and the
   earlier file is intact (the temporary file is removed).
 
+Ctrl-C and SIGTERM remove the temporary file on the way out (:mod:`nas.interrupts`), and wait while
+the finished file is moved into place and recorded.  A writer killed outright (SIGKILL, power loss)
+cannot: its temporary file (``.NAME.XXXXXXXX.nas-partial``) is held under an advisory lock while its
+writer lives, and the next writer into that directory removes every one whose lock is free
+(:func:`partial`, used by every writer of the tool, the caches included).
+
 What this tool wrote is remembered outside the user's directories, in
 ``$NAS_CACHE_DIR/written/`` (one small record per file: its path and
 SHA-256), so no marker file is left beside the outputs.  Python's
@@ -34,12 +40,15 @@ import errno
 import hashlib
 import json
 import os
+import re
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from nas.errors import UserError
+from nas.interrupts import held
 from nas.validate import check_file_name, check_writable_dir
 
 #: how a user may allow replacing a file (every command that writes one has --force)
@@ -62,6 +71,88 @@ def no_room(err: BaseException | None) -> OSError | None:
     """The "no room" OSError (full disk, quota, file-size limit) behind ``err``, if there is one:
     libraries wrap it (torch.save in a RuntimeError, SQLAlchemy in its own errors)."""
     return next((e for e in causes(err) if isinstance(e, OSError) and e.errno in _NO_ROOM), None)
+
+
+#: the end of every temporary file or directory a writer of this tool makes beside what it writes
+PARTIAL = ".nas-partial"
+_PARTIAL_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(PARTIAL))  # tempfile's 8 random characters
+
+
+def _lock(fd: int, wait: bool = False) -> bool:
+    """Take the advisory lock on ``fd``; False if another process holds it or the file system has no
+    locks (then nothing can tell a live writer from a dead one)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def partial(parent: Path, name: str, *, directory: bool = False) -> Iterator[Path]:
+    """A new temporary file (or directory) for ``name`` in ``parent``, to fill and then move into place
+    within the block; removed when the block ends, whatever ends it (a Ctrl-C, a full disk).
+
+    It is locked for as long as this process lives, so the temporary files of writers that were killed
+    outright (SIGKILL, a power loss: no cleanup ran) are told from live ones and removed here, by the next
+    writer into ``parent`` (:func:`sweep_partials`).
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    sweep_partials(parent)
+    while True:
+        if directory:
+            path = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=PARTIAL, dir=parent))
+            fd = os.open(path, os.O_RDONLY)
+        else:
+            fd, made = tempfile.mkstemp(prefix=f".{name}.", suffix=PARTIAL, dir=parent)
+            path = Path(made)
+        locked = _lock(fd)
+        try:
+            # a sweeper of another process may have taken it for a dead writer's between its creation
+            # and the lock: then make another
+            if not locked or os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        os.close(fd)
+
+
+def sweep_partials(parent: Path) -> None:
+    """Remove from ``parent`` the temporary files and directories of :func:`partial` whose writer is gone
+    (their lock is free); anything else, and anything whose state cannot be told, is left alone."""
+    try:
+        entries = [e for e in os.scandir(parent) if _PARTIAL_NAME.fullmatch(e.name)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # gone meanwhile, a link, not readable
+            continue
+        try:
+            if not _lock(fd):
+                continue  # its writer is alive
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,11 +199,9 @@ def _remember(path: Path) -> None:
     asks for ``--force``, which is the safe side)."""
     try:
         record = _record(path)
-        record.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".record.", dir=record.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"path": str(path.resolve()), "sha256": sha256_file(path)}, f)
-        os.replace(tmp, record)
+        with partial(record.parent, record.name) as tmp:
+            tmp.write_text(json.dumps({"path": str(path.resolve()), "sha256": sha256_file(path)}))
+            os.replace(tmp, record)
     except OSError:
         pass
 
@@ -236,11 +325,7 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
     planned = target if isinstance(target, Planned) else None
     p = planned.path if planned is not None else Path(target)
     shown = f"{planned.what if planned is not None else 'output'} {str(p)!r}"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=p.suffix, dir=p.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
+    with partial(p.parent, p.name) as tmp:
         try:
             write(tmp)
         except Exception as err:
@@ -250,29 +335,29 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
             kept = "the earlier file is intact" if p.exists() else "nothing was written"
             raise UserError(f"{shown}: no room to write it ({full.strerror}); {kept}") from None
         os.chmod(tmp, _mode_for(p))  # mkstemp's file is private (0600): give it what a plain open would
-        if planned is None:
-            os.replace(tmp, p)
-            return p
-        appeared = f"{shown}: a file appeared there while this ran; it is left as it is ({HINT})"
-        if planned.replaces is None:
+        with held():  # a Ctrl-C between the move and the record would leave a file the next run refuses
+            _move_into_place(tmp, planned, p, shown)
+            _remember(p)
+    return p
+
+
+def _move_into_place(tmp: Path, planned: Planned | None, p: Path, shown: str) -> None:
+    if planned is None:
+        os.replace(tmp, p)
+        return
+    appeared = f"{shown}: a file appeared there while this ran; it is left as it is ({HINT})"
+    if planned.replaces is None:
+        try:
+            os.link(tmp, p)  # fails if the name was taken meanwhile: exclusive creation
+        except FileExistsError:
+            raise UserError(appeared) from None
+        except OSError:  # a file system without hard links: create exclusively, then fill in
             try:
-                os.link(tmp, p)  # fails if the name was taken meanwhile: exclusive creation
+                os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:
                 raise UserError(appeared) from None
-            except OSError:  # a file system without hard links: create exclusively, then fill in
-                try:
-                    os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                except FileExistsError:
-                    raise UserError(appeared) from None
-                os.replace(tmp, p)
-        else:
-            if not p.is_file() or sha256_file(p) != planned.replaces:
-                raise UserError(
-                    f"{shown}: the file there changed while this ran; it is left as it is ({HINT})"
-                )
             os.replace(tmp, p)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-    _remember(p)
-    return p
+    else:
+        if not p.is_file() or sha256_file(p) != planned.replaces:
+            raise UserError(f"{shown}: the file there changed while this ran; it is left as it is ({HINT})")
+        os.replace(tmp, p)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from interpreter import start_python
 
 import nas.commands.train
 from nas.cli import main
@@ -184,7 +188,6 @@ def test_a_file_changed_after_the_check_is_not_replaced(tmp_path):
 def _limited(tmp_path: Path, limit: int, argv: list[str]) -> Any:
     """Run the CLI in a process whose files may not grow past ``limit`` bytes (RLIMIT_FSIZE: EFBIG)."""
     import subprocess
-    import sys
 
     code = (
         "import resource, signal, sys\n"
@@ -251,7 +254,6 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     """`best | head -1`: the pipe closes under the tool; it stops quietly (128 + SIGPIPE), as `cat` does."""
     import shutil
     import subprocess
-    import sys
 
     root = Path(__file__).resolve().parents[1]
     db = tmp_path / "study.db"
@@ -292,3 +294,76 @@ def test_a_healthy_wal_study_where_no_shm_can_be_made_is_read_not_called_damaged
     err = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(err) == 1, run.stderr
     assert "the study is fine, but it cannot be read here" in err[0] and "damaged" not in err[0]
+
+
+def _paused_while_writing(cwd: Path, argv: list[str]) -> Any:
+    """The CLI in a subprocess whose writers stop for a minute once the temporary file is full (prints
+    ``WRITING``): a signal sent then arrives at that exact point."""
+    code = (
+        "import sys, time\n"
+        "import nas.outputs as o\n"
+        "real = o.write_output\n"
+        "def write_output(target, write):\n"
+        "    def paused(tmp):\n"
+        "        write(tmp)\n"
+        "        print('WRITING', file=sys.stderr, flush=True)\n"
+        "        time.sleep(60)\n"
+        "    return real(target, paused)\n"
+        "o.write_output = write_output\n"
+        "import nas.archfile\n"
+        "nas.archfile.write_output = write_output\n"
+        "from nas.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = start_python(code, *argv, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("WRITING"):
+            return proc
+    proc.wait()
+    raise AssertionError(f"never reached the write (exit {proc.returncode})")
+
+
+def _partials(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.name.endswith(".nas-partial"))
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated (SIGTERM)")]
+)
+def test_a_command_stopped_while_writing_keeps_the_old_file_and_leaves_no_temporary_one(
+    study, tmp_path, sig, code, line
+):
+    """SIGTERM used to end the process on the spot: its temporary file stayed beside the user's output."""
+    old = tmp_path / "w.yaml"
+    old.write_text("the user's winner\n")
+    argv = ["export", "--study", "s", "--storage", study["url"], "--best", "--out", str(old), "--force"]
+    proc = _paused_while_writing(tmp_path, argv)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code and err.strip() == line, err
+    assert old.read_text() == "the user's winner\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]
+
+
+def test_a_writer_killed_outright_leaves_a_temporary_file_that_the_next_write_removes(study, tmp_path):
+    """SIGKILL (or a power loss) runs no cleanup: the temporary file stays, locked by nobody; the next
+    writer into the directory removes it, and never a live writer's."""
+    old = tmp_path / "w.yaml"
+    old.write_text("the user's winner\n")
+    argv = ["export", "--study", "s", "--storage", study["url"], "--best", "--out", str(old), "--force"]
+    killed = _paused_while_writing(tmp_path, argv)
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=60)
+    assert old.read_text() == "the user's winner\n"
+    (left,) = _partials(tmp_path)
+    assert left.startswith(".w.yaml.")
+    alive = _paused_while_writing(tmp_path, [*argv[:-3], "--out", str(tmp_path / "other.yaml")])
+    try:
+        (theirs,) = set(_partials(tmp_path)) - {left}
+        assert main(argv) == 0
+        assert _partials(tmp_path) == [theirs]  # the live writer's is kept
+        assert "arch:" in old.read_text()  # the export replaced the old file
+    finally:
+        alive.kill()
+        alive.communicate(timeout=60)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from interpreter import start_python
 from token_corpus import token_stream, train_tiny_bpe, write_token_corpus
 
 from nas.data import (
@@ -409,3 +410,33 @@ def test_a_stray_byte_counts_as_the_one_byte_it_is(tokenizer: Path, tmp_path: Pa
     # the ids are the tokenizer's on the text with U+FFFD in place of the byte, as they always were
     replaced = bytes(raw.numpy()).decode("utf-8", errors="replace")
     assert corpus.val.tolist() == Tokenizer.from_file(str(tokenizer)).encode(replaced).ids
+
+
+def test_a_tokenization_killed_while_it_wrote_leaves_nothing_after_the_next_one(
+    tokenizer: Path, corpus_dir: Path
+) -> None:
+    """SIGKILL (or a power loss) while an entry was written: its temporary directory, as large as the
+    tokenized corpus, used to stay in the cache for good; the next tokenization removes it."""
+    import shutil
+    import subprocess
+
+    spec = Path(resolve_data(str(corpus_dir), str(tokenizer)))
+    shutil.rmtree(spec)
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from nas.outputs import partial\n"
+        "held = partial(Path(sys.argv[1]), sys.argv[2], directory=True)\n"  # as written_whole does
+        "d = held.__enter__()\n"
+        "(d / 'train.bin').write_bytes(b'half')\n"
+        "print(d, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = start_python(code, str(spec.parent), spec.name, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    left = Path(proc.stdout.readline().strip())
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert (left / "train.bin").is_file()
+    assert Path(resolve_data(str(corpus_dir), str(tokenizer))) == spec
+    assert not left.exists() and (spec / "meta.json").is_file()

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from nas.interrupts import stop
+
 
 @contextlib.contextmanager
 def sigterm_stops_the_driver() -> Iterator[None]:
@@ -28,13 +30,13 @@ def sigterm_stops_the_driver() -> Iterator[None]:
         return
     received: list[int] = []
 
-    def stop(signum: int, frame: Any) -> None:
+    def on_sigterm(signum: int, frame: Any) -> None:
         if received:  # a second SIGTERM must not interrupt the re-queuing the first one started
             return
         received.append(signum)
-        raise SystemExit(128 + signum)
+        stop(SystemExit(128 + signum))  # remembered: raised inside a weakref callback, it would be lost
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     except BaseException as exc:
@@ -47,5 +49,5 @@ def sigterm_stops_the_driver() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
     if received:
         sys.stdout.flush()
-        sys.stderr.flush()
+        print("terminated (SIGTERM)", file=sys.stderr, flush=True)  # the line nas.cli gives any other command
         os._exit(128 + signal.SIGTERM)

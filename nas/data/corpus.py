@@ -13,8 +13,6 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,6 +21,8 @@ import torch
 from torch import Tensor
 
 from nas.data.batches import get_batch, validation_windows
+from nas.interrupts import held
+from nas.outputs import partial
 
 DEFAULT_CORPUS = "shakespeare"
 DEFAULT_PARALLEL = "shakespeare-reversed"  # the built-in seq2seq task (nas.data.parallel)
@@ -124,19 +124,16 @@ def corpus_record(name: str, source: Mapping[str, Any], vocab_size: int, fingerp
 def written_whole(out: Path) -> Iterator[Path]:
     """A temporary sibling directory to fill, renamed to ``out`` when the block ends, so a
     reader sees the whole directory or none; removed if the block raises."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with partial(out.parent, out.name, directory=True) as tmp:
         yield tmp
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any other
-        if out.exists():  # an entry left unfinished (its metadata file missing): this one replaces it
-            aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.broken.", dir=out.parent))
-            os.replace(out, aside / "entry")
-            shutil.rmtree(aside, ignore_errors=True)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with held():  # the unfinished entry set aside and the new one in place, or neither
+            if out.exists():  # an entry left unfinished (its metadata file missing): this one replaces it
+                with partial(out.parent, out.name, directory=True) as aside:
+                    os.replace(out, aside / "entry")
+                    os.replace(tmp, out)
+            else:
+                os.replace(tmp, out)
 
 
 def bytes_fingerprint(train: Tensor, val: Tensor) -> str:

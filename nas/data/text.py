@@ -37,7 +37,7 @@ from torch import Tensor
 
 from nas.data.corpus import DEFAULT_CORPUS, DEFAULT_PARALLEL, Corpus, file_lock
 from nas.errors import UserError
-from nas.outputs import cache_dir
+from nas.outputs import cache_dir, partial
 from nas.validate import check_writable_dir, utf16_text
 
 SEPARATOR = b"\x00"
@@ -237,18 +237,13 @@ def _write_cache(path: Path, name: str, docs: Sequence[tuple[str, bytes]]) -> No
         "train_bytes": len(train),
         "val_bytes": len(val),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with partial(path.parent, path.name) as tmp:
+        with open(tmp, "wb") as f:
             f.write(json.dumps(header).encode() + b"\n")
             f.write(train)
             f.write(val)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like any other
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_cache(path: Path) -> Corpus:

@@ -31,7 +31,7 @@ from nas.data.corpus import Corpus, file_lock
 from nas.data.text import SEPARATOR
 from nas.data.tokens import META, write_token_dir
 from nas.errors import UserError
-from nas.outputs import cache_dir
+from nas.outputs import cache_dir, partial
 from nas.validate import check_writable_dir
 
 _PIECE = 1 << 20  # characters per encoded piece
@@ -193,6 +193,7 @@ def update_source(meta_path: Path, source: dict[str, str]) -> None:
     if meta.get("source") == source:
         return
     meta["source"] = source
-    tmp = meta_path.with_name(f".{meta_path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, meta_path)
+    with partial(meta_path.parent, meta_path.name) as tmp:
+        tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like any other
+        os.replace(tmp, meta_path)

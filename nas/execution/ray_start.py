@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 from nas.errors import UserError
 from nas.execution.capacity import available_memory, fit_local_workers, local_cpus
+from nas.interrupts import held
 
 
 def start_ray(
@@ -38,18 +40,64 @@ def start_ray(
             cpus = local_cpus(cpus_per_trial)
             n_workers, note = fit_local_workers(n_workers, cpus_per_trial, cpus, available_memory())
             notes += [note] if note else []
-            ray.init(
-                address="local",
-                num_cpus=cpus,
-                include_dashboard=dashboard,
-                _node_ip_address="127.0.0.1",
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-            )
+            before = descendants(os.getpid())
+            try:
+                ray.init(
+                    address="local",
+                    num_cpus=cpus,
+                    include_dashboard=dashboard,
+                    _node_ip_address="127.0.0.1",
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                )
+            except BaseException:
+                stop_a_start_cut_short(ray, before)
+                raise
     except (ConnectionError, ray.exceptions.RayError, ValueError, RuntimeError) as err:
         first = f"{err}".splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"--address {address!r}: cannot connect to Ray: {first}") from None
     return n_workers, notes
+
+
+def stop_a_start_cut_short(ray: Any, before: set[int]) -> None:
+    """``ray.init`` of a local Ray stopped half-way (Ctrl-C, SIGTERM, an error): stop what it started.
+
+    Interrupted inside Ray's node start, ``ray.shutdown()`` knows none of the processes (Ray records its
+    node only once the start is done), and Ray's dashboard and runtime-env agents outlived the driver,
+    ignoring SIGTERM.  So the processes this one started meanwhile (its descendants that were not there
+    before: ``before``) are killed; they hold nothing worth keeping yet.
+    """
+    with held():  # a second Ctrl-C must not leave the cleanup half done
+        started = descendants(os.getpid()) - before  # before Ray's shutdown orphans the agents
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        for pid in started:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> set[int]:
+    """The PIDs of ``pid``'s children, their children and so on (empty where /proc is not there)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return set()
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])  # the name may hold spaces and ')'
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
 
 def check_gpus(ray: Any, gpus_per_trial: float, shutdown: bool) -> None:

@@ -62,6 +62,41 @@ def test_a_creation_stopped_by_ctrl_c_leaves_no_study(tmp_path, corpus, monkeypa
     assert search(tmp_path, corpus, "--trials", "3") == 0
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_the_garbage_collector_swallowed_still_stops_the_search(
+    tmp_path, corpus, monkeypatch, capsys
+):
+    """A signal's exception raised inside a ``__del__`` or a weakref callback (Ray's object references have
+    them) is printed by Python as "Exception ignored" and dropped: a search stopped by SIGTERM once ran on
+    to its last trial.  The driver's loop raises it again at its next pass: exit 130."""
+    import signal
+
+    from nas.execution.local_pool import LocalPool
+
+    class Collected:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside __del__
+
+    real = LocalPool.submit
+    calls = []
+
+    def submit(self: LocalPool, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            Collected()  # made and collected at once, while trial 1 is running
+            calls.append("went on")
+
+    monkeypatch.setattr(LocalPool, "submit", submit)
+    assert search(tmp_path, corpus, "--trials", "6") == 130
+    assert "went on" in calls  # the KeyboardInterrupt was swallowed where it was raised
+    assert capsys.readouterr().err.strip().endswith("interrupted")
+    # stopped at the driver's next pass, once the trial it was running had finished (it used to run all 6)
+    assert [t.state for t in load(tmp_path).trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    assert search(tmp_path, corpus, "--trials", "6") == 0  # the same command continues it
+    assert len(load(tmp_path).trials) == 6
+
+
 def test_ctrl_c_while_the_tables_are_created_leaves_no_file(tmp_path, corpus, monkeypatch, capsys):
     """Ctrl-C while Optuna creates a new database's tables: the half-made file used to stay and be refused
     for good as someone else's database; it is removed, and the same command then starts the study."""

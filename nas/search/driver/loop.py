@@ -34,6 +34,7 @@ from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
 from nas.execution.worker import OUT_OF_MEMORY
+from nas.interrupts import raise_lost_stop
 from nas.models import ArchConfig
 from nas.search.driver.allowance import Allowance, planned_flops, screen_bound, spent_flops
 from nas.search.driver.console import Reporter
@@ -193,6 +194,7 @@ class Driver:
         )
         try:
             while True:
+                raise_lost_stop()  # a Ctrl-C or SIGTERM the garbage collector swallowed stops here
                 self._confirm_lease()
                 self._fill(study, pool, report)
                 if not self.running and not self.allowance.may_launch(self.done, 0):
