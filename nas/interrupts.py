@@ -15,8 +15,9 @@ leaves unusable); the signal takes effect as soon as the block ends.
 A handler's exception is raised wherever the main thread is when the signal arrives; inside a weakref
 callback or a ``__del__`` (the garbage collector runs them at any moment: Ray's object references have
 them) Python prints it as "Exception ignored" and carries on, and the stop is lost: a search stopped by
-a scheduler ran on to its last trial.  So every stop raised is remembered, and the driver's loop, which
-a stop's exception leaves for good, raises again one it finds there (:func:`raise_lost_stop`).
+a scheduler ran on to its last trial.  So every stop raised is remembered, and the loops a stop's
+exception leaves for good (the driver's, the training loops') raise again one they find there
+(:func:`raise_lost_stop`).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def stops_unwind() -> Iterator[None]:
 def raise_lost_stop() -> None:
     """Raise again a stop whose exception never unwound the command (raised inside a weakref callback
     or a ``__del__``: printed by Python as "Exception ignored", then dropped).  Call it only where a
-    stop's exception, once raised, can never come back to: the top of the driver's loop."""
+    stop's exception, once raised, can never come back to: the top of the driver's loop, a training
+    step."""
     if _raised:
         lost = _raised[-1]
         raise type(lost)(*lost.args)

@@ -34,6 +34,7 @@ from nas.execution.capacity import check_speaks_grpc, check_trial_resources
 from nas.execution.pool import Finished, NoWorkersLeft
 from nas.execution.ray_start import check_gpus, keep_sigterm_handler, start_ray
 from nas.execution.slots import Slot, release, solo_runner, why_died
+from nas.interrupts import held
 
 __all__ = ["Finished", "NoWorkersLeft", "RayPool"]
 
@@ -133,22 +134,29 @@ class RayPool:
         self.start_timeout = float(start_timeout)
         self.trial_timeout = trial_timeout
         self.started_ray = False
+        self.slots: list[Slot] = []
         if not ray.is_initialized():
             with keep_sigterm_handler(ray):
                 n_workers, self.notes = start_ray(ray, n_workers, cpus_per_trial, address, dashboard)
             self.started_ray = True
         self.gpus_per_trial = gpus_per_trial
         self.cpus_per_trial = cpus_per_trial
-        if gpus_per_trial > 0:
-            check_gpus(ray, gpus_per_trial, shutdown=self.started_ray)
         self.deaths = 0  # trials whose worker died under them
-        self._start_slots(n_workers)
+        try:
+            if gpus_per_trial > 0:
+                check_gpus(ray, gpus_per_trial, shutdown=self.started_ray)
+            self._start_slots(n_workers)
+        except BaseException:
+            # no pool is returned, so nobody else would stop this Ray: a SIGTERM here ends the process
+            # without Python's exit handlers, where Ray's own shutdown would have run
+            self.shutdown()
+            raise
 
     def _start_slots(self, n_workers: int) -> None:
         self.node_ip = self.ray.util.get_node_ip_address()
         actor_cls = _actor_class(self.ray).options(num_cpus=self.cpus_per_trial, num_gpus=self.gpus_per_trial)
         self.solo: list[tuple[Any, dict[str, Any]]] = []  # trials waiting for a GPU to themselves
-        self.slots: list[Slot] = []
+        self.slots = []
         for _ in range(n_workers):
             slot = Slot(actor_cls.remote(max(1, int(self.cpus_per_trial))))
             self._probe(slot)
@@ -176,10 +184,11 @@ class RayPool:
             except Exception:  # noqa: BLE001 - its node is gone: nothing left to stop
                 pass
         self.slots = []
-        try:
-            self.ray.shutdown()
-        except Exception:  # noqa: BLE001 - the dead node's processes may be gone already
-            pass
+        with held():  # see shutdown()
+            try:
+                self.ray.shutdown()
+            except Exception:  # noqa: BLE001 - the dead node's processes may be gone already
+                pass
         n_workers, cpus_per_trial, dashboard = self._asked
         with keep_sigterm_handler(self.ray):
             n_workers, notes = start_ray(self.ray, n_workers, cpus_per_trial, None, dashboard)
@@ -249,14 +258,20 @@ class RayPool:
         return out
 
     def shutdown(self) -> None:
-        for slot in self.slots:
-            try:
-                self.ray.kill(slot.actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead or Ray going away: nothing left to stop
-                pass
-        self.slots = []
-        if self.started_ray:
-            self.ray.shutdown()
+        # Ctrl-C or SIGTERM waits until Ray is down: cut short, its shutdown left the dashboard and
+        # runtime-env agents running for good (the driver then ends without Python's exit handlers).
+        # held() also puts the SIGTERM handler back afterwards: ray.shutdown() sets SIGTERM to its default
+        # action in C (its core worker's doing; Python still reports its handler), so a SIGTERM after a
+        # search's Ray was down (its results printing) killed the driver outright, exit -15, no line.
+        with held():
+            for slot in self.slots:
+                try:
+                    self.ray.kill(slot.actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already dead or Ray going away: nothing left to stop
+                    pass
+            self.slots = []
+            if self.started_ray:
+                self.ray.shutdown()
 
     # -- introspection (tests, benchmarks/chaos.py) ------------------------------------------
     def busy_workers(self) -> list[tuple[int, str]]:
