@@ -26,6 +26,17 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in this process during the test, as in a terminal: a suite started
+    in the background (``cmd &`` in a script) inherits SIGINT ignored, and Python then installs no handler."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
 def single_thread() -> Iterator[None]:
     """Tiny tensors train faster on one thread (a second one only adds synchronisation)."""
     threads = torch.get_num_threads()

@@ -48,7 +48,7 @@ def test_a_stop_while_the_command_loads_is_one_line(tmp_path: Path, sig: str, co
     assert proc.returncode == code and err.strip() == line, err
 
 
-def test_a_signal_inside_held_takes_effect_when_the_block_ends() -> None:
+def test_a_signal_inside_held_takes_effect_when_the_block_ends(sigint_raises: None) -> None:
     steps = []
     with pytest.raises(KeyboardInterrupt):
         with held():

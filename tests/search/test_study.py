@@ -64,7 +64,7 @@ def test_a_creation_stopped_by_ctrl_c_leaves_no_study(tmp_path, corpus, monkeypa
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_ctrl_c_the_garbage_collector_swallowed_still_stops_the_search(
-    tmp_path, corpus, monkeypatch, capsys
+    tmp_path, corpus, monkeypatch, capsys, sigint_raises
 ):
     """A signal's exception raised inside a ``__del__`` or a weakref callback (Ray's object references have
     them) is printed by Python as "Exception ignored" and dropped: a search stopped by SIGTERM once ran on
