@@ -150,6 +150,35 @@ def test_a_directory_with_files_needs_force_and_keeps_the_others(tmp_path, capsy
     assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").is_file()
 
 
+def test_a_ctrl_c_while_a_forced_export_moves_its_files_in_waits_until_all_are_in(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """With --force into a directory holding an earlier export, a Ctrl-C between two of the files moved in
+    left the old export's files mixed with the new one's; the stop now waits until every file is in."""
+    import os
+    import signal
+
+    _checkpoint(tmp_path / "m.safetensors", _arch())
+    out = tmp_path / "out"
+    argv = ["--checkpoint", str(tmp_path / "m.safetensors"), "--hf", str(out)]
+    assert _export(capsys, *argv)[0] == 0
+    for f in out.iterdir():
+        f.write_text("the earlier export")
+    real, moved = os.replace, []
+
+    def replace(src, dst) -> None:
+        real(src, dst)
+        moved.append(dst)
+        if len(moved) == 1:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C after the first file
+
+    monkeypatch.setattr(os, "replace", replace)
+    code, err = _export(capsys, *argv, "--force")
+    assert code == 130 and err[-1] == "interrupted", err
+    assert len(moved) > 1 and not [f.name for f in out.iterdir() if f.read_bytes() == b"the earlier export"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors", "out"]  # no temporary directory
+
+
 def test_the_summary_names_and_sizes_only_what_the_export_wrote(tmp_path, capsys) -> None:
     """With --force into a directory holding a user's files, the `wrote` line listed them and counted
     their bytes as the model's size."""

@@ -367,3 +367,22 @@ def test_a_writer_killed_outright_leaves_a_temporary_file_that_the_next_write_re
     finally:
         alive.kill()
         alive.communicate(timeout=60)
+
+
+def test_a_ctrl_c_as_the_file_is_moved_into_place_waits_until_it_is_recorded(tmp_path, monkeypatch):
+    """Between the move and the record of what this tool wrote, a Ctrl-C left a file the next run refused
+    as not its own (asking for --force); the stop now waits until both are done."""
+    import nas.outputs
+
+    real = nas.outputs._move_into_place
+
+    def moved_then_interrupted(*args: Any) -> None:
+        real(*args)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C right after the move
+
+    monkeypatch.setattr(nas.outputs, "_move_into_place", moved_then_interrupted)
+    path = tmp_path / "w.yaml"
+    with pytest.raises(KeyboardInterrupt):
+        write_output(plan_output(path, "--out"), lambda tmp: tmp.write_text("new\n"))
+    assert path.read_text() == "new\n" and nas.outputs.written_here(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]

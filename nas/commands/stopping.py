@@ -23,7 +23,8 @@ def sigterm_stops_the_driver() -> Iterator[None]:
     (``timeout``, a batch scheduler, ``kill -- -PGID``), the local Ray's own processes
     are dying at the same moment, and the normal interpreter teardown then ran into Ray's
     native code and ended in SIGABRT (or exit 1) instead of 143.  Everything worth
-    keeping is in the study by then; only stdout and stderr are flushed.
+    keeping is in the study by then; stdout is flushed and stderr gets the line every other
+    command ends a SIGTERM with (``terminated (SIGTERM)``, :mod:`nas.interrupts`).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
