@@ -151,7 +151,7 @@ def test_a_directory_with_files_needs_force_and_keeps_the_others(tmp_path, capsy
 
 
 def test_a_ctrl_c_while_a_forced_export_moves_its_files_in_waits_until_all_are_in(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, sigint_raises
 ) -> None:
     """With --force into a directory holding an earlier export, a Ctrl-C between two of the files moved in
     left the old export's files mixed with the new one's; the stop now waits until every file is in."""

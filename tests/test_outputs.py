@@ -369,7 +369,9 @@ def test_a_writer_killed_outright_leaves_a_temporary_file_that_the_next_write_re
         alive.communicate(timeout=60)
 
 
-def test_a_ctrl_c_as_the_file_is_moved_into_place_waits_until_it_is_recorded(tmp_path, monkeypatch):
+def test_a_ctrl_c_as_the_file_is_moved_into_place_waits_until_it_is_recorded(
+    tmp_path, monkeypatch, sigint_raises
+):
     """Between the move and the record of what this tool wrote, a Ctrl-C left a file the next run refused
     as not its own (asking for --force); the stop now waits until both are done."""
     import nas.outputs
