@@ -73,6 +73,12 @@ def _losses(
     return lr, {r["seed"]: r["val_loss"] for r in at if r["val_loss"] is not None}, at
 
 
+def own_flops(attrs: Any) -> float:
+    """A run's own training FLOPs: ``train_flops`` less what its wsd rungs' cooldown branches spent
+    (``rung_flops``), which trained no part of the final model."""
+    return float(attrs.get("train_flops") or 0.0) - float(attrs.get("rung_flops") or 0.0)
+
+
 def _cost(done: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What the finished runs ``done`` of one row cost and measured besides the loss, as means over seeds.
 
@@ -87,7 +93,7 @@ def _cost(done: Sequence[dict[str, Any]]) -> dict[str, Any]:
         xs = [float(r[key]) for r in done if r.get(key) is not None]
         return sum(xs) / len(xs) if xs else None
 
-    own = [float(r["train_flops"]) - float(r.get("rung_flops") or 0.0) for r in done if r.get("train_flops")]
+    own = [own_flops(r) for r in done if r.get("train_flops")]
 
     bpb = [float(r["val_bpb"]) for r in done if r.get("val_bpb") is not None]
     s = spread(bpb) if bpb else None

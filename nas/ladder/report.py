@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, existing_runs
 from nas.confirm.stats import kendall, spearman
+from nas.confirm.summary import own_flops
 from nas.cost import compute
 from nas.ladder.fit import (
     RESAMPLE_SIZES,
@@ -67,7 +68,7 @@ def run_rows(study: optuna.Study, plan: LadderPlan, entries: dict[int, Entry]) -
             if t is not None and t.state == TrialState.COMPLETE and t.values:
                 a = t.user_attrs
                 row["params"] = a.get("params")
-                spent = float(a.get("train_flops") or 0.0) - float(a.get("rung_flops") or 0.0)
+                spent = own_flops(a)
                 row["points"] = [
                     {
                         "tokens": r["tokens"],
