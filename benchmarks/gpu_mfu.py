@@ -85,6 +85,29 @@ def transformer_pp() -> nas.ArchConfig:
     )  # fmt: skip
 
 
+MODELS = {"vanilla": vanilla, "transformer_pp": transformer_pp}
+MODES = ("eager", "compile model", "compile step", "compile step + cudnn")
+ROWS = (
+    "vanilla:eager:32,vanilla:compile model:32,vanilla:compile step:32,transformer_pp:compile step:32,"
+    "vanilla:compile step:64,transformer_pp:compile step:64,vanilla:compile step + cudnn:32,"
+    "transformer_pp:compile step + cudnn:32,transformer_pp:eager:32"
+)
+
+
+def parse_rows(text: str) -> list[tuple[str, str, int]]:
+    """``model:mode:batch,...`` -> rows; raises ValueError naming what is wrong and what is valid."""
+    rows = []
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        parts = item.split(":")
+        if len(parts) != 3 or parts[0] not in MODELS or parts[1] not in MODES or not parts[2].isdigit():
+            raise ValueError(
+                f"--rows item {item!r}: want model:mode:batch, model one of {', '.join(MODELS)}, "
+                f"mode one of {', '.join(MODES)}, batch a positive integer"
+            )
+        rows.append((parts[0], parts[1], int(parts[2])))
+    return rows
+
+
 def gemm_flops_per_s(n: int = 8192, reps: int = 20) -> float:
     """What this GPU reaches on one large bf16 matrix product (random data): the practical ceiling."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -152,20 +175,10 @@ def batch_of(arch: nas.ArchConfig, batch: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def mfu_rows(args: argparse.Namespace, peak: float | None, gemm: float, lines: list[str]) -> None:
-    """Measure every (model, mode, batch) row, and profile the compiled vanilla step at batch 32."""
+    """Measure every (model, mode, batch) row of ``--rows``, and profile each compiled step at batch 32."""
     found: list[str] = []
-    rows = [
-        ("vanilla", vanilla, "eager", 32),
-        ("vanilla", vanilla, "compile model", 32),
-        ("vanilla", vanilla, "compile step", 32),
-        ("transformer_pp", transformer_pp, "compile step", 32),
-        ("vanilla", vanilla, "compile step", 64),
-        ("vanilla", vanilla, "compile step + cudnn", 32),
-        ("transformer_pp", transformer_pp, "compile step + cudnn", 32),
-        ("transformer_pp", transformer_pp, "eager", 32),
-    ]
-    for name, make, mode, batch in rows:
-        arch = make()
+    for name, mode, batch in args.rows:
+        arch = MODELS[name]()
         flops = nas.compute(arch).train_flops_per_token
         t0 = time.perf_counter()
         try:
@@ -181,8 +194,8 @@ def mfu_rows(args: argparse.Namespace, peak: float | None, gemm: float, lines: l
         mfu = f"{tps * flops / peak:.1%}" if peak else "-"
         lines.append(f"| {name} | {mode} | {batch} | {tps:,.0f} | {mfu} | {tps * flops / gemm:.1%} |")
         print(lines[-1], f"({time.perf_counter() - t0:.0f} s with compilation)", flush=True)
-        if args.profile and (name, mode, batch) == ("vanilla", "compile step", 32):
-            profiled = {"mode": mode, "batch": batch, "step": step, "x": x, "y": y}
+        if args.profile and (mode, batch) == ("compile step", 32):
+            profiled = {"name": name, "mode": mode, "batch": batch, "step": step, "x": x, "y": y}
             try:  # at once: a stage cut short by its time limit still has it
                 profile(profiled, args, found)
             except Exception as err:  # noqa: BLE001 - the MFU rows go on without the profile
@@ -239,15 +252,15 @@ def profile(best: dict, args: argparse.Namespace, lines: list[str]) -> None:
         by_kind[kind_of(key)] = by_kind.get(kind_of(key), 0.0) + us
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / "profile_table.txt").write_text(
+    (out / f"profile_table_{best['name']}.txt").write_text(
         prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=60)
     )
     if args.trace:  # tens of MB: only when asked
-        prof.export_chrome_trace(str(out / "profile_trace.json"))
+        prof.export_chrome_trace(str(out / f"profile_trace_{best['name']}.json"))
     lines += [
         "",
-        f"Where the time of one step goes: `torch.profiler` over 3 steps of vanilla, {best['mode']}, batch "
-        f"{best['batch']}: {wall * 1e3:.1f} ms per step on the wall clock, {total / 3e3:.1f} ms of GPU "
+        f"Where the time of one step goes: `torch.profiler` over 3 steps of {best['name']}, {best['mode']}, "
+        f"batch {best['batch']}: {wall * 1e3:.1f} ms per step on the wall clock, {total / 3e3:.1f} ms of GPU "
         f"kernels ({total / 3e3 / (wall * 1e3):.0%} busy).",
         "",
         "| kernels | GPU ms per step | share |",
@@ -272,9 +285,10 @@ def block_rows(args: argparse.Namespace, lines: list[str]) -> None:
               "in the same run:", "", "| block | T 1024 tokens/s | vs mha | T 2048 tokens/s | vs mha |",
               "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
     results: dict[int, dict[str, float | str]] = {}
+    names = [b for b in nas.ATTENTION.names() if b in args.blocks or b == "mha"]
     for T in (1024, 2048):
         results[T] = {}
-        for b in nas.ATTENTION.names():
+        for b in names:
             arch = arch_for(b, 768, 4, 12, T)
             try:
                 step = make_step(arch, 8, "eager")
@@ -286,14 +300,54 @@ def block_rows(args: argparse.Namespace, lines: list[str]) -> None:
             print(T, b, results[T][b], flush=True)
             step = None  # type: ignore[assignment]
             torch.cuda.empty_cache()
-    for b in nas.ATTENTION.names():
+    for b in names:
         row = [b]
         for T in (1024, 2048):
             v, ref = results[T][b], results[T]["mha"]
             ok = isinstance(v, float) and isinstance(ref, float)
             row += [f"{v:,.0f}" if ok else str(v), f"{v / ref:.2f}x" if ok else "-"]  # type: ignore[operator]
         lines.append("| " + " | ".join(row) + " |")
-    print("\n".join(lines[-len(nas.ATTENTION.names()) - 2 :]), flush=True)
+    print("\n".join(lines[-len(names) - 2 :]), flush=True)
+    if "sliding_window" in names:
+        attention_alone(lines)
+
+
+def attention_alone(lines: list[str]) -> None:
+    """The attention op by itself, forward and backward, bf16 (8 x 12 heads x 64 channels): cuDNN's
+    causal SDPA (``mha``) against FlexAttention's band of 64 (``sliding_window``), so the block table's
+    ratio can be split into the kernel's part and the rest of the layer's."""
+    lines += [
+        "",
+        "The attention op alone (B 8, 12 heads, dh 64, bf16, forward + backward):",
+        "",
+        "| T | causal SDPA ms | band-64 FlexAttention ms | SDPA / Flex |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    for T in (1024, 2048, 4096):
+        sdpa, flex = (op_ms(kind, T) for kind in ("sdpa", "flex"))
+        lines.append(f"| {T} | {sdpa:.3f} | {flex:.3f} | {sdpa / flex:.2f}x |")
+        print(lines[-1], flush=True)
+
+
+def op_ms(kind: str, T: int) -> float:
+    """Milliseconds of one forward and backward of the attention op alone (see attention_alone)."""
+    from nas.models.attention.sliding_window import band_block_mask, flex_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(8, 12, T, 64, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+        for _ in range(3)
+    )
+    mask = band_block_mask(64, T, True, q.device)
+
+    def step(_x: Any, _y: Any) -> None:
+        if kind == "sdpa":
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = flex_attention(q, k, v, mask, False)
+        out.sum().backward()
+
+    return timed(step, q, q, 20, warmup=3) * 1e3
 
 
 def main() -> int:
@@ -306,7 +360,20 @@ def main() -> int:
     ap.add_argument("--trace", action="store_true", help="also write the profile's Chrome trace")
     ap.add_argument("--doc", type=Path, default=None, help="write the section into this file instead")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--rows", default=ROWS, help="the MFU rows, model:mode:batch, comma-separated")
+    ap.add_argument("--blocks", default=",".join(nas.ATTENTION.names()), help="blocks of the block table")
     args = ap.parse_args()
+    try:
+        args.rows = parse_rows(args.rows)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+    args.blocks = [b.strip() for b in args.blocks.split(",") if b.strip()]
+    unknown = [b for b in args.blocks if b not in nas.ATTENTION.names()]
+    if unknown:
+        known = ", ".join(nas.ATTENTION.names())
+        print(f"--blocks: unknown {', '.join(unknown)}; known: {known}", file=sys.stderr)
+        return 2
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if any(p not in PARTS for p in parts):
         print(f"--parts takes {', '.join(PARTS)}; got {args.parts!r}", file=sys.stderr)

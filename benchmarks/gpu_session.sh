@@ -4,11 +4,17 @@
 #
 #   . benchmarks/gpu_carry.sh install                   # after `benchmarks/gpu_carry.sh pack` here
 #   bash benchmarks/gpu_session.sh tests mfu blocks     # any of: tests mfu blocks search ladder
+#   bash benchmarks/gpu_session.sh mfu search ladder+tests-shared   # a+b: a and b at the same time
 #
+# `tests` is `tests-shared` (the GPU suite, 8 in parallel) then `tests-alone` (the two tests that fill
+# or share the whole GPU).  `a+b` runs stages side by side: only for stages whose timings are not
+# reported (the tests beside the ladder, whose losses do not depend on speed), never `mfu` or `blocks`.
 # Everything goes to $OUT (default gpu_out/): session.log (all output), mfu_section.md and
 # blocks_section.md (tables for docs/BENCHMARKS.md), profile_table.txt, search.log, ladder.log and
 # ladder.md.  Stage limits in seconds: TESTS_S, ALONE_S (the two tests that run alone), MFU_S,
-# BLOCKS_S, SEARCH_S, LADDER_S.  `ladder` continues the study `search` made (STUDY, default gpu, in
+# BLOCKS_S, SEARCH_S, LADDER_S.  MFU_ROWS and BLOCKS choose benchmarks/gpu_mfu.py's --rows and
+# --blocks (say BLOCKS=mha,sliding_window); SEARCH_FLOPS, SEARCH_TRIALS, LADDER_SIZES, WORKERS
+# (default 2) and GPUS_PER_TRIAL (default 0.5) size the search and the ladder.  `ladder` continues the study `search` made (STUDY, default gpu, in
 # RUNS, default /tmp/gpu_runs).  SPACE, GPUS_PER_TRIAL and COMPILE (true/false) exist for a dry run of
 # the last two stages on a CPU: SPACE=search_spaces/default.yaml GPUS_PER_TRIAL=0 COMPILE=false.
 OUT=${OUT:-gpu_out}
@@ -24,13 +30,19 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 python3 -c "import torch, optuna, ray; print('torch', torch.__version__, 'cuda', torch.version.cuda,
 'optuna', optuna.__version__, 'ray', ray.__version__)" 2>&1 | tee -a "$LOG"
 
-for stage in "$@"; do
-    case "$stage" in
+run_stage() {
+    case "$1" in
     tests)
+        run_stage tests-shared
+        run_stage tests-alone
+        ;;
+    tests-shared)
         say "tests (parallel part)"
         # the two tests that fill or share the whole GPU run alone afterwards
         timeout "${TESTS_S:-170}" python3 -m pytest -m gpu tests/gpu -q -n 8 -p no:cacheprovider \
             --timeout 160 -k "not out_of_memory and not share_one_gpu" 2>&1 | tail -40 | tee -a "$LOG"
+        ;;
+    tests-alone)
         say "tests (alone)"
         timeout "${ALONE_S:-90}" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --timeout 80 \
             -k "out_of_memory or share_one_gpu" 2>&1 | tail -20 | tee -a "$LOG"
@@ -38,12 +50,12 @@ for stage in "$@"; do
     mfu)
         say "mfu"
         timeout "${MFU_S:-200}" python3 benchmarks/gpu_mfu.py --parts mfu,profile --out "$OUT" \
-            --doc "$OUT/mfu_section.md" 2>&1 | grep -v "^wrote" | tee -a "$LOG"
+            --doc "$OUT/mfu_section.md" ${MFU_ROWS:+--rows "$MFU_ROWS"} 2>&1 | grep -v "^wrote" | tee -a "$LOG"
         ;;
     blocks)
         say "blocks"
         timeout "${BLOCKS_S:-110}" python3 benchmarks/gpu_mfu.py --parts blocks \
-            --doc "$OUT/blocks_section.md" 2>&1 | tee -a "$LOG"
+            --doc "$OUT/blocks_section.md" ${BLOCKS:+--blocks "$BLOCKS"} 2>&1 | tee -a "$LOG"
         ;;
     search)
         say "search"
@@ -51,7 +63,7 @@ for stage in "$@"; do
         timeout "${SEARCH_S:-200}" python3 run_search.py search --space "${SPACE:-search_spaces/gpu.yaml}" \
             --study "$STUDY" --data shakespeare --tokenizer .gpu_carry/tokenizer.json \
             --resources.compile "${COMPILE:-true}" --search.trials "${SEARCH_TRIALS:-4}" \
-            --resources.workers 2 --resources.gpus_per_trial "${GPUS_PER_TRIAL:-0.5}" \
+            --resources.workers "${WORKERS:-2}" --resources.gpus_per_trial "${GPUS_PER_TRIAL:-0.5}" \
             --budget.flops "${SEARCH_FLOPS:-2e15}" --runs-dir "$RUNS" --no-tensorboard 2>&1 \
             | tee "$OUT/search.log" | tail -40 | tee -a "$LOG"
         ;;
@@ -61,11 +73,21 @@ for stage in "$@"; do
         # per parameter, with --check: how well a fit of the smaller sizes predicts the largest at 10
         # to 100x the CPU scale (docs/ladder.md).  Eager: a compile per run would cost more than the run.
         timeout "${LADDER_S:-240}" python3 run_search.py ladder --study "$STUDY" --runs-dir "$RUNS" \
-            --top 1 --sizes "${LADDER_SIZES:-0.5,0.71,1,1.41,2}" --check --resources.workers 2 \
+            --top 1 --sizes "${LADDER_SIZES:-0.5,0.71,1,1.41,2}" --check --resources.workers "${WORKERS:-2}" \
             --resources.gpus_per_trial "${GPUS_PER_TRIAL:-0.5}" --no-tensorboard \
             --report "$OUT/ladder.md" --force 2>&1 | tee "$OUT/ladder.log" | tail -40 | tee -a "$LOG"
         ;;
-    *) say "unknown stage $stage (tests mfu blocks search ladder)" ;;
+    *) say "unknown stage $1 (tests tests-shared tests-alone mfu blocks search ladder)" ;;
     esac
+}
+
+for stage in "$@"; do
+    if [[ "$stage" == *+* ]]; then  # side by side
+        IFS=+ read -ra parts <<<"$stage"
+        for part in "${parts[@]}"; do run_stage "$part" & done
+        wait
+    else
+        run_stage "$stage"
+    fi
 done
 say "done"
