@@ -3,20 +3,22 @@
 # time limit, so one stage that runs long leaves the others their time.  From the repository root:
 #
 #   . benchmarks/gpu_carry.sh install                   # after `benchmarks/gpu_carry.sh pack` here
-#   bash benchmarks/gpu_session.sh tests mfu blocks     # any of: tests mfu blocks search ladder
+#   bash benchmarks/gpu_session.sh tests mfu blocks     # any of: tests mfu blocks search ladder rotary
 #   bash benchmarks/gpu_session.sh mfu search ladder+tests-shared   # a+b: a and b at the same time
 #
 # `tests` is `tests-shared` (the GPU suite, 8 in parallel) then `tests-alone` (the two tests that fill
 # or share the whole GPU).  `a+b` runs stages side by side: only for stages whose timings are not
 # reported (the tests beside the ladder, whose losses do not depend on speed), never `mfu` or `blocks`.
 # Everything goes to $OUT (default gpu_out/): session.log (all output), mfu_section.md and
-# blocks_section.md (tables for docs/BENCHMARKS.md), profile_table.txt, search.log, ladder.log and
-# ladder.md.  Stage limits in seconds: TESTS_S, ALONE_S (the two tests that run alone), MFU_S,
-# BLOCKS_S, SEARCH_S, LADDER_S.  MFU_ROWS and BLOCKS choose benchmarks/gpu_mfu.py's --rows and
-# --blocks (say BLOCKS=mha,sliding_window); SEARCH_FLOPS, SEARCH_TRIALS, LADDER_SIZES, WORKERS
-# (default 2) and GPUS_PER_TRIAL (default 0.5) size the search and the ladder.  `ladder` continues the study `search` made (STUDY, default gpu, in
-# RUNS, default /tmp/gpu_runs).  SPACE, GPUS_PER_TRIAL and COMPILE (true/false) exist for a dry run of
-# the last two stages on a CPU: SPACE=search_spaces/default.yaml GPUS_PER_TRIAL=0 COMPILE=false.
+# blocks_section.md (tables for docs/BENCHMARKS.md), profile_table_MODEL.txt, search.log, ladder.log,
+# ladder.md, rotary.md and rotary_code.py (a device call brings back 8 files at most).
+# Stage limits in seconds: TESTS_S, ALONE_S (the two tests that run alone), MFU_S, BLOCKS_S, SEARCH_S,
+# LADDER_S, ROTARY_S.  MFU_ROWS and BLOCKS choose benchmarks/gpu_mfu.py's --rows and --blocks (say
+# BLOCKS=mha,sliding_window).  SEARCH_FLOPS, SEARCH_TRIALS, LADDER_SIZES, WORKERS (default 2) and
+# GPUS_PER_TRIAL (default 0.5) size the search and the ladder; `ladder` continues the study `search`
+# made (STUDY, default gpu, in RUNS, default /tmp/gpu_runs).  SPACE, GPUS_PER_TRIAL and COMPILE
+# (true/false) exist for a dry run of those two stages on a CPU: SPACE=search_spaces/default.yaml
+# GPUS_PER_TRIAL=0 COMPILE=false.
 OUT=${OUT:-gpu_out}
 RUNS=${RUNS:-/tmp/gpu_runs}
 STUDY=${STUDY:-gpu}
@@ -38,13 +40,14 @@ run_stage() {
         ;;
     tests-shared)
         say "tests (parallel part)"
-        # the two tests that fill or share the whole GPU run alone afterwards
-        timeout "${TESTS_S:-170}" python3 -m pytest -m gpu tests/gpu -q -n 8 -p no:cacheprovider \
+        # the two tests that fill or share the whole GPU run alone afterwards; no -q (pyproject's
+        # addopts has one, and -qq drops the count line)
+        timeout "${TESTS_S:-170}" python3 -m pytest -m gpu tests/gpu -n 8 -p no:cacheprovider \
             --timeout 160 -k "not out_of_memory and not share_one_gpu" 2>&1 | tail -40 | tee -a "$LOG"
         ;;
     tests-alone)
         say "tests (alone)"
-        timeout "${ALONE_S:-90}" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --timeout 80 \
+        timeout "${ALONE_S:-90}" python3 -m pytest -m gpu tests/gpu -p no:cacheprovider --timeout 80 \
             -k "out_of_memory or share_one_gpu" 2>&1 | tail -20 | tee -a "$LOG"
         ;;
     mfu)
@@ -77,7 +80,13 @@ run_stage() {
             --resources.gpus_per_trial "${GPUS_PER_TRIAL:-0.5}" --no-tensorboard \
             --report "$OUT/ladder.md" --force 2>&1 | tee "$OUT/ladder.log" | tail -40 | tee -a "$LOG"
         ;;
-    *) say "unknown stage $1 (tests tests-shared tests-alone mfu blocks search ladder)" ;;
+    rotary)
+        say "rotary"
+        # Transformer++'s rotary backward, form by form (benchmarks/gpu_rotary.py), and inductor's code
+        timeout "${ROTARY_S:-150}" python3 benchmarks/gpu_rotary.py --code "$OUT/rotary_code.py" 2>&1 \
+            | tee "$OUT/rotary.md" | tee -a "$LOG"
+        ;;
+    *) say "unknown stage $1 (tests tests-shared tests-alone mfu blocks search ladder rotary)" ;;
     esac
 }
 
