@@ -317,7 +317,8 @@ class CostCurve:
         )
 
 
-#: the compute-optimal search spans parameters from 1/1000 to 1e6 times the largest measured
+#: the compute-optimal search spans parameters from 1/1000 of the smallest measured to 1e6 times the largest
+#: (Family.n_range); a fit whose optimum lies at either end says so in the report
 _N_GRID = 2001
 
 
