@@ -28,6 +28,47 @@ def perplexity(loss: float) -> float:
     return math.exp(min(loss, 700.0))
 
 
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """What a search's recorded value (a trial's ``val_loss``, its first objective) is, by the evaluator that
+    scored it: only ``lm``'s is a validation loss in nats per token.  ``probes`` records ``1 - score`` (the
+    probe score, a mean accuracy, is what a user reads); a proxy records ``ln`` of its quantity."""
+
+    evaluator: str
+    key: str  # its name in JSON outputs and exported files
+    column: str  # a table's column header
+    name: str  # in words, for headings and messages
+    better: str  # "lowest" or "highest" of what :meth:`shown` gives
+
+    @property
+    def lm(self) -> bool:
+        """A language model's loss: its perplexity and bits per byte mean something."""
+        return self.evaluator == "lm"
+
+    @property
+    def trains(self) -> bool:
+        """Whether the evaluator trains anything (a proxy reads the architecture's size alone)."""
+        return not self.evaluator.startswith(("proxy", "sleep"))
+
+    def shown(self, value: float) -> float:
+        """The recorded value as it is reported: the probe score for ``probes``, the value itself else."""
+        return 1.0 - value if self.evaluator.startswith("probes") else value
+
+
+def measure_of(evaluator: str | None) -> Measure:
+    """The :class:`Measure` of ``evaluator`` (``lm``, ``probes[:TASKS][@STEPS]``, ``proxy:NAME``,
+    ``sleep:S``; another registered evaluator's value is named by the evaluator alone)."""
+    ev = str(evaluator or "lm")
+    if ev == "lm":
+        return Measure(ev, "val_loss", "loss", "val loss", "lowest")
+    if ev.startswith("probes"):
+        return Measure(ev, "probe_score", "score", "probe score (mean accuracy)", "highest")
+    if ev.startswith(("proxy", "sleep")):
+        quantity = ev.split(":")[1] if ev.startswith("proxy:") else "params"  # sleep:S: params after a wait
+        return Measure(ev, "proxy_value", f"ln {quantity}", f"{ev} value (ln {quantity})", "lowest")
+    return Measure(ev, "value", "value", f"{ev} value", "lowest")
+
+
 def _f(group: dict[str, str], default: Any = dataclasses.MISSING) -> Any:
     return dataclasses.field(default=default, metadata=group)
 

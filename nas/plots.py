@@ -19,10 +19,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from optuna.trial import FrozenTrial, TrialState
 
+from evaluators.result import Measure
 from nas.errors import UserError
 from nas.outputs import Planned, plan_output, write_output
 from nas.search.reports.layers import layer_choices, slot_name, top_trials
-from nas.search.storage.records import is_infeasible
+from nas.search.storage.records import is_infeasible, measure_of
 
 FILES = ("pareto.png", "blocks_by_layer.png", "history.png")
 
@@ -33,6 +34,16 @@ def _loss(t: FrozenTrial) -> float | None:
         return float(t.values[0])
     value = t.user_attrs.get("val_loss")
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def _ylabel(m: Measure) -> str:
+    """The value axis: a language model's loss in its units, else the evaluator's own value by name."""
+    return "validation loss (nats/token)" if m.lm else f"{m.name}, {m.better} is best"
+
+
+def _shown(m: Measure, points: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``points`` (x, recorded value, ...) with the value as it is reported (a probe score, not 1 - it)."""
+    return [(p[0], m.shown(p[1]), *p[2:]) for p in points]
 
 
 def pareto_front(points: Sequence[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
@@ -76,15 +87,19 @@ def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> 
     """
     if "state_bytes" in (study.metric_names or ()):
         return _plot_three_way(study, path)
+    m = measure_of(study)
     fig = Figure(figsize=(7.5, 5), layout="constrained")
     ax = fig.add_subplot()
     done = _cost_loss(_trials(study, TrialState.COMPLETE))
-    pruned = _cost_loss(_trials(study, TrialState.PRUNED))
+    pruned = _shown(m, _cost_loss(_trials(study, TrialState.PRUNED)))
+    value = "loss" if m.lm else m.column
     if pruned:
         ax.scatter(
-            *_xy(pruned), s=14, color="0.6", alpha=0.35, label=f"pruned, loss when stopped ({len(pruned)})"
+            *_xy(pruned), s=14, color="0.6", alpha=0.35, label=f"pruned, {value} when stopped ({len(pruned)})"
         )
     if done:
+        front = _shown(m, pareto_front(done))  # of the recorded values, both minimised
+        done = _shown(m, done)
         ax.scatter(
             [p[0] for p in done],
             [p[1] for p in done],
@@ -93,7 +108,6 @@ def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> 
             alpha=0.8,
             label=f"complete ({len(done)})",
         )
-        front = pareto_front(done)
         ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="tab:red", lw=1.5)
         ax.scatter(
             [p[0] for p in front],
@@ -109,14 +123,15 @@ def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> 
         if min(xs) > 0 and max(xs) / min(xs) > 10:
             ax.set_xscale("log")
     ax.set_xlabel("forward FLOPs per token")
-    ax.set_ylabel("validation loss (nats/token)")
-    ax.set_title(f"{study.study_name}: loss vs compute")
+    ax.set_ylabel(_ylabel(m))
+    ax.set_title(f"{study.study_name}: {value} vs compute")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return _save(fig, path)
 
 
 def _plot_three_way(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> Path:
+    m = measure_of(study)
     fig = Figure(figsize=(12, 5), layout="constrained")
     done = [t for t in _trials(study, TrialState.COMPLETE) if _loss(t) is not None]
     front = {t.number for t in study.best_trials if not is_infeasible(t)} if done else set()
@@ -128,7 +143,9 @@ def _plot_three_way(study: optuna.Study, path: Planned | str | os.PathLike[str])
     ):
         ax = fig.add_subplot(1, 2, i + 1)
         pts = [
-            (float(t.user_attrs[key]), _loss(t), t.number) for t in done if t.user_attrs.get(key) is not None
+            (float(t.user_attrs[key]), m.shown(_loss(t)), t.number)  # type: ignore[arg-type]
+            for t in done
+            if t.user_attrs.get(key) is not None
         ]
         rest = [p for p in pts if p[2] not in front]
         best = [p for p in pts if p[2] in front]
@@ -144,11 +161,11 @@ def _plot_three_way(study: optuna.Study, path: Planned | str | os.PathLike[str])
         if xs and min(xs) > 0 and max(xs) / min(xs) > 10:
             ax.set_xscale("log")
         ax.set_xlabel(label)
-        ax.set_ylabel("validation loss (nats/token)")
+        ax.set_ylabel(_ylabel(m))
         ax.grid(alpha=0.3)
         if pts:
             ax.legend(loc="best", fontsize=8)
-    fig.suptitle(f"{study.study_name}: loss vs compute and inference state")
+    fig.suptitle(f"{study.study_name}: {'loss' if m.lm else m.column} vs compute and inference state")
     return _save(fig, path)
 
 
@@ -193,8 +210,10 @@ def plot_blocks(study: optuna.Study, path: Planned | str | os.PathLike[str], top
     labels = [slot_name(slot, any(stack == 0 for stack, _ in slots)) for slot in slots]
     fig = Figure(figsize=(8 + 0.3 * max(0, len(slots) - 8), 6.5), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1)
-    title = f"attention block by layer among the top {len(ranked)} trials by loss" + (
-        " (layers counted from the top: -1 is the last)" if top_down else ""
+    m = measure_of(study)
+    title = (
+        f"attention block by layer among the top {len(ranked)} trials by {'loss' if m.lm else m.column}"
+        + (" (layers counted from the top: -1 is the last)" if top_down else "")
     )
     _stacked(ax1, [att[s] for s in slots], labels, title)
     activations = [act[s] for s in slots]
@@ -205,10 +224,14 @@ def plot_blocks(study: optuna.Study, path: Planned | str | os.PathLike[str], top
 
 def plot_history(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> Path:
     """Loss of each trial by trial number, with the running best of the COMPLETE ones."""
+    m = measure_of(study)
+    value = "loss" if m.lm else m.column
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.add_subplot()
     done = [(t.number, _loss(t)) for t in _trials(study, TrialState.COMPLETE) if _loss(t) is not None]
-    pruned = [(t.number, _loss(t)) for t in _trials(study, TrialState.PRUNED) if _loss(t) is not None]
+    pruned = _shown(
+        m, [(t.number, _loss(t)) for t in _trials(study, TrialState.PRUNED) if _loss(t) is not None]
+    )
     failed = [t.number for t in _trials(study, TrialState.FAIL)]
     if pruned:
         ax.scatter(
@@ -217,18 +240,19 @@ def plot_history(study: optuna.Study, path: Planned | str | os.PathLike[str]) ->
             marker="x",
             color="0.6",
             alpha=0.5,
-            label=f"pruned, loss when stopped ({len(pruned)})",
+            label=f"pruned, {value} when stopped ({len(pruned)})",
         )
     if done:
         done.sort()
-        ax.scatter(*_xy(done), s=20, color="tab:blue", label=f"complete ({len(done)})")
+        ax.scatter(*_xy(_shown(m, done)), s=20, color="tab:blue", label=f"complete ({len(done)})")
         best, run = float("inf"), []
-        for n, loss in done:
+        for n, loss in done:  # the recorded values, minimised
             best = min(best, loss)
             run.append((n, best))
         last = max(t.number for t in study.get_trials(deepcopy=False))
         run.append((last, best))
-        ax.step(*_xy(run), where="post", color="tab:red", lw=1.5, label=f"best so far ({best:.4f})")
+        ax.step(*_xy(_shown(m, run)), where="post", color="tab:red", lw=1.5,
+                label=f"best so far ({m.shown(best):.4f})")  # fmt: skip
     if failed:
         ax.plot(
             failed,
@@ -240,7 +264,7 @@ def plot_history(study: optuna.Study, path: Planned | str | os.PathLike[str]) ->
             label=f"failed ({len(failed)})",
         )
     ax.set_xlabel("trial")
-    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_ylabel(_ylabel(m))
     ax.set_title(f"{study.study_name}: optimization history")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -16,6 +16,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from evaluators.result import measure_of
 from nas.archfile import save_arch
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_empty, non_negative_int
@@ -139,12 +140,22 @@ def run(args: argparse.Namespace) -> int:
         metrics=metrics_of(trial, evaluator_of(study)),
         source=source,
     )
-    loss = trial.values[0]
+    measure = measure_of(evaluator_of(study))
+    value = (
+        f"val loss {trial.values[0]:.4f}"
+        if measure.lm
+        else f"{measure.name} {measure.shown(trial.values[0]):.4f}"
+    )
     summary = trial.user_attrs.get("summary", "")
-    print(f"wrote {out.path}: trial {trial.number} (val loss {loss:.4f}) {summary}")
+    print(f"wrote {out.path}: trial {trial.number} ({value}) {summary}")
     if not settings:
         print("note: the study records no recipe or budget; train --arch will use its defaults")
-    if trial.user_attrs.get("threads"):  # train reuses the recorded thread count: loss reproduces exactly
+    if not measure.lm:  # the study scored it without training a language model: nothing to reproduce
+        print(
+            f"train it as a language model with: {prog_name()} train --arch {out.path}  (the study scored "
+            f"it by {measure.evaluator}, not by a validation loss)"
+        )
+    elif trial.user_attrs.get("threads"):  # train reuses the recorded thread count: loss reproduces exactly
         print(f"retrain it with: {prog_name()} train --arch {out.path}")
     else:  # CPU sums depend on the thread count; workers use --cpus-per-trial threads (1 by default)
         print(

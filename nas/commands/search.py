@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evaluators.result import measure_of
 from nas.commands.common import data_or_default, non_empty
 from nas.commands.stopping import sigterm_stops_the_driver
 from nas.errors import ConfigError, UserError
@@ -121,10 +122,14 @@ def demo_banner(settings: RunContext) -> str:
     )
     count = f"{settings.trials} candidate architectures" if settings.trials is not None else "candidates"
     hurdles = spec.search.hurdles
-    lines = [
-        f"Demo search: {count} from {settings.space.source}, each trained on {corpus} for the same compute "
-        f"({spec.budget}) {where}{';' if hurdles else '.'}"
-    ]
+    measure = measure_of(spec.search.evaluator)
+    if measure.lm:
+        each = f"each trained on {corpus} for the same compute ({spec.budget})"
+    elif measure.trains:  # the probes: their own tasks and protocol, neither the corpus nor the budget
+        each = f"each scored by {measure.evaluator} ({measure.name}; the budget is not used)"
+    else:
+        each = f"each scored by {measure.evaluator} without training ({measure.name})"
+    lines = [f"Demo search: {count} from {settings.space.source}, {each} {where}{';' if hurdles else '.'}"]
     if hurdles:
         pct = spec.search.hurdle_percentile
         rank = "the median" if pct == 50.0 else f"the {pct:g}th percentile"
@@ -134,12 +139,14 @@ def demo_banner(settings: RunContext) -> str:
             else f"{', '.join(f'{h:g}' for h in hurdles)} of its budget"
         )
         lines.append(
-            f"a candidate whose validation loss is worse than {rank} at {at} stops there (a hurdle)."
+            f"a candidate whose {'validation loss' if measure.lm else measure.name} is worse than {rank} "
+            f"at {at} stops there (a hurdle)."
         )
+    value = "loss" if measure.lm else measure.name
     end = {
         "loss": "the leaderboard",
-        "loss+flops": "the Pareto front of loss vs FLOPs per token",
-        "loss+flops+state": "the Pareto front of loss, FLOPs per token and state bytes",
+        "loss+flops": f"the Pareto front of {value} vs FLOPs per token",
+        "loss+flops+state": f"the Pareto front of {value}, FLOPs per token and state bytes",
     }[spec.search.objective]
     lines.append(f"Each line below is one finished candidate; {end} comes at the end.")
     lines.append(f"See `{prog_name()} search --help` for the real thing.")
@@ -239,8 +246,11 @@ def run(args: argparse.Namespace) -> int:
     counts = state_counts(study)
     rows = leaderboard(study, top=10)
     n_obj = len(study.directions)
-    title = ("Leaderboard (validation loss)" if n_obj == 1
-             else "Pareto front (loss vs FLOPs/token" + (" and state)" if n_obj > 2 else ")"))  # fmt: skip
+    measure = measure_of(settings.spec.search.evaluator)
+    value = "validation loss" if measure.lm else measure.name
+    title = (f"Leaderboard ({value})" if n_obj == 1
+             else f"Pareto front ({'loss' if measure.lm else measure.name} vs FLOPs/token"
+             + (" and state)" if n_obj > 2 else ")"))  # fmt: skip
     print()
     print(
         f"{title} of study {settings.study!r}: "
@@ -249,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             for k, v in sorted(counts.items())
         )
     )
-    print(format_table(rows, with_state=n_obj > 2) if rows else "(no completed trials)")
+    print(format_table(rows, with_state=n_obj > 2, measure=measure) if rows else "(no completed trials)")
     print()
     print(f"study:       --study {settings.study} --storage {settings.storage}")
     if settings.tb_dir:

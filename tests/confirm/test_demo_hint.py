@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 import optuna
+import pytest
 
 import nas.search.driver.loop
 from nas.cli import build_parser, main
@@ -91,3 +92,34 @@ def test_the_demo_banner_follows_a_default_space_of_the_users(monkeypatch, tmp_p
     assert "worse than the 25th percentile at 0.25, 0.75 of its budget stops there" in banner
     assert "the leaderboard comes at the end" in banner
     assert "Shakespeare" not in banner and "Ray" not in banner and "Pareto" not in banner
+
+
+@pytest.mark.parametrize(
+    ("evaluator", "said"),
+    [
+        ("proxy:params", "each scored by proxy:params without training (proxy:params value (ln params))"),
+        ("probes@5", "each scored by probes@5 (probe score (mean accuracy); the budget is not used)"),
+    ],
+)
+def test_the_demo_banner_of_a_space_scored_without_a_language_model_says_so(
+    monkeypatch, tmp_path, capsys, evaluator, said
+):
+    """The banner said "each trained on Shakespeare for the same compute" of a space a proxy scores (no
+    training at all) or the probes score (their own tasks and steps, neither the corpus nor the budget)."""
+    (tmp_path / "search_spaces").mkdir()
+    (tmp_path / "search_spaces" / "default.yaml").write_text(
+        "globals: {d_model: 32, n_heads: 2, n_layers: 1, max_len: 16}\n"
+        "layers: {attention: [mha]}\n"
+        f"search: {{objective: loss+flops, trials: 2, hurdles: [0.5], evaluator: '{evaluator}'}}\n"
+        "resources: {local: true}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nas.search.driver.loop, "Driver", _NoSearch)
+    assert main([]) == 0
+    banner = capsys.readouterr().out.split("\n\n")[0]
+    assert said in banner and "trained on" not in banner and "compute (" not in banner
+    value = (
+        "proxy:params value (ln params)" if evaluator.startswith("proxy") else "probe score (mean accuracy)"
+    )
+    assert f"a candidate whose {value} is worse than the median" in banner and "validation loss" not in banner
+    assert f"the Pareto front of {value} vs FLOPs per token comes at the end" in banner

@@ -121,3 +121,33 @@ def test_by_layer_counts_from_the_top_too_when_the_depth_varies() -> None:
     assert not by_layer(same)["depths_vary"] and all(
         not r["layer"].startswith("-") for r in by_layer(same)["rows"]
     )
+
+
+def test_a_probe_or_proxy_study_is_listed_by_its_own_value(cli, runs) -> None:
+    """`best` of a probes study listed 1 - score as "loss", "lowest loss first", under the budget it never
+    used; its JSON called it val_loss.  Each study's value is named for what it is, in its own units."""
+    from inspect_studies import add_trial, make_study
+
+    for name, evaluator, values in (
+        ("probes", "probes@5", (0.75, 0.6)),
+        ("proxy", "proxy:params", (9.5, 9.0)),
+    ):
+        study = make_study(runs, name, objective="loss")
+        study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": evaluator})
+        add_trial(study, "vanilla", values[0])
+        add_trial(study, "primer", values[1])
+    rc, out, err = cli("best", "--study", "probes", "--runs-dir", runs)
+    lines = out.splitlines()
+    assert rc == 0 and "evaluator probes@5 (no budget used)" in lines[0] and "per trial" not in lines[0], err
+    assert lines[1] == "best 2 architecture(s) by probe score (mean accuracy):"
+    assert lines[2].split()[:4] == ["trial", "score", "FLOPs/tok", "params"]  # no ppl, no bpb
+    assert [line.split()[:2] for line in lines[4:]] == [["1", "0.4000"], ["0", "0.2500"]]  # highest first
+    rows = json.loads(cli("best", "--study", "probes", "--runs-dir", runs, "--json")[1])
+    assert [r["probe_score"] for r in rows] == [0.4, 0.25] and "val_loss" not in rows[0]
+    assert "val_ppl" not in rows[0] and "val_bpb" not in rows[0]
+    rc, out, _ = cli("best", "--study", "proxy", "--runs-dir", runs)
+    lines = out.splitlines()
+    assert lines[1] == "best 2 architecture(s) by proxy:params value (ln params):"
+    assert lines[2].split()[:3] == ["trial", "ln", "params"] and "loss" not in "\n".join(lines[1:])
+    rows = json.loads(cli("best", "--study", "proxy", "--runs-dir", runs, "--json")[1])
+    assert [r["proxy_value"] for r in rows] == [9.0, 9.5] and "val_loss" not in rows[0]

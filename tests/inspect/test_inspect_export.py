@@ -73,7 +73,23 @@ def test_a_probes_studys_export_claims_no_perplexity(cli, runs, tmp_path: Path) 
     study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "probes@5"})
     add_trial(study, "vanilla", 0.75, probe_score=0.25)
     out = tmp_path / "p.yaml"
-    rc, _, err = cli("export", "--study", "probes", "--runs-dir", runs, "--best", "--out", out)
+    rc, said, err = cli("export", "--study", "probes", "--runs-dir", runs, "--best", "--out", out)
     metrics = load_arch_file(out)["metrics"]
-    assert rc == 0 and metrics["val_loss"] == 0.75 and metrics["probe_score"] == 0.25, err
-    assert "val_ppl" not in metrics and "val_bpb" not in metrics
+    assert rc == 0 and metrics["probe_score"] == 0.25, err
+    assert "val_loss" not in metrics and "val_ppl" not in metrics and "val_bpb" not in metrics
+    # the message named 1 - score "val loss" and promised a retrain would reproduce "its loss"
+    assert "(probe score (mean accuracy) 0.2500)" in said and "loss 0.7500" not in said
+    assert "reproduces its loss" not in said and "not by a validation loss" in said
+
+
+def test_a_proxy_studys_export_names_the_proxys_value(cli, runs, tmp_path: Path) -> None:
+    from inspect_studies import add_trial, make_study
+
+    study = make_study(runs, "proxy")
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "proxy:flops"})
+    add_trial(study, "vanilla", 9.5)
+    out = tmp_path / "p.yaml"
+    rc, said, err = cli("export", "--study", "proxy", "--runs-dir", runs, "--best", "--out", out)
+    metrics = load_arch_file(out)["metrics"]
+    assert rc == 0 and metrics["proxy_value"] == 9.5 and "val_loss" not in metrics, err
+    assert "(proxy:flops value (ln flops) 9.5000)" in said and "val loss" not in said

@@ -37,3 +37,26 @@ def test_pareto_front_points() -> None:
         (1.0, 3.5, "f"),
     ]
     assert [p[2] for p in pareto_front(pts)] == ["b", "d", "a"]
+
+
+def test_a_probe_studys_plots_draw_its_score_under_its_name(runs, monkeypatch, tmp_path: Path) -> None:
+    """The plots of a probes study drew 1 - score on an axis of "validation loss (nats/token)"."""
+    from inspect_studies import add_trial, make_study
+
+    import nas.plots
+
+    study = make_study(runs, "probes")
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "probes@5"})
+    add_trial(study, "vanilla", 0.75)
+    add_trial(study, "small", 0.9)
+    figures = []
+    monkeypatch.setattr(nas.plots, "_save", lambda fig, path: figures.append(fig) or Path(path))
+    nas.plots.plot_pareto(study, tmp_path / "p.png")
+    nas.plots.plot_history(study, tmp_path / "h.png")
+    nas.plots.plot_blocks(study, tmp_path / "b.png")
+    pareto, history, blocks = (f.axes[0] for f in figures)
+    for ax in (pareto, history):
+        assert ax.get_ylabel() == "probe score (mean accuracy), highest is best"
+    assert {round(float(y), 6) for c in pareto.collections for _, y in c.get_offsets()} == {0.1, 0.25}
+    assert "best so far (0.2500)" in [t.get_text() for t in history.get_legend().get_texts()]
+    assert pareto.get_title() == "probes: score vs compute" and "by score" in blocks.get_title()

@@ -51,15 +51,33 @@ def test_bits_per_byte_are_the_recorded_ones_on_a_token_corpus(cli, runs) -> Non
 
 
 def test_a_score_that_is_not_a_loss_has_no_perplexity(cli, runs) -> None:
+    """A proxy's value was shown as "val loss" with the trial "trained 0 steps": it is ln of the proxy's
+    quantity, named so, and nothing trained."""
     study = make_study(runs, "proxy")
     study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "proxy:params"})
     add_trial(study, "vanilla", 10.5)
     _, out, _ = cli("show", "--study", "proxy", "--trial", "0", "--runs-dir", runs)
-    assert "val loss         10.5000  (proxy:params score)" in out
+    assert "ln params        10.5000  (proxy:params value (ln params), of proxy:params)" in out
     assert "perplexity" not in out and "bits/byte" not in out
+    assert "val loss" not in out and "trained" not in out
     _, out, _ = cli("show", "--study", "proxy", "--trial", "0", "--runs-dir", runs, "--json")
     metrics = json.loads(out)["metrics"]  # nor in what --json and export write
-    assert metrics["val_loss"] == 10.5 and "val_ppl" not in metrics and "val_bpb" not in metrics
+    assert metrics["proxy_value"] == 10.5 and "val_loss" not in metrics
+    assert "val_ppl" not in metrics and "val_bpb" not in metrics
+
+
+def test_a_probe_studys_trial_shows_its_score_not_one_minus_it(cli, runs) -> None:
+    """A probes trial showed "val loss 0.7500" (1 - score) and its hurdles as 1 - the partial score."""
+    study = make_study(runs, "probes")
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "probes@5"})
+    add_trial(study, "vanilla", 0.75, intermediate={"0.5": 0.9}, probe_score=0.25)
+    _, out, _ = cli("show", "--study", "probes", "--trial", "0", "--runs-dir", runs)
+    assert "score            0.2500  (probe score (mean accuracy), of probes@5)" in out
+    assert "val loss" not in out and "0.7500" not in out
+    hurdles = out[out.index("hurdles (probe score (mean accuracy)") :].splitlines()[1:3]
+    assert [line.split()[:2] for line in hurdles] == [["0.5", "0.1000"], ["1", "0.2500"]]
+    metrics = json.loads(cli("show", "--study", "probes", "--trial", "0", "--runs-dir", runs, "--json")[1])
+    assert metrics["metrics"]["probe_score"] == 0.25 and "val_loss" not in metrics["metrics"]
 
 
 def test_a_trial_whose_recorded_architecture_this_version_refuses_is_still_shown(cli, runs) -> None:

@@ -260,13 +260,44 @@ def test_a_finite_loss_past_exps_range_is_told_not_a_crash():
     """A diverging model can end with a finite loss above 709.78, whose exp overflows: the progress line's
     perplexity raised OverflowError in the driver.  The trial is told with its loss; the line caps the
     perplexity, and without a language model's loss (a probe score, a proxy) gives none."""
+    from evaluators.result import measure_of
     from nas.search.driver.outcome import tell_result
 
     study = optuna.create_study()
-    for lm in (True, False):
+    for evaluator in ("lm", "proxy:params"):
         trial = study.ask()
         result = {"status": "ok", "metrics": {"val_loss": 800.0}}
-        state, text, loss, frozen = tell_result(study, trial, result, "loss", ("val_loss",), lm)
+        measure = measure_of(evaluator)
+        state, text, loss, frozen = tell_result(study, trial, result, "loss", ("val_loss",), measure)
         assert (state, loss, frozen.values) == ("COMPLETE", 800.0, [800.0])
-        assert text.startswith("loss 800.0000 ppl 1.01e+304" if lm else "loss 800.0000 "), text
+        lm = evaluator == "lm"
+        assert text.startswith("loss 800.0000 ppl 1.01e+304" if lm else "ln params 800.0000 "), text
         assert lm or "ppl" not in text
+
+
+def test_a_probes_search_reports_its_score_and_a_proxy_search_no_tensorboard(tmp_path, text_corpus, capsys):
+    """The progress line and the closing front of a probes search said "loss 0.9272 ... best 0.9272" (1 -
+    score, best the lowest), and a proxy or probes search pointed TensorBoard at runs nothing writes."""
+    from evaluators.result import measure_of
+    from nas.search.driver.outcome import tell_result
+
+    study = optuna.create_study()
+    measure = measure_of("probes:selective_copying@5")
+    for value in (0.9, 0.7):
+        result = {"status": "ok", "metrics": {"val_loss": value}}
+        _, text, _, _ = tell_result(study, study.ask(), result, "loss", ("val_loss",), measure)
+    assert text.startswith("score 0.3000 "), text
+    result = {"status": "pruned", "intermediate": {"0.5": 0.8}, "metrics": {"val_loss": 0.8}}
+    assert tell_result(study, study.ask(), result, "loss", ("val_loss",), measure)[1] == (
+        "stopped at hurdle 0.5: score 0.2000"
+    )
+    argv = search_args(tmp_path, text_corpus, "--evaluator", "proxy:params", "--trials", "2", "--local")
+    at = argv.index("--workers")
+    assert main(argv[:at] + argv[at + 2 :]) == 0  # one process: --local takes no --workers
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if x.startswith("[")]
+    assert len(lines) == 2 and all(" COMPLETE ln params " in x and "loss" not in x for x in lines), out
+    assert (
+        "Pareto front (proxy:params value (ln params) vs FLOPs/token)" in out or "Leaderboard (proxy" in out
+    )
+    assert "tensorboard:" not in out and not any(tmp_path.rglob("events.out.*"))

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from evaluators.result import measure_of
+
 # what is left of a run: the work of each trial not started yet, (work, seconds so far) of each running one
 Pending = Callable[[], tuple[list[float], list[tuple[float, float]]]]
 
@@ -29,6 +31,7 @@ class Reporter:
         self.work: list[float] = []
         self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
         self.best: float | None = None  # of the study, not of this run: seeded by the driver
+        self.measure = measure_of("lm")  # what the values are (a search by another evaluator sets its own)
 
     def line(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -72,7 +75,7 @@ class Reporter:
         seconds_left = self.time_left(left, workers)
         eta = "" if seconds_left is None else f", ~{fmt_time(seconds_left)} left"
         over = f" {self.counts['INFEASIBLE']} over cap" if self.counts.get("INFEASIBLE") else ""
-        best = f"best {self.best:.4f}" if self.best is not None else "best -"
+        best = f"best {self.measure.shown(self.best):.4f}" if self.best is not None else "best -"
         spent = self.compute() if self.compute is not None else ""
         spent = f"{spent}, " if spent else ""
         count = f"{done:>3}" if self.total is None else f"{done:>3}/{self.total}"

@@ -114,8 +114,11 @@ class RunContext:
 
     @property
     def tb_dir(self) -> str | None:
-        """The study's TensorBoard runs (None: ``resources.tensorboard`` off, or no runs directory)."""
+        """The study's TensorBoard runs (None: ``resources.tensorboard`` off, no runs directory, or an
+        evaluator that writes none: the probes and the proxies log no curves)."""
         if not self.spec.resources.tensorboard or self.runs_dir is None:
+            return None
+        if str(self.spec.search.evaluator).startswith(("probes", "proxy", "sleep")):
             return None
         return tensorboard_dir(self.runs_dir, self.study, self.storage)
 

@@ -28,7 +28,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from evaluators.prescreen import planned_flops as screen_flops
-from evaluators.result import METRICS, RUN_FIELDS
+from evaluators.result import METRICS, RUN_FIELDS, measure_of
 from nas.cost import Compute, compute
 from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
@@ -181,6 +181,9 @@ class Driver:
             what = f"each run on its scale times the budget {s.spec.budget}"
         else:
             evaluator = s.spec.search.evaluator
+            report.measure = measure_of(
+                evaluator
+            )  # its best: the highest probe score, not the lowest 1 - score
             # the probes train by their own protocol and a proxy not at all: the budget would be a claim
             scored = f"budget {s.spec.budget} per trial" if evaluator == "lm" else (
                 f"evaluator {evaluator} (the budget is not used)")  # fmt: skip
@@ -445,8 +448,8 @@ class Driver:
 
     def _tell(self, study: optuna.Study, r: Running, result: dict[str, Any]) -> tuple[str, str, float | None]:
         objective = self.s.spec.search.objective
-        lm = self.s.spec.search.evaluator == "lm"
-        state, text, loss, frozen = tell_result(study, r.trial, result, objective, METRIC_KEYS, lm)
+        measure = measure_of("lm" if self.CONFIRMATION else self.s.spec.search.evaluator)
+        state, text, loss, frozen = tell_result(study, r.trial, result, objective, METRIC_KEYS, measure)
         if frozen is not None:
             self.twins.add_complete(r.arch_id, frozen)
         elif state == "PRUNED":

@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from evaluators.result import perplexity
+from evaluators.result import Measure, measure_of, perplexity
 from nas.execution.worker import DIVERGED
 from nas.search.storage.records import EVALUATOR_PREFIXES, INTERMEDIATE
 from nas.spec.sections import OBJECTIVE_METRICS
@@ -70,11 +70,13 @@ def tell_result(
     result: dict[str, Any],
     objective: str,
     metric_keys: Sequence[str],
-    lm: bool = True,
+    measure: Measure | None = None,
 ) -> tuple[str, str, float | None, FrozenTrial | None]:
     """Tell what a worker measured: (state, a line of text, the loss or None, the COMPLETE trial or None).
-    ``lm``: the value is a language model's loss; else (a probe score, a proxy's value) the line gives no
-    perplexity, which would be the exp of something that is no cross-entropy."""
+    ``measure`` (default: a language model's loss) names the value in the line; only a loss gets a
+    perplexity, which of a probe score or a proxy's value would be the exp of something that is no
+    cross-entropy."""
+    measure = measure or measure_of("lm")
     inter = result.get("intermediate") or {}
     if inter:
         trial.set_user_attr(INTERMEDIATE, inter)
@@ -125,10 +127,10 @@ def tell_result(
         last = inter[max(inter, key=float)] if inter else float("nan")
         if screened:
             return "PRUNED", f"screened out before training: prescreen value {last:.4f}", None, None
-        return "PRUNED", f"stopped at hurdle {at:g}: loss {last:.4f}", None, None
+        return "PRUNED", f"stopped at hurdle {at:g}: {measure.column} {measure.shown(last):.4f}", None, None
     values = [float(metrics[key]) for key in OBJECTIVE_METRICS[objective]]
     frozen = study.tell(trial, values)
     summary = trial.user_attrs.get("summary", "")
     ppl = perplexity(loss)
-    ppl_text = (f"ppl {ppl:.2f} " if ppl < 1e9 else f"ppl {ppl:.3g} ") if lm else ""
-    return "COMPLETE", f"loss {loss:.4f} {ppl_text}{summary}", loss, frozen
+    ppl_text = (f"ppl {ppl:.2f} " if ppl < 1e9 else f"ppl {ppl:.3g} ") if measure.lm else ""
+    return "COMPLETE", f"{measure.column} {measure.shown(loss):.4f} {ppl_text}{summary}", loss, frozen

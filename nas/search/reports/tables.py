@@ -11,27 +11,35 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from evaluators.result import perplexity
+from evaluators.result import Measure, perplexity
+from evaluators.result import measure_of as result_measure
 from nas.errors import UserError
 from nas.search.reports.lookup import get_trial, state_counts
 from nas.search.reports.trial import (
     origin,
 )
-from nas.search.storage.records import evaluator_of, settings_of, trained
+from nas.search.storage.records import measure_of, settings_of, trained
 from nas.spec import Budget
 
 
-def _row(t: FrozenTrial, pareto: bool, lm: bool = True) -> dict[str, Any]:
-    """One trial as a row; ``lm``: its value is a language model's loss (not a probe score or a proxy's
-    value, whose perplexity and bits per byte would mean nothing: None there)."""
+def _row(t: FrozenTrial, pareto: bool, measure: Measure) -> dict[str, Any]:
+    """One trial as a row.  Its value under the name of what it is: a language model's loss with its
+    perplexity and bits per byte, or (``measure.key``) a probe score or a proxy's value alone, whose
+    perplexity and bits per byte would mean nothing."""
     ua = t.user_attrs
     loss = t.values[0] if t.values else ua.get("val_loss")
+    if measure.lm:
+        value = {
+            "val_loss": loss,
+            "val_ppl": perplexity(loss) if loss is not None else None,
+            # as the trainer measured it, with the corpus's bytes per token (loss / ln 2 is bits per *token*)
+            "val_bpb": ua.get("val_bpb"),
+        }
+    else:
+        value = {measure.key: measure.shown(loss) if loss is not None else None}
     return {
         "trial": t.number,
-        "val_loss": loss,
-        "val_ppl": perplexity(loss) if lm and loss is not None else None,
-        # as the trainer measured it, with the corpus's bytes per token (loss / ln 2 is bits per *token*)
-        "val_bpb": ua.get("val_bpb") if lm else None,
+        **value,
         "flops_per_token": ua.get("flops_per_token"),
         "state_bytes": ua.get("state_bytes"),
         "params": ua.get("params"),
@@ -55,7 +63,7 @@ def leaderboard(study: optuna.Study, top: int | None = None) -> list[dict[str, A
     """
     complete = trained(study)  # a candidate over the caps has no result to rank
     multi = len(study.directions) > 1
-    lm = evaluator_of(study) == "lm"
+    measure = measure_of(study)
     if multi:
         # Optuna's best_trials leaves infeasible trials out of constrained studies already.
         front = {t.number for t in study.best_trials}
@@ -66,7 +74,7 @@ def leaderboard(study: optuna.Study, top: int | None = None) -> list[dict[str, A
         if key in rows:
             rows[key]["also"].append(t.number)
         else:
-            rows[key] = {**_row(t, multi, lm), "also": []}
+            rows[key] = {**_row(t, multi, measure), "also": []}
     out = list(rows.values())
     return out[:top] if top else out
 
@@ -84,14 +92,23 @@ def _num(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def format_table(rows: list[dict[str, Any]], with_origin: bool = False, with_state: bool = False) -> str:
+def format_table(
+    rows: list[dict[str, Any]],
+    with_origin: bool = False,
+    with_state: bool = False,
+    measure: Measure | None = None,
+) -> str:
     """Rows of ``leaderboard`` as a text table; ``with_origin`` adds where each architecture came from,
-    ``with_state`` the bytes a sequence keeps while generating (a study with the state objective)."""
+    ``with_state`` the bytes a sequence keeps while generating (a study with the state objective);
+    ``measure`` (default: a loss) is what the rows' value is: only a loss has ppl and bpb columns."""
+    measure = measure or result_measure("lm")
     width = max([len("origin")] + [len(r.get("origin") or "-") for r in rows]) if with_origin else 0
     mid = f"  {'origin':<{width}}" if with_origin else ""
     state = f"  {'state B':>8}" if with_state else ""
+    vw = max(7, len(measure.column))
+    derived = f"  {'ppl':>7}  {'bpb':>6}" if measure.lm else ""
     head = (
-        f"{'trial':>5}  {'loss':>7}  {'ppl':>7}  {'bpb':>6}  {'FLOPs/tok':>9}{state}  {'params':>8}{mid}  "
+        f"{'trial':>5}  {measure.column:>{vw}}{derived}  {'FLOPs/tok':>9}{state}  {'params':>8}{mid}  "
         "architecture"
     )
     lines = [head, "-" * len(head)]
@@ -99,9 +116,9 @@ def format_table(rows: list[dict[str, Any]], with_origin: bool = False, with_sta
         mid = f"  {r.get('origin') or '-':<{width}}" if with_origin else ""
         state = f"  {_human(r.get('state_bytes')):>8}" if with_state else ""
         also = f"  (also trial {', '.join(map(str, r['also']))})" if r.get("also") else ""
+        derived = f"  {_num(r['val_ppl'], '.2f'):>7}  {_num(r['val_bpb'], '.3f'):>6}" if measure.lm else ""
         lines.append(
-            f"{r['trial']:>5}  {r['val_loss']:>7.4f}  {_num(r['val_ppl'], '.2f'):>7}  "
-            f"{_num(r['val_bpb'], '.3f'):>6}  "
+            f"{r['trial']:>5}  {_num(r[measure.key], '.4f'):>{vw}}{derived}  "
             f"{_human(r['flops_per_token']):>9}{state}  {_human(r['params']):>8}{mid}  {r['summary']}{also}"
         )
     return "\n".join(lines)
@@ -127,17 +144,22 @@ def format_leaderboard(study: optuna.Study, rows: list[dict[str, Any]]) -> str:
     facts = [f"{total} trials ({states or 'none finished'})"]
     if settings.get("objective"):
         facts.append(f"objective {settings['objective']}")
-    if settings.get("budget"):
+    measure = measure_of(study)
+    if not measure.lm:  # the probes train by their own protocol and a proxy not at all
+        facts.append(f"evaluator {measure.evaluator} (no budget used)")
+    elif settings.get("budget"):
         # a wsd study's budget also records its rungs: the text is the Budget's own
         facts.append(f"budget {Budget.from_dict(settings['budget'])} per trial")
     lines = [f"study {study.study_name!r}: " + ", ".join(facts)]
+    value = measure.name
+    first = "lowest loss" if measure.lm else f"{measure.better} {measure.column}"
     if len(study.directions) > 1:
         what = "FLOPs/token" + (" and state" if len(study.directions) > 2 else "")
-        lines.append(f"Pareto front (val loss vs {what}): {len(rows)} architecture(s), lowest loss first")
+        lines.append(f"Pareto front ({value} vs {what}): {len(rows)} architecture(s), {first} first")
     else:
-        lines.append(f"best {len(rows)} architecture(s) by val loss:")
+        lines.append(f"best {len(rows)} architecture(s) by {value}:")
     if not rows:
         lines.append("(no completed trial yet)")
         return "\n".join(lines)
-    lines.append(format_table(rows, with_origin=True, with_state=len(study.directions) > 2))
+    lines.append(format_table(rows, with_origin=True, with_state=len(study.directions) > 2, measure=measure))
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from optuna.trial import FrozenTrial
 
 from evaluators.result import (
     METRICS,  # the measured metrics a finished trial carries in its user attributes
+    measure_of,
     perplexity,
     sample_lines,  # how a trial was run (CPU results depend on threads)
 )
@@ -30,12 +31,20 @@ ORIGIN_KEYS = ("seed_arch", "parent", "mutated", "duplicate_of", "requeued_from"
 
 def metrics_of(t: FrozenTrial, evaluator: str = "lm") -> dict[str, Any]:
     """The measured metrics of a trial, in METRICS order (only those it has), then the evaluator's own
-    (``probe_*``, ``prescreen_*``).  Scored by another ``evaluator`` than ``lm``, its ``val_loss`` is a
-    probe score's 1 - score or a proxy's value: no perplexity or bits per byte are derived from it."""
-    derived = ("val_ppl", "val_bpb") if evaluator != "lm" else ()
-    out = {
-        k: t.user_attrs[k] for k in METRICS + RUN_KEYS if t.user_attrs.get(k) is not None and k not in derived
-    }
+    (``probe_*``, ``prescreen_*``).  Scored by another ``evaluator`` than ``lm``, its recorded ``val_loss``
+    is a probe score's 1 - score or a proxy's value: it is given under that value's own name and as that
+    value (``probe_score``, ``proxy_value``: :func:`evaluators.result.measure_of`), with no perplexity or
+    bits per byte derived from it."""
+    measure = measure_of(evaluator)
+    derived = () if measure.lm else ("val_ppl", "val_bpb")
+    out = {}
+    for k in METRICS + RUN_KEYS:
+        value = t.user_attrs.get(k)
+        if value is None or k in derived:
+            continue
+        if k == "val_loss" and not measure.lm:
+            k, value = measure.key, measure.shown(value)
+        out[k] = value
     out.update({k: v for k, v in t.user_attrs.items() if k.startswith(EVALUATOR_PREFIXES) and v is not None})
     return out
 
@@ -274,16 +283,18 @@ def _row_name(row: dict[str, Any]) -> str:
 
 def _metric_lines(d: dict[str, Any]) -> list[str]:
     m = d["metrics"]
-    if "val_loss" not in m and "train_flops" not in m:  # a failed trial may have trained without a loss
+    measure = measure_of(d.get("evaluator"))
+    if measure.key not in m and "train_flops" not in m:  # a failed trial may have trained without a loss
         return []
     lines = ["", "metrics"]
-    loss = m.get("val_loss")
-    label = "val loss at stop" if d["state"] == "PRUNED" else "val loss"
+    loss = m.get(measure.key)
+    label = "val loss" if measure.lm else measure.column
+    label += " at stop" if d["state"] == "PRUNED" else ""
     if isinstance(loss, (int, float)) and math.isfinite(loss):
         lines.append(f"  {label:<16} {loss:.4f}{_loss_units(d, loss)}")
-    elif "val_loss" in m:
+    elif measure.key in m:
         lines.append(f"  {label:<16} {loss} (not a finite number: training diverged)")
-    if "tokens" in m or "steps" in m:
+    if ("tokens" in m or "steps" in m) and measure.trains:  # a proxy trains nothing: no "trained 0 steps"
         until = {"FAIL": "  (until it failed)", "REQUEUED": "  (until it was interrupted)"}.get(
             d["state"], ""
         )
@@ -308,7 +319,7 @@ def _loss_units(d: dict[str, Any], loss: float) -> str:
     recorded (loss / ln 2 / the corpus's bytes per token; none when the corpus does not know them).  An
     evaluator other than ``lm`` (a probe score, a proxy) scores something else: nothing is derived."""
     if d.get("evaluator", "lm") != "lm":
-        return f"  ({d['evaluator']} score)"
+        return f"  ({measure_of(d['evaluator']).name}, of {d['evaluator']})"
     bpb = d["metrics"].get("val_bpb")
     per_byte = f", {bpb:.4f} bits/byte" if isinstance(bpb, (int, float)) else ""
     return f" nats/token  (perplexity {perplexity(loss):.3f}{per_byte})"
@@ -318,12 +329,14 @@ def _hurdle_lines(d: dict[str, Any]) -> list[str]:
     if not d["intermediate"]:
         return []
     m = d["metrics"]
-    lines = ["", "hurdles (val loss at a fraction of the budget)"]
+    measure = measure_of(d.get("evaluator"))
+    lines = ["", f"hurdles ({measure.name} at a fraction of the budget)"]
     stop = d.get("pruned_at") if d["state"] == "PRUNED" else None
     for key, value in d["intermediate"].items():
         mark = "  (missed it: stopped here)" if stop is not None and float(key) == float(stop) else ""
         what = "  (the prescreen's value, before training)" if float(key) == 0 else ""
-        lines.append(f"  {float(key):>5g}  {value:.4f}{what}{mark}")
-    if "val_loss" in m and d["state"] == "COMPLETE":
-        lines.append(f"  {1:>5g}  {m['val_loss']:.4f}  (final)")
+        shown = value if float(key) == 0 else measure.shown(value)  # the prescreen's value is its own
+        lines.append(f"  {float(key):>5g}  {shown:.4f}{what}{mark}")
+    if measure.key in m and d["state"] == "COMPLETE":
+        lines.append(f"  {1:>5g}  {m[measure.key]:.4f}  (final)")
     return lines

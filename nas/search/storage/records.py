@@ -13,6 +13,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from evaluators.result import Measure
+from evaluators.result import measure_of as result_measure
 from nas.errors import UserError
 from nas.spec import Spec
 
@@ -89,3 +91,9 @@ def trained(study: optuna.Study) -> list[FrozenTrial]:
     """COMPLETE trials with a measured result: what leaderboards, fronts, plots and exports may show."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     return [t for t in complete if not is_infeasible(t)]
+
+
+def measure_of(study: optuna.Study) -> Measure:
+    """What the study's recorded value is (a loss, a probe score, a proxy's value): how to name and show
+    it."""
+    return result_measure(evaluator_of(study))
