@@ -10,6 +10,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from evaluators.result import measure_of
 from nas.outputs import Planned, write_output
 
 #: how every report starts: ``confirm --report FILE`` overwrites only a file that starts so
@@ -91,9 +92,10 @@ def curse_table(report: dict[str, Any]) -> list[str]:
         f"| architecture | search trial | {_search_column(report)} | confirmed mean | gap |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
+    shown = measure_of(report.get("search_evaluator")).shown  # a probe score as the score, not 1 - it
     for r in rows:
         lines.append(
-            f"| {r['name']} | {r['search_trial']} | {_f(r['search_loss'])} | {_f(r['mean'])} | "
+            f"| {r['name']} | {r['search_trial']} | {_f(shown(r['search_loss']))} | {_f(r['mean'])} | "
             f"{_f(r['search_gap'], sign=True)} |"
         )
     return lines + [""]
@@ -101,8 +103,8 @@ def curse_table(report: dict[str, Any]) -> list[str]:
 
 def _search_column(report: dict[str, Any]) -> str:
     """What the search measured: its loss, or the value of its evaluator (a probe score, a proxy)."""
-    evaluator = report.get("search_evaluator") or "lm"
-    return "search loss" if evaluator == "lm" else f"search value ({evaluator})"
+    measure = measure_of(report.get("search_evaluator"))
+    return "search loss" if measure.lm else f"search {measure.name} ({measure.evaluator})"
 
 
 def _corr_cells(c: dict[str, Any]) -> str:

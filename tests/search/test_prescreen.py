@@ -220,6 +220,13 @@ def test_confirm_of_a_probes_search_trains_the_lm(tmp_path, text_corpus, capsys)
     assert finalist[0].user_attrs["val_loss"] != finalist[1].user_attrs["val_loss"]  # two seeds, two runs
     assert report["search_evaluator"] == "probes:memorization@2"
     assert all(r["search_gap"] is None for r in report["summary"])
+    # the report's table shows the probe score itself (the study records 1 - score), under its name
+    from nas.confirm.markdown import curse_table
+
+    table = "\n".join(curse_table(report))
+    recorded = next(r["search_loss"] for r in report["summary"] if r["search_loss"] is not None)
+    assert "search probe score (mean accuracy) (probes:memorization@2)" in table
+    assert f"| {1 - recorded:.4f} |" in table and f"| {recorded:.4f} |" not in table
 
 
 @pytest.mark.parametrize("value", [5, ["probes"], True, "", "  "])
