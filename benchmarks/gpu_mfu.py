@@ -99,7 +99,13 @@ def parse_rows(text: str) -> list[tuple[str, str, int]]:
     rows = []
     for item in (i.strip() for i in text.split(",") if i.strip()):
         parts = item.split(":")
-        if len(parts) != 3 or parts[0] not in MODELS or parts[1] not in MODES or not parts[2].isdigit():
+        if (
+            len(parts) != 3
+            or parts[0] not in MODELS
+            or parts[1] not in MODES
+            or not parts[2].isdigit()
+            or int(parts[2]) < 1
+        ):
             raise ValueError(
                 f"--rows item {item!r}: want model:mode:batch, model one of {', '.join(MODELS)}, "
                 f"mode one of {', '.join(MODES)}, batch a positive integer"
