@@ -29,11 +29,14 @@ from nas.cost import check_fits
 from nas.errors import CheckpointError, ConfigError
 from nas.models import ArchConfig, build_model
 from nas.outputs import Planned, write_output
+from nas.validate import not_a_file
 
 FORMAT = "nas-lm-checkpoint/1"
 
 #: the file name ending that selects the safetensors format when writing
 SAFETENSORS = ".safetensors"
+#: what a checkpoint is, for the end of an error line about a file that is none
+_VALID = "a checkpoint is a file `train --save` wrote (.safetensors or .pt)"
 
 
 def _plain(value: Any) -> Any:
@@ -134,7 +137,7 @@ def _read_safetensors(p: Path) -> dict[str, Any]:
             header = f.metadata() or {}
             state = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open is no dict)
     except Exception as err:  # safetensors raises its own SafetensorError for a damaged file
-        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__}); {_VALID}") from None
     doc: dict[str, Any] = {}
     for key, text in header.items():
         try:
@@ -161,8 +164,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     :class:`~nas.errors.CheckpointError` (or ConfigError for a bad architecture) naming it.
     """
     p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(f"{p}: checkpoint not found" if not p.exists() else f"{p}: is not a file")
+    problem = not_a_file(p)
+    if problem:
+        raise CheckpointError(f"{p}: checkpoint not found" if problem == "missing" else f"{p}: {problem}")
     try:
         safetensors = is_safetensors(p)
     except OSError as err:
@@ -173,9 +177,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         try:
             doc = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises several types for a file that is not a checkpoint
-            raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+            kind = type(err).__name__
+            raise CheckpointError(f"{p}: not a readable checkpoint ({kind}); {_VALID}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CheckpointError(f"{p}: not a {FORMAT} checkpoint")
+        raise CheckpointError(f"{p}: not a {FORMAT} checkpoint; {_VALID}")
     if "arch" not in doc or not isinstance(doc.get("state_dict"), Mapping):
         missing = "arch" if "arch" not in doc else "state_dict"
         raise CheckpointError(f"{p}: the checkpoint has no {missing!r} (truncated or edited)")
