@@ -358,6 +358,14 @@ def test_a_corrupt_cache_entry_says_deleting_it_fixes_it(
     assert "\n" not in message and f"{spec} is this tool's cache" in message and "delete it" in message
     shutil.rmtree(spec)
     assert load_corpus(resolve_data(str(corpus_dir), str(tokenizer))).fingerprint  # made again
+    for damaged in ("[1000]", "[" * 100_000 + "]" * 100_000):  # read on a cache hit: a traceback
+        (spec / "meta.json").write_text(damaged)
+        with pytest.raises(UserError) as info:
+            resolve_data(str(corpus_dir), str(tokenizer))
+        message = str(info.value)
+        assert message.startswith(f"{spec / 'meta.json'}: ") and f"{spec} is this tool's cache" in message
+    shutil.rmtree(spec)
+    assert load_corpus(resolve_data(str(corpus_dir), str(tokenizer))).fingerprint  # made again
     mine = write_token_corpus(tmp_path / "mine")
     (mine / "val.bin").write_bytes(b"")
     with pytest.raises(UserError) as info:

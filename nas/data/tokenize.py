@@ -32,7 +32,7 @@ from nas.data.text import SEPARATOR
 from nas.data.tokens import META, write_token_dir
 from nas.errors import UserError
 from nas.outputs import cache_dir, partial
-from nas.validate import check_writable_dir, read_text_file
+from nas.validate import check_writable_dir, read_json_file, read_text_file
 
 _PIECE = 1 << 20  # characters per encoded piece
 #: bytes that are not UTF-8, as :func:`_documents` decodes them (one character, U+DC80 + their count, where
@@ -191,7 +191,11 @@ def _utf8_lengths(text: str) -> np.ndarray:
 
 def update_source(meta_path: Path, source: dict[str, str]) -> None:
     """Point a cache hit's metadata file at the paths given now (the fingerprint ignores them)."""
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    # damaged on disk (a bad copy, an edit): json's own errors were a traceback
+    fix = f"{meta_path.parent} is this tool's cache of a tokenized corpus: delete it and run again"
+    meta = read_json_file(meta_path, fix)
+    if not isinstance(meta, dict):
+        raise UserError(f"{meta_path}: is a JSON {type(meta).__name__}, not an object; {fix}")
     if meta.get("source") == source:
         return
     meta["source"] = source
