@@ -35,6 +35,9 @@ FORMAT = "nas-lm-checkpoint/1"
 
 #: the file name ending that selects the safetensors format when writing
 SAFETENSORS = ".safetensors"
+#: the plain-data sections besides the architecture that a checkpoint may hold (``train --save`` writes the
+#: first four; ``export`` adds where the model was found)
+EXTRA_SECTIONS = ("recipe", "budget", "metrics", "data", "found")
 #: what a checkpoint is, for the end of an error line about a file that is none
 _VALID = "a checkpoint is a file `train --save` wrote (.safetensors or .pt)"
 
@@ -142,7 +145,7 @@ def _read_safetensors(p: Path) -> dict[str, Any]:
     for key, text in header.items():
         try:
             doc[key] = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # json's parser recurses per level: deep nesting raised it
             raise CheckpointError(f"{p}: its metadata {key!r} is not JSON (edited?)") from None
     tied = doc.pop("tied", {}) or {}
     if not isinstance(tied, Mapping):
@@ -181,6 +184,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise CheckpointError(f"{p}: not a readable checkpoint ({kind}); {_VALID}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointError(f"{p}: not a {FORMAT} checkpoint; {_VALID}")
+    for key in EXTRA_SECTIONS:  # what train --save records: read with .get by export (a traceback)
+        if doc.get(key) is not None and not isinstance(doc[key], Mapping):
+            raise CheckpointError(f"{p}: its {key!r} is a {type(doc[key]).__name__}, not a mapping (edited?)")
     if "arch" not in doc or not isinstance(doc.get("state_dict"), Mapping):
         missing = "arch" if "arch" not in doc else "state_dict"
         raise CheckpointError(f"{p}: the checkpoint has no {missing!r} (truncated or edited)")
