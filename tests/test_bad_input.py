@@ -627,6 +627,11 @@ def cases() -> list[Any]:
         ("m.pt: not a readable checkpoint", "a file `train --save` wrote"),
         {"m.pt": bytes(range(256)) * 4},
     )
+    case(  # a study file this user may not read (EACCES; root reads anything, so an EIO file stands in): a traceback
+        "best-storage-unreadable",
+        ["best", "--study", "s", "--storage", "sqlite:////proc/self/mem"],
+        ("--storage", "cannot read /proc/self/mem (Input/output error)"),
+    )
     case(  # "no such database file emptydir"
         "best-storage-a-directory",
         ["best", "--study", "s", "--storage", "sqlite:///emptydir"],
