@@ -29,11 +29,17 @@ from nas.cost import check_fits
 from nas.errors import CheckpointError, ConfigError
 from nas.models import ArchConfig, build_model
 from nas.outputs import Planned, write_output
+from nas.validate import not_a_file
 
 FORMAT = "nas-lm-checkpoint/1"
 
 #: the file name ending that selects the safetensors format when writing
 SAFETENSORS = ".safetensors"
+#: the plain-data sections besides the architecture that a checkpoint may hold (``train --save`` writes the
+#: first four; ``export`` adds where the model was found)
+EXTRA_SECTIONS = ("recipe", "budget", "metrics", "data", "found")
+#: what a checkpoint is, for the end of an error line about a file that is none
+_VALID = "a checkpoint is a file `train --save` wrote (.safetensors or .pt)"
 
 
 def _plain(value: Any) -> Any:
@@ -134,12 +140,12 @@ def _read_safetensors(p: Path) -> dict[str, Any]:
             header = f.metadata() or {}
             state = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open is no dict)
     except Exception as err:  # safetensors raises its own SafetensorError for a damaged file
-        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__}); {_VALID}") from None
     doc: dict[str, Any] = {}
     for key, text in header.items():
         try:
             doc[key] = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # json's parser recurses per level: deep nesting raised it
             raise CheckpointError(f"{p}: its metadata {key!r} is not JSON (edited?)") from None
     tied = doc.pop("tied", {}) or {}
     if not isinstance(tied, Mapping):
@@ -161,8 +167,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     :class:`~nas.errors.CheckpointError` (or ConfigError for a bad architecture) naming it.
     """
     p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(f"{p}: checkpoint not found" if not p.exists() else f"{p}: is not a file")
+    problem = not_a_file(p)
+    if problem:
+        raise CheckpointError(f"{p}: checkpoint not found" if problem == "missing" else f"{p}: {problem}")
     try:
         safetensors = is_safetensors(p)
     except OSError as err:
@@ -173,9 +180,13 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         try:
             doc = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises several types for a file that is not a checkpoint
-            raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__})") from None
+            kind = type(err).__name__
+            raise CheckpointError(f"{p}: not a readable checkpoint ({kind}); {_VALID}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CheckpointError(f"{p}: not a {FORMAT} checkpoint")
+        raise CheckpointError(f"{p}: not a {FORMAT} checkpoint; {_VALID}")
+    for key in EXTRA_SECTIONS:  # what train --save records: read with .get by export (a traceback)
+        if doc.get(key) is not None and not isinstance(doc[key], Mapping):
+            raise CheckpointError(f"{p}: its {key!r} is a {type(doc[key]).__name__}, not a mapping (edited?)")
     if "arch" not in doc or not isinstance(doc.get("state_dict"), Mapping):
         missing = "arch" if "arch" not in doc else "state_dict"
         raise CheckpointError(f"{p}: the checkpoint has no {missing!r} (truncated or edited)")

@@ -202,7 +202,17 @@ def tokenizer_for(data: Mapping[str, Any] | None, vocab_size: int, source: str) 
                 f"{source}: its data was tokenized with {path}, which is not there; put the tokenizer "
                 "back there to export it with the model"
             )
-        return PreTrainedTokenizerFast(tokenizer_file=str(file)), f"a copy of {path}"
+        from nas.data.tokenize import load_tokenizer
+
+        # checked as --tokenizer is: a file damaged since (UTF-16, cut short) was a traceback here
+        tokenizer, fingerprint = load_tokenizer(file, shown=f"{source}: its tokenizer {path}")
+        recorded = data.get("tokenizer_fingerprint") if data else None
+        if recorded and recorded != fingerprint:  # another tokenizer would ship with the model, silently
+            raise UserError(
+                f"{source}: its data was tokenized with {path}, which has changed since (fingerprint "
+                f"{fingerprint}, trained with {recorded}); put back the tokenizer it was trained with"
+            )
+        return PreTrainedTokenizerFast(tokenizer_object=tokenizer), f"a copy of {path}"
     if vocab_size == BYTE_VOCAB:
         return byte_tokenizer(), "byte-level (one id per byte value)"
     return None, f"none (the data were token ids, vocabulary {vocab_size:,}, with no tokenizer recorded)"

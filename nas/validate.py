@@ -12,12 +12,14 @@ each says why.
 
 from __future__ import annotations
 
+import codecs
+import json
 import math
 import os
 import reprlib
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from nas.errors import ConfigError, UserError
 
@@ -160,6 +162,69 @@ def utf16_text(data: bytes) -> str | None:
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return "UTF-16 text, by its byte-order mark; save it as UTF-8"
     return None
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file (None: it is a regular file).  A directory or a FIFO was
+    called missing, or silently skipped, by readers that asked ``is_file()`` alone."""
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return "is a directory, not a file"
+    return "is not a regular file" if path.exists() else "missing"
+
+
+def utf8_text(data: bytes) -> tuple[str, None] | tuple[None, str]:
+    """``data`` decoded as UTF-8 text (a UTF-8 byte-order mark dropped, as Windows' Notepad writes one),
+    or None and why it is not UTF-8 text: UTF-16, or the first invalid byte by line and column."""
+    wide = utf16_text(data)
+    if wide:
+        return None, wide
+    body = data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
+    try:
+        return body.decode("utf-8"), None
+    except UnicodeDecodeError as err:
+        line = body.count(b"\n", 0, err.start) + 1
+        column = err.start - (body.rfind(b"\n", 0, err.start) + 1) + 1
+        return None, f"not UTF-8 text (byte 0x{body[err.start]:02x} at line {line}, column {column})"
+
+
+def read_text_file(path: str | os.PathLike[str], valid: str, shown: str | None = None) -> tuple[str, bytes]:
+    """The UTF-8 text of the file ``path`` and its bytes, or one :class:`UserError` line
+    ``"{shown}: {what is wrong}; {valid}"`` (``shown``: the file as the message names it, by default its
+    path): missing, a directory or FIFO, unreadable, UTF-16, not UTF-8, or empty."""
+    p = Path(path)
+    name = str(p) if shown is None else shown
+
+    def refuse(problem: str) -> NoReturn:
+        raise UserError(f"{name}: {problem}; {valid}")
+
+    problem = not_a_file(p)
+    if problem:
+        refuse(problem)
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        refuse(f"cannot read it ({err.strerror or err})")
+    text, problem = utf8_text(data)
+    if text is None:
+        refuse(str(problem))
+    if not text.strip():
+        refuse("is empty")
+    return text, data
+
+
+def read_json_file(path: str | os.PathLike[str], valid: str, shown: str | None = None) -> Any:
+    """The JSON document in the file ``path``; every problem (those of :func:`read_text_file`, JSON that
+    does not parse, or nesting too deep for Python's parser) one :class:`UserError` line as it words them."""
+    text, _ = read_text_file(path, valid, shown)
+    name = str(path) if shown is None else shown
+    try:
+        return json.loads(text)
+    except RecursionError:  # json's parser recurses per level: a few thousand [ raised it
+        raise UserError(f"{name}: nested too deeply to be read; {valid}") from None
+    except ValueError as err:
+        raise UserError(f"{name}: not valid JSON ({err}); {valid}") from None
 
 
 def check_writable_dir(path: str | os.PathLike[str], what: str, *, given: str | None = None) -> None:

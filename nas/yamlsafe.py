@@ -33,7 +33,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from nas.errors import UserError
-from nas.validate import finite_or_none, non_finite_path, utf16_text
+from nas.validate import finite_or_none, non_finite_path, not_a_file, utf8_text
 
 #: the largest file read; an exported 4096-layer architecture is about 350 KB
 MAX_BYTES = 2 * 2**20
@@ -210,20 +210,20 @@ def _a(noun: str) -> str:
 def read_yaml(path: str | os.PathLike[str], what: str = "file") -> Any:
     """The plain data in the YAML file ``path``; user errors are one line naming the file."""
     p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: {what} not found" if not p.exists() else f"{p}: is not a file")
+    problem = not_a_file(p)  # a directory says so, not "is not a file"
+    if problem:
+        raise UserError(f"{p}: {what} not found" if problem == "missing" else f"{p}: {problem}")
     try:
         if p.stat().st_size > MAX_BYTES:
             raise UserError(
                 f"{p}: {_a(what)} of {p.stat().st_size:,} bytes is over the limit of {MAX_BYTES:,} bytes"
             )
         data = p.read_bytes()
-        wide = utf16_text(data)
-        if wide:
-            raise UserError(f"{p}: cannot read {what}: {wide}")
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{p}: cannot read {what}: {err}") from None
+    except OSError as err:
+        raise UserError(f"{p}: cannot read {what}: {err.strerror or err}") from None
+    text, problem = utf8_text(data)  # UTF-16, or the first byte that is not UTF-8 by line and column
+    if text is None:
+        raise UserError(f"{p}: cannot read {what}: {problem}; {_a(what)} is UTF-8 YAML")
     return load_yaml(text, str(p), what)
 
 

@@ -576,6 +576,67 @@ def cases() -> list[Any]:
     case(
         "train-data-missing", ["train", "--arch", "arch.yaml", "--data", "nowhere", "--steps", "1"], "nowhere"
     )
+    # -- files another tool hands over: encodings, shapes, a directory for a file (the sixth round) ------
+    tokens = {"tok/train.bin": b"\x01\x00" * 200, "tok/val.bin": b"\x02\x00" * 100,
+              "tok/meta.json": '{"vocab_size": 300, "dtype": "uint16"}'}  # fmt: skip
+    on_tokens = ["train", "--arch", "arch.yaml", "--data", "tok", "--steps", "1"]
+    case(  # it was "not readable JSON ('utf-8' codec can't decode byte 0xff in position 0...)"
+        "tokens-meta-utf16",
+        on_tokens,
+        ("tok/meta.json: UTF-16 text", "save it as UTF-8", '{"vocab_size": 50257, "dtype": "uint16"}'),
+        {**tokens, "tok/meta.json": '{"vocab_size": 300, "dtype": "uint16"}'.encode("utf-16")},
+    )
+    case(  # a RecursionError traceback
+        "tokens-meta-nested-deep",
+        on_tokens,
+        ("tok/meta.json: nested too deeply",),
+        {**tokens, "tok/meta.json": "[" * 100_000 + "]" * 100_000},
+    )
+    case(  # skipped without a word: bits per byte then came from meta.json's average
+        "tokens-val-bytes-a-directory",
+        on_tokens,
+        ("tok/val_bytes.bin: is a directory, not a file",),
+        {**tokens, "tok/val_bytes.bin/": None},
+    )
+    on_text = ["train", "--arch", "arch.yaml", "--data", "corpus", "--tokenizer", "tok.json", "--steps", "1"]
+    case(
+        "tokenizer-utf16",
+        on_text,
+        ("--tokenizer tok.json: UTF-16 text", "a Hugging Face tokenizers file"),
+        {"tok.json": '{"version": "1.0"}'.encode("utf-16")},
+    )
+    case("tokenizer-empty", on_text, ("--tokenizer tok.json: is empty", "Tokenizer.save"), {"tok.json": ""})
+    case(
+        "tokenizer-a-directory",
+        on_text,
+        ("--tokenizer tok.json: is a directory, not a file",),
+        {"tok.json/": None},
+    )
+    case(  # "'utf-8' codec can't decode byte 0xff in position 21: invalid start byte"
+        "arch-not-utf8",
+        ["train", "--arch", "bad.yaml", "--steps", "1"],
+        (
+            "bad.yaml: cannot read architecture file: not UTF-8 text (byte 0xff at line 2, column 1)",
+            "UTF-8 YAML",
+        ),
+        {"bad.yaml": b"arch: {d_model: 16}\n\xff\n"},
+    )
+    case(
+        "export-checkpoint-binary",
+        ["export", "--checkpoint", "m.pt", "--hf", "out"],
+        ("m.pt: not a readable checkpoint", "a file `train --save` wrote"),
+        {"m.pt": bytes(range(256)) * 4},
+    )
+    case(  # a study file this user may not read (EACCES; root reads anything, so an EIO file stands in): a traceback
+        "best-storage-unreadable",
+        ["best", "--study", "s", "--storage", "sqlite:////proc/self/mem"],
+        ("--storage", "cannot read /proc/self/mem (Input/output error)"),
+    )
+    case(  # "no such database file emptydir"
+        "best-storage-a-directory",
+        ["best", "--study", "s", "--storage", "sqlite:///emptydir"],
+        ("--storage", "emptydir is a directory"),
+    )
     # -- best / show / export -------------------------------------------------------------------
     case("best-study-flag-missing", ["best"], "--study")
     case("best-top-zero", ["best", "--study", "s", "--storage", "{url}", "--top", "0"], "--top")

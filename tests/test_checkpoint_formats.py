@@ -68,6 +68,32 @@ def test_a_damaged_safetensors_checkpoint_is_the_librarys_error(tmp_path: Path, 
         nas.load_model(path)
 
 
+@pytest.mark.parametrize(
+    "key,value,expected",
+    [  # each was a traceback: json's RecursionError, or export's .get on a list or a string
+        ("arch", "[" * 100_000 + "]" * 100_000, "its metadata 'arch' is not JSON (edited?)"),
+        ("tied", "[" * 50_000 + "]" * 50_000, "its metadata 'tied' is not JSON (edited?)"),
+        ("data", "[1]", "its 'data' is a list, not a mapping (edited?)"),
+        ("metrics", '"fine"', "its 'metrics' is a str, not a mapping (edited?)"),
+    ],
+    ids=["arch-nested-deep", "tied-nested-deep", "data-a-list", "metrics-a-string"],
+)
+def test_edited_safetensors_metadata_is_one_line(
+    tmp_path: Path, key: str, value: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, nas.build_model(ARCH), metrics={"val_loss": 2.0}, data={"corpus": "shakespeare"})
+    with safe_open(str(path), framework="pt") as f:
+        meta, state = f.metadata(), {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
+    save_file(state, str(path), metadata={**meta, key: value})
+    assert main(["export", "--checkpoint", str(path), "--hf", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == f"error: {path}: {expected}", err
+    assert not (tmp_path / "out").exists()
+
+
 def test_train_save_safetensors_records_the_run_and_refuses_a_second_save(
     tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -181,6 +181,10 @@ def test_cache_round_trip_and_corruption(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(UserError, match="corrupt"):
         data_text._read_cache(path)
+    for header in (b"[1, 2]", b"[" * 100_000 + b"]" * 100_000):  # AttributeError, RecursionError tracebacks
+        path.write_bytes(header + b"\n" + bytes(100))
+        with pytest.raises(UserError, match="corrupt corpus cache; delete it and run again"):
+            data_text._read_cache(path)
 
 
 def test_batches_are_seeded_windows_shifted_by_one() -> None:

@@ -114,6 +114,34 @@ def test_the_users_tokenizer_is_copied(tmp_path, capsys) -> None:
     assert tok("to be or not").input_ids == [1, 2, 3, 4]
 
 
+def test_a_tokenizer_damaged_or_replaced_since_training_is_refused(tmp_path, capsys) -> None:
+    """The recorded tokenizer.json is read back as --tokenizer is: a damaged one was a traceback, and
+    another one shipped with the model without a word."""
+    import hashlib
+
+    from tokenizers import Tokenizer, models
+
+    def save(words: list[str]) -> bytes:
+        Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]")).save(str(file))
+        return file.read_bytes()
+
+    file = tmp_path / "tokenizer.json"
+    trained = save(["[UNK]", "to", "be", "or", "not"])
+    data = {**BYTES, "vocab_size": 5, "tokenizer": str(file),
+            "tokenizer_fingerprint": "sha256:" + hashlib.sha256(trained).hexdigest()[:16]}  # fmt: skip
+    _checkpoint(tmp_path / "m.pt", _arch(vocab_size=5), data)
+    file.write_bytes(trained.decode().encode("utf-16"))
+    code, err = _export(capsys, "--checkpoint", str(tmp_path / "m.pt"), "--hf", str(tmp_path / "out"))
+    assert code == 2 and len(err) == 1 and f"m.pt: its tokenizer {file}: UTF-16 text" in err[0], err
+    save(["[UNK]", "to", "be", "or", "NOT"])
+    code, err = _export(capsys, "--checkpoint", str(tmp_path / "m.pt"), "--hf", str(tmp_path / "out"))
+    assert code == 2 and len(err) == 1 and f"tokenized with {file}, which has changed since" in err[0], err
+    assert not (tmp_path / "out").exists()
+    file.write_bytes(trained)
+    code, err = _export(capsys, "--checkpoint", str(tmp_path / "m.pt"), "--hf", str(tmp_path / "out"))
+    assert code == 0, err
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [

@@ -209,7 +209,7 @@ def test_a_truncated_checkpoint_raises_checkpoint_error(tmp_path: Path, keep: fl
 
 
 def test_a_directory_is_not_a_checkpoint(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="is not a file"):
+    with pytest.raises(CheckpointError, match="is a directory, not a file"):
         nas.load_model(tmp_path)
 
 

@@ -177,6 +177,60 @@ def test_paths_that_are_not_parallel_directories(tmp_path: Path) -> None:
         empty.validation(4, 8)
 
 
+def test_a_side_that_is_a_directory_is_called_one(tmp_path: Path) -> None:  # it was called missing
+    root = _write(tmp_path / "p", train_src="a\n", train_tgt="b\n", val_src="a\n")
+    (root / "val.tgt").mkdir()
+    with pytest.raises(UserError, match=r"val\.tgt: is a directory, not a file; a parallel corpus directory"):
+        load_parallel(root)
+
+
+@pytest.fixture
+def parallel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tokenized parallel corpus (parallel.json and pairs.npz) made with a real tokenizer."""
+    monkeypatch.setenv("NAS_CACHE_DIR", str(tmp_path / "cache"))
+    par = write_parallel_corpus(tmp_path / "p", n_train=5, n_val=2)
+    spec = Path(resolve_data(par, train_tiny_bpe(tmp_path / "tokenizer.json", vocab_size=300)))
+    assert isinstance(load_corpus(spec), ParallelCorpus)
+    return spec
+
+
+def _with(**changes: object):
+    def spoil(file: Path) -> None:
+        file.write_text(json.dumps({**json.loads(file.read_text()), **changes}))
+
+    return spoil
+
+
+@pytest.mark.parametrize(
+    "name,spoil,expected",
+    [  # each was a traceback: ** of a list, int() of a word, json's recursion, numpy's and zipfile's errors
+        ("parallel.json", _with(source=[1]), "source is [1], of the wrong type (edited?)"),
+        ("parallel.json", _with(n_skipped="x"), "n_skipped is 'x', of the wrong type (edited?)"),
+        ("parallel.json", lambda f: f.write_text("[" * 100_000 + "]" * 100_000), "nested too deeply"),
+        ("parallel.json", lambda f: f.write_bytes(f.read_text().encode("utf-16")), "UTF-16 text"),
+        ("pairs.npz", lambda f: f.write_bytes(b""), "corrupt or incomplete"),
+        ("pairs.npz", lambda f: f.write_bytes(f.read_bytes()[:200]), "corrupt or incomplete"),
+        ("pairs.npz", lambda f: f.write_bytes(bytes(range(256))), "(not a NumPy .npz archive)"),
+    ],
+    ids=[
+        "source-a-list",
+        "n-skipped-a-word",
+        "nested-deep",
+        "utf16",
+        "npz-empty",
+        "npz-cut-short",
+        "npz-binary",
+    ],
+)
+def test_a_damaged_parallel_cache_is_one_line(parallel_cache: Path, name: str, spoil, expected: str) -> None:
+    spoil(parallel_cache / name)
+    with pytest.raises(UserError) as info:
+        load_corpus(parallel_cache)
+    message = str(info.value)
+    assert message.startswith(f"{parallel_cache / name}: ") and expected in message, message
+    assert "tokenize again" in message and "\n" not in message and "allow_pickle" not in message
+
+
 # -- which kind of corpus ------------------------------------------------------------------------
 
 
@@ -329,7 +383,7 @@ def test_tokenizer_and_cache_mistakes(tmp_path: Path, monkeypatch: pytest.Monkey
     ):
         load_corpus(spec)
     (spec / "parallel.json").write_text("{")
-    with pytest.raises(UserError, match="parallel.json: not readable JSON"):
+    with pytest.raises(UserError, match="parallel.json: not valid JSON"):
         load_corpus(spec)
     (spec / "parallel.json").write_text(json.dumps({**meta, "format": "other"}))
     with pytest.raises(UserError, match="not a nas-lm-parallel/1 file"):

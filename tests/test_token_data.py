@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -147,10 +148,73 @@ def _byte_ends_flat(d: Path) -> str:  # a division by zero after the training (a
     return "val_bytes.bin: every validation token ends at byte 0 (none holds text)"
 
 
+VALID_META = 'meta.json is a UTF-8 JSON object such as {"vocab_size": 50257'
+
+
+def _meta_utf16(d: Path) -> str:  # Windows' "Unicode": it was "not readable JSON ('utf-8' codec can't ...)"
+    (d / "meta.json").write_bytes('{"vocab_size": 1000, "dtype": "uint16"}'.encode("utf-16"))
+    return (
+        "meta.json: UTF-16 text, by its byte-order mark; save it as UTF-8; a token directory's " + VALID_META
+    )
+
+
+def _meta_not_utf8(d: Path) -> str:
+    (d / "meta.json").write_bytes(b'{"vocab_size": 1000,\n "dtype": "uint16\xff"}')
+    return "meta.json: not UTF-8 text (byte 0xff at line 2, column 18); a token directory's " + VALID_META
+
+
+def _meta_empty(d: Path) -> str:
+    (d / "meta.json").write_text("\n")
+    return "meta.json: is empty; a token directory's " + VALID_META
+
+
+def _meta_cut_short(d: Path) -> str:
+    (d / "meta.json").write_text('{"vocab_size": 1000, "dty')
+    return "meta.json: not valid JSON (Unterminated string"
+
+
+def _meta_nested_deep(d: Path) -> str:  # json's recursive parser: a RecursionError traceback
+    (d / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    return "meta.json: nested too deeply to be read; a token directory's " + VALID_META
+
+
+def _meta_a_list(d: Path) -> str:
+    (d / "meta.json").write_text('[1000, "uint16"]')
+    return "meta.json: is a JSON list, not an object; a token directory's " + VALID_META
+
+
+def _meta_a_directory(d: Path) -> str:  # it was called missing
+    (d / "meta.json").unlink()
+    (d / "meta.json").mkdir()
+    return "meta.json: is a directory, not a file"
+
+
+def _vocab_a_string(d: Path) -> str:
+    (d / "meta.json").write_text('{"vocab_size": "1000", "dtype": "uint16"}')
+    return "meta.json: vocab_size must be a positive integer, got '1000'"
+
+
+def _bytes_per_token_negative(d: Path) -> str:
+    (d / "meta.json").write_text('{"vocab_size": 1000, "dtype": "uint16", "bytes_per_token": -1}')
+    return "meta.json: bytes_per_token must be a positive number, got -1"
+
+
+def _byte_ends_a_directory(d: Path) -> str:  # it was skipped without a word (bits per byte from the average)
+    (d / "val_bytes.bin").mkdir()
+    return "val_bytes.bin: is a directory, not a file"
+
+
+def _byte_ends_a_fifo(d: Path) -> str:
+    os.mkfifo(d / "val_bytes.bin")
+    return "val_bytes.bin: is not a regular file"
+
+
 @pytest.mark.parametrize(
     "spoil",
     [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train,
-     _vocab_past_torch, _name_not_text, _train_a_directory, _byte_ends_fall, _byte_ends_flat],
+     _vocab_past_torch, _name_not_text, _train_a_directory, _byte_ends_fall, _byte_ends_flat, _meta_utf16,
+     _meta_not_utf8, _meta_empty, _meta_cut_short, _meta_nested_deep, _meta_a_list, _meta_a_directory,
+     _vocab_a_string, _bytes_per_token_negative, _byte_ends_a_directory, _byte_ends_a_fifo],
 )  # fmt: skip
 def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
     d = write_token_corpus(tmp_path / "tok")
@@ -158,6 +222,15 @@ def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
     with pytest.raises(UserError) as info:
         load_corpus(d)
     assert expected in str(info.value) and str(d) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_meta_json_with_a_utf8_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Notepad's UTF-8 puts EF BB BF first; json refused it (YAML files were always read with one)."""
+    d = write_token_corpus(tmp_path / "tok")
+    plain = load_corpus(d)
+    (d / "meta.json").write_bytes(b"\xef\xbb\xbf" + (d / "meta.json").read_bytes())
+    corpus = load_corpus(d)
+    assert corpus.vocab_size == 1000 and corpus.fingerprint == plain.fingerprint
 
 
 def test_byte_ends_are_checked_in_a_sample_of_big_files(tmp_path: Path, monkeypatch) -> None:
@@ -285,6 +358,14 @@ def test_a_corrupt_cache_entry_says_deleting_it_fixes_it(
     assert "\n" not in message and f"{spec} is this tool's cache" in message and "delete it" in message
     shutil.rmtree(spec)
     assert load_corpus(resolve_data(str(corpus_dir), str(tokenizer))).fingerprint  # made again
+    for damaged in ("[1000]", "[" * 100_000 + "]" * 100_000):  # read on a cache hit: a traceback
+        (spec / "meta.json").write_text(damaged)
+        with pytest.raises(UserError) as info:
+            resolve_data(str(corpus_dir), str(tokenizer))
+        message = str(info.value)
+        assert message.startswith(f"{spec / 'meta.json'}: ") and f"{spec} is this tool's cache" in message
+    shutil.rmtree(spec)
+    assert load_corpus(resolve_data(str(corpus_dir), str(tokenizer))).fingerprint  # made again
     mine = write_token_corpus(tmp_path / "mine")
     (mine / "val.bin").write_bytes(b"")
     with pytest.raises(UserError) as info:
@@ -307,6 +388,52 @@ def test_tokenizer_errors(tokenizer: Path, corpus_dir: Path, tmp_path: Path, mon
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if not installed
     with pytest.raises(UserError, match="pip install tokenizers"):
         resolve_data(str(corpus_dir), str(tokenizer))
+
+
+TOKENIZER_VALID = (
+    "; --tokenizer takes a Hugging Face tokenizers file (tokenizer.json, as Tokenizer.save writes it)"
+)
+
+
+@pytest.mark.parametrize(
+    "spoil,expected",
+    [
+        # each was "cannot read it ('utf-8' codec can't decode byte 0xff ...)" or a parser's words alone
+        (lambda p: p.write_bytes(p.read_text().encode("utf-16")), "UTF-16 text, by its byte-order mark"),
+        (lambda p: p.write_bytes(b""), "is empty"),
+        (
+            lambda p: p.write_bytes(p.read_bytes()[:300]),
+            "not a Hugging Face tokenizers file (EOF while parsing",
+        ),
+        (lambda p: p.write_bytes(b"\x00\x9c" * 64), "not UTF-8 text (byte 0x9c at line 1, column 2)"),
+        (
+            lambda p: p.write_text('{"vocab_size": 300, "dtype": "uint16"}'),
+            "not a Hugging Face tokenizers file",
+        ),
+        (lambda p: (p.unlink(), p.mkdir()), "is a directory, not a file"),
+        (lambda p: (p.unlink(), os.mkfifo(p)), "is not a regular file"),  # open() would block on it
+    ],
+    ids=["utf16", "empty", "cut-short", "binary", "not-a-tokenizer", "a-directory", "a-fifo"],
+)
+def test_a_bad_tokenizer_file_is_one_line_naming_it_and_what_is_valid(
+    tokenizer: Path, corpus_dir: Path, spoil, expected: str
+) -> None:
+    spoil(tokenizer)
+    with pytest.raises(UserError) as info:
+        resolve_data(str(corpus_dir), str(tokenizer))
+    message = str(info.value)
+    assert message.startswith(f"--tokenizer {tokenizer}: ") and expected in message, message
+    assert message.endswith(TOKENIZER_VALID) and "\n" not in message
+
+
+def test_a_tokenizer_with_a_utf8_byte_order_mark_tokenizes_as_without(
+    tokenizer: Path, corpus_dir: Path, tmp_path: Path
+) -> None:
+    plain = load_corpus(resolve_data(str(corpus_dir), str(tokenizer)))
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + tokenizer.read_bytes())  # the tokenizers parser refused it
+    again = load_corpus(resolve_data(str(corpus_dir), str(marked)))
+    assert torch.equal(again.train, plain.train) and torch.equal(again.val, plain.val)
 
 
 def test_corpus_defaults_keep_byte_corpora_as_they_were() -> None:

@@ -35,7 +35,7 @@ from nas.data.parallel import (
     sides_text,
 )
 from nas.errors import UserError
-from nas.validate import utf16_text
+from nas.validate import not_a_file, read_json_file, utf16_text
 
 PAIRS_FILE = "pairs.npz"
 _FORMAT = "nas-lm-parallel/1"
@@ -81,9 +81,10 @@ def _load_reversed() -> ParallelCorpus:
 
 def read_parallel_text(path: Path) -> ParallelCorpus:
     """The byte-level parallel corpus in ``path`` (see :mod:`nas.data.parallel` for the rules)."""
-    missing = [name for name in SIDES if not (path / name).is_file()]
-    if missing:
-        raise UserError(f"{path / missing[0]}: missing; a parallel corpus directory holds {sides_text()}")
+    for name in SIDES:
+        problem = not_a_file(path / name)  # a directory of that name was called missing
+        if problem:
+            raise UserError(f"{path / name}: {problem}; a parallel corpus directory holds {sides_text()}")
     lines = {name: _read_lines(path / name) for name in SIDES}
     splits, skipped = [], 0
     for split, what in (("train", "training"), ("val", "validation")):
@@ -204,14 +205,17 @@ def _write(out: Path, corpus: ParallelCorpus, tokenizer: Any, tok_path: Path, so
 def read_parallel_meta(path: Path) -> dict[str, Any]:
     """parallel.json of a tokenized parallel corpus, checked (format, vocabulary, dtype)."""
     file = path / PARALLEL_META
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise UserError(f"{file}: not readable JSON ({err}); delete {path} and tokenize again") from None
+    again = f"delete {path} and tokenize again"
+    meta = read_json_file(file, again)
     vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
     ok = isinstance(meta, dict) and meta.get("format") == _FORMAT and meta.get("dtype") in _DTYPES
     if not ok or isinstance(vocab, bool) or not isinstance(vocab, int) or not 0 < vocab <= _MAX_VOCAB:
-        raise UserError(f"{file}: not a {_FORMAT} file; delete {path} and tokenize again")
+        raise UserError(f"{file}: not a {_FORMAT} file; {again}")
+    # what loading reads besides: a wrong type was a traceback (** of a list, int() of a word)
+    for key, kinds in (("n_skipped", int), ("source", dict), ("bytes_per_token", (int, float))):
+        value = meta.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise UserError(f"{file}: {key} is {value!r}, of the wrong type (edited?); {again}")
     return meta
 
 
@@ -223,8 +227,11 @@ def load_parallel_cache(path: Path) -> ParallelCorpus:
     try:
         with np.load(path / PAIRS_FILE, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError, KeyError) as err:
-        raise UserError(f"{corrupt} ({err})") from None
+    except OSError as err:
+        raise UserError(f"{corrupt} ({err.strerror or err})") from None
+    except Exception:  # noqa: BLE001 - numpy and zipfile raise many kinds (EOFError, BadZipFile, ValueError)
+        # not numpy's own words: for a file that is no archive they suggest loading it unsafely (pickle)
+        raise UserError(f"{corrupt} (not a NumPy .npz archive)") from None
     splits = []
     for split in ("train", "val"):
         parts = []

@@ -254,7 +254,8 @@ def _read_cache(path: Path) -> Corpus:
         ok = header.get("format") == _CACHE_FORMAT
         n_train, n_val = int(header["train_bytes"]), int(header["val_bytes"])
         ok = ok and len(blob) == end + 1 + n_train + n_val
-    except (ValueError, KeyError, TypeError):
+    # a header that is no object, or nested past json's recursion, is as corrupt as one that is no JSON
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         ok = False
     if not ok:
         raise UserError(f"{path}: corrupt corpus cache; delete it and run again")

@@ -32,7 +32,7 @@ from nas.data.text import SEPARATOR
 from nas.data.tokens import META, write_token_dir
 from nas.errors import UserError
 from nas.outputs import cache_dir, partial
-from nas.validate import check_writable_dir
+from nas.validate import check_writable_dir, read_json_file, read_text_file
 
 _PIECE = 1 << 20  # characters per encoded piece
 #: bytes that are not UTF-8, as :func:`_documents` decodes them (one character, U+DC80 + their count, where
@@ -50,8 +50,9 @@ def _stray(err: UnicodeError) -> tuple[str, int]:
 codecs.register_error("nas-stray", _stray)
 
 
-def load_tokenizer(path: Path) -> tuple[Any, str]:
-    """The ``tokenizers.Tokenizer`` in the file ``path`` and the file's content hash; one-line UserErrors."""
+def load_tokenizer(path: Path, shown: str | None = None) -> tuple[Any, str]:
+    """The ``tokenizers.Tokenizer`` in the file ``path`` and the file's content hash; one-line UserErrors
+    naming the file as ``shown`` (by default ``--tokenizer PATH``)."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
@@ -59,16 +60,17 @@ def load_tokenizer(path: Path) -> tuple[Any, str]:
             "--tokenizer needs the tokenizers package: pip install tokenizers "
             "(or pip install 'nas-lm[tokenizers]')"
         ) from None
-    if not path.is_file():
-        raise UserError(f"--tokenizer {path}: {'not found' if not path.exists() else 'is not a file'}")
+    valid = "--tokenizer takes a Hugging Face tokenizers file (tokenizer.json, as Tokenizer.save writes it)"
+    shown = f"--tokenizer {path}" if shown is None else shown
+    if not path.exists() and not path.is_symlink():  # a path typed: "not found", as for other flags
+        raise UserError(f"{shown}: not found; {valid}")
+    text, blob = read_text_file(path, valid, shown)
     try:
-        blob = path.read_bytes()
-        return Tokenizer.from_str(blob.decode("utf-8")), "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"--tokenizer {path}: cannot read it ({err})") from None
+        tokenizer = Tokenizer.from_str(text)
     except Exception as err:  # noqa: BLE001 - the Rust parser raises plain Exception
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"--tokenizer {path}: not a Hugging Face tokenizers file ({first})") from None
+        raise UserError(f"{shown}: not a Hugging Face tokenizers file ({first}); {valid}") from None
+    return tokenizer, "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
 
 
 def tokenize_corpus(text: Corpus, tokenizer_path: str | os.PathLike[str]) -> Path:
@@ -189,7 +191,11 @@ def _utf8_lengths(text: str) -> np.ndarray:
 
 def update_source(meta_path: Path, source: dict[str, str]) -> None:
     """Point a cache hit's metadata file at the paths given now (the fingerprint ignores them)."""
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    # damaged on disk (a bad copy, an edit): json's own errors were a traceback
+    fix = f"{meta_path.parent} is this tool's cache of a tokenized corpus: delete it and run again"
+    meta = read_json_file(meta_path, fix)
+    if not isinstance(meta, dict):
+        raise UserError(f"{meta_path}: is a JSON {type(meta).__name__}, not an object; {fix}")
     if meta.get("source") == source:
         return
     meta["source"] = source

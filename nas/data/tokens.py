@@ -36,7 +36,7 @@ from torch import Tensor
 
 from nas.data.corpus import Corpus, written_whole
 from nas.errors import UserError
-from nas.validate import MAX_DIM
+from nas.validate import MAX_DIM, not_a_file, read_json_file
 
 META = "meta.json"
 FILES = ("train.bin", "val.bin")
@@ -48,6 +48,11 @@ CHUNK = 1 << 14  # tokens per sampled chunk above it
 SAMPLE_CHUNKS = 64
 _HASH_CHUNK = 1 << 20  # bytes per fingerprint chunk
 _HASH_WHOLE = 64 << 20  # files up to this size are hashed whole
+#: what a valid meta.json is, for the end of each error line about one
+META_VALID = (
+    'a token directory\'s meta.json is a UTF-8 JSON object such as {"vocab_size": 50257, "dtype": "uint16"} '
+    "(dtype uint16 or uint32), beside train.bin and val.bin"
+)
 
 
 def is_token_dir(path: Path) -> bool:
@@ -58,17 +63,9 @@ def is_token_dir(path: Path) -> bool:
 def read_meta(path: Path) -> dict[str, Any]:
     """meta.json of a token directory, checked: vocab_size, dtype, bytes_per_token."""
     meta_path = path / META
-    if not meta_path.is_file():
-        raise UserError(
-            f"{meta_path}: missing; a token-file directory needs meta.json with "
-            '{"vocab_size": N, "dtype": "uint16" or "uint32"} next to train.bin and val.bin'
-        )
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise UserError(f"{meta_path}: not readable JSON ({err})") from None
+    meta = read_json_file(meta_path, META_VALID)
     if not isinstance(meta, dict):
-        raise UserError(f"{meta_path}: must be a JSON object with vocab_size and dtype")
+        raise UserError(f"{meta_path}: is a JSON {type(meta).__name__}, not an object; {META_VALID}")
     vocab = meta.get("vocab_size")
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
         raise UserError(f"{meta_path}: vocab_size must be a positive integer, got {vocab!r}")
@@ -120,8 +117,11 @@ def load_token_dir(path: Path) -> Corpus:
 
 def _byte_ends(file: Path, n_val: int) -> Tensor | None:
     """``val_bytes.bin`` memory-mapped, or None when the directory has none."""
-    if not file.is_file():
+    if not file.exists():
         return None
+    problem = not_a_file(file)  # a directory or FIFO of that name was skipped without a word
+    if problem:
+        raise UserError(f"{file}: {problem}; it is optional (one little-endian uint64 per validation token)")
     if file.stat().st_size != 8 * n_val:
         raise UserError(
             f"{file}: {file.stat().st_size:,} bytes, not 8 per validation token ({n_val:,} of them); "

@@ -38,6 +38,9 @@ def open_existing_study(
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
         if not path.is_file():
+            if path.exists():  # a directory or FIFO was reported as no such file
+                what = "a directory" if path.is_dir() else "not a regular file"
+                raise UserError(f"--storage {url!r}: {path} is {what}; valid: an Optuna study's SQLite file")
             if storage is None:
                 found = list_studies(runs_dir)
                 where = (

@@ -232,7 +232,13 @@ def check_storage_url(url: str, read_only: bool = False) -> None:
         raise UserError(f"--storage {url!r}: {path} is not a file")
     if path.stat().st_size == 0 and not read_only:
         return  # an empty file: a new study database
-    kind = sqlite_kind(path)
+    try:
+        kind = sqlite_kind(path)
+    except OSError as err:  # no read permission (a study someone else made), a bad disk: was a traceback
+        raise UserError(
+            f"--storage {url!r}: cannot read {path} ({err.strerror or err}); valid: an Optuna study's SQLite "
+            "file this user can read"
+        ) from None
     if kind == "damaged":
         raise UserError(
             f"--storage {url!r}: {path} is damaged (truncated or overwritten: SQLite cannot read it); "
