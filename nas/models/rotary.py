@@ -80,9 +80,20 @@ def alibi_slopes(n_heads: int) -> list[float]:
     return power_of_two(c) + alibi_slopes(2 * c)[0::2][: n_heads - c]
 
 
+def alibi_slopes_on(n_heads: int, device: torch.device | str | None = None) -> Tensor:
+    """:func:`alibi_slopes` as a float32 tensor computed on ``device``: ``torch.tensor(list,
+    device="cuda")`` copies from host memory, a transfer that waits for every kernel queued before it,
+    once per layer and step (an ALiBi model's training loop could not run ahead of the GPU)."""
+    c = 2 ** math.floor(math.log2(n_heads))
+    h = torch.arange(1, 2 * c + 1, dtype=torch.float64, device=device)  # exponents 1 .. 2c
+    first = (2.0 ** (-8.0 / c)) ** h[:c]  # power_of_two(c): start = 2^(-8/c), start^h
+    rest = (2.0 ** (-8.0 / (2 * c))) ** h[0::2][: n_heads - c]  # every other slope of power_of_two(2c)
+    return torch.cat((first, rest)).float()
+
+
 def alibi_penalty(n_heads: int, offset: Tensor) -> Tensor:
     """(H, *offset.shape): -m_h |offset|, head h's penalty for a key ``offset`` positions from its query."""
-    slopes = torch.tensor(alibi_slopes(n_heads), device=offset.device)
+    slopes = alibi_slopes_on(n_heads, offset.device)
     return -slopes.view(-1, *[1] * offset.dim()) * offset.abs()
 
 

@@ -42,17 +42,21 @@ class WindowOptions(MHAOptions):
         positive_int(self.window, "window")
 
 
-def block_mask(window: int, n_blocks: int, ahead: int, T: int) -> tuple[Tensor, Tensor]:
+def block_mask(
+    window: int, n_blocks: int, ahead: int, T: int, device: torch.device | None = None
+) -> tuple[Tensor, Tensor]:
     """(n_blocks, window, (2 + ahead) x window): may query r of block b see context key c (bool),
     and how many positions the key lies after the query (for ALiBi's penalty).
 
     The context of block b is blocks b-1, b (and b+1 when ``ahead``): key c is at position
     (b - 1) x window + c, query r at b x window + r.  A key is seen when it lies in the band
     and in the sequence (the padding before the first block and after position T is not).
+    Built on ``device``: built on the host and moved, it would be a transfer per layer and step
+    that waits for the GPU's queue.
     """
-    b = torch.arange(n_blocks)[:, None, None]
-    query = b * window + torch.arange(window)[None, :, None]
-    key = (b - 1) * window + torch.arange((2 + ahead) * window)[None, None, :]
+    b = torch.arange(n_blocks, device=device)[:, None, None]
+    query = b * window + torch.arange(window, device=device)[None, :, None]
+    key = (b - 1) * window + torch.arange((2 + ahead) * window, device=device)[None, None, :]
     after = key - query
     in_band = (after > -window) & (after <= (window - 1 if ahead else 0))
     return in_band & (key >= 0) & (key < T), after
@@ -132,13 +136,12 @@ class SlidingWindowAttention(MultiHeadAttention):
         B, H, _, dh = q.shape
         n, ahead = -(-T // W), 0 if self.causal else 1
         qb = F.pad(q, (0, 0, 0, n * W - T)).view(B, H, n, W, dh)  # (B, H, n, W, dh)
-        allowed, after = block_mask(W, n, ahead, T)  # (n, W, context)
-        mask = allowed.to(x.device)
+        mask, after = block_mask(W, n, ahead, T, x.device)  # (n, W, context)
         if keep is not None:  # and not a padding key of the block's context: (B, 1, n, W, context)
             real = blocks(keep[:, None, :, None].to(q.dtype), W, n, ahead)[..., 0] > 0  # (B, 1, n, context)
             mask = mask & real[:, :, :, None, :]
         if self.dims.alibi:  # ALiBi's penalty where a key may be seen, else -inf: (B|1, H, n, W, context)
-            penalty = alibi_penalty(H, after.to(x.device)).to(q.dtype)
+            penalty = alibi_penalty(H, after).to(q.dtype)
             mask = torch.where(mask, penalty, float("-inf"))
         y = F.scaled_dot_product_attention(qb, blocks(k, W, n, ahead), blocks(v, W, n, ahead), attn_mask=mask)
         return self.out_proj(self.merge_heads(y.reshape(B, H, n * W, dh)[:, :, :T]))
