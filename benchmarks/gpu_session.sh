@@ -42,7 +42,7 @@ run_stage() {
         say "tests (parallel part)"
         # the two tests that fill or share the whole GPU run alone afterwards; no -q (pyproject's
         # addopts has one, and -qq drops the count line)
-        timeout "${TESTS_S:-170}" python3 -m pytest -m gpu tests/gpu -n 8 -p no:cacheprovider \
+        timeout "${TESTS_S:-240}" python3 -m pytest -m gpu tests/gpu -n 8 -p no:cacheprovider \
             --timeout 160 -k "not out_of_memory and not share_one_gpu" 2>&1 | tail -40 | tee -a "$LOG"
         ;;
     tests-alone)
