@@ -86,8 +86,12 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_arch(path: str | os.PathLike[str]) -> ArchConfig:
-    """The ArchConfig in an architecture file (bare or with the other sections)."""
-    return load_arch_file(path)["arch"]
+    """The ArchConfig in an architecture file (bare or with the other sections).  As ``--arch`` takes it:
+    a file that exists, else a shipped architecture's name (``vanilla``, ``examples/archs/vanilla.yaml``),
+    so the docs' examples work from any directory once the package is installed."""
+    from nas.shipped import arch_path
+
+    return load_arch_file(arch_path(path))["arch"]
 
 
 def write_text_atomic(path: str | os.PathLike[str] | Planned, text: str) -> None:

@@ -49,6 +49,21 @@ def test_an_arch_name_is_the_shipped_file(arg: str, tmp_path: Path, monkeypatch:
     assert shipped_arch(arg.rpartition("/")[2]) == arch_path(arg)
 
 
+@pytest.mark.parametrize("arg", ["vanilla", "examples/archs/primer_ez.yaml"])
+def test_the_python_api_takes_the_names_the_cli_does(
+    arg: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nas.load_arch("examples/archs/vanilla.yaml")` (docs/training.md, the package docstring) from a
+    directory that has no such file read the shipped one, as `--arch` does; it was 'file not found'."""
+    import nas
+    from nas.archfile import load_arch_file
+
+    monkeypatch.chdir(tmp_path)
+    assert nas.load_arch(arg) == load_arch_file(arch_path(arg))["arch"]
+    with pytest.raises(UserError, match="nor a shipped architecture"):
+        nas.load_arch("no_such_arch")
+
+
 def test_a_file_of_the_users_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nas.commands.search import resolve_space_path
 

@@ -567,3 +567,13 @@ def test_a_tokenization_killed_while_it_wrote_leaves_nothing_after_the_next_one(
     assert (left / "train.bin").is_file()
     assert Path(resolve_data(str(corpus_dir), str(tokenizer))) == spec
     assert not left.exists() and (spec / "meta.json").is_file()
+
+
+def test_write_token_dir_takes_a_str_path_as_the_docs_write_it(tmp_path: Path, monkeypatch) -> None:
+    """docs/data.md: `nas.data.write_token_dir(path, ...)`; a str was an AttributeError (no .parent)."""
+    monkeypatch.chdir(tmp_path)
+    out = write_token_dir("owt", np.arange(300) % 100, np.arange(50) % 100, 100, bytes_per_token=4.0)
+    assert out == Path("owt")
+    corpus = load_corpus(tmp_path / "owt")
+    assert corpus.vocab_size == 100
+    assert json.loads((tmp_path / "owt" / "meta.json").read_text())["bytes_per_token"] == 4.0

@@ -230,6 +230,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     if runs > MAX_RUNS:
         raise UserError(f"--seeds {args.seeds}: {runs:,} runs; at most {MAX_RUNS:,} in one ladder")
     plan = dataclasses.replace(plan, seeds=tuple(range(seed0, seed0 + args.seeds)))
+    if args.check and not args.no_train and len(plan.sizes()) < check_sizes():
+        raise UserError(check_needs(plan.sizes(), args.sizes))  # refused before training, not after it
     flat = plan.without_interval()
     if flat:  # each resample would be all the runs
         n = len(plan.sizes(flat[0]))
@@ -240,6 +242,22 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
     print_notes(p.notes + notes)
     return settings, every, plan, p.url
+
+
+def check_sizes() -> int:
+    """The sizes ``--check`` needs: a fit's, plus the one it holds out."""
+    from nas.ladder.report import MIN_SIZES
+
+    return MIN_SIZES + 1
+
+
+def check_needs(sizes: list[float], flag: str | None) -> str:
+    """Why ``--check`` has nothing to report on a ladder of ``sizes`` (``flag``: the ``--sizes`` typed)."""
+    given = f"--sizes {flag} gives" if flag is not None else "the ladder study has"
+    return (
+        f"--check holds out the largest size and fits the others, which needs {check_sizes()} distinct sizes "
+        f"or more; {given} {len(sizes)} ({', '.join(f'{s:g}' for s in sizes)}): add a size"
+    )
 
 
 def plan_flags(args: argparse.Namespace) -> str:
@@ -326,6 +344,8 @@ def run(args: argparse.Namespace) -> int:
         args.samples,
         args.check,
     )
+    if args.check and report["check"] is None:  # --no-train on a ladder of too few sizes to hold one out
+        print(f"note: {check_needs(report['sizes'], None)}", file=sys.stderr)
     if outputs:
         image = plot(report, outputs[1])
         text = render(report, [image.name])

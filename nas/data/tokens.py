@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -216,7 +217,7 @@ def token_fingerprint(path: Path, meta: Mapping[str, Any]) -> str:
 
 
 def write_token_dir(
-    path: Path,
+    path: str | os.PathLike[str],
     train: np.ndarray,
     val: np.ndarray,
     vocab_size: int,
@@ -229,6 +230,7 @@ def write_token_dir(
     Written into a temporary sibling and renamed, so a reader sees the whole
     directory or none.  ``meta`` adds fields (``bytes_per_token``, ``name``, ``source``).
     """
+    path = Path(path)  # a str as the docs write it ('data/owt') is a path like any other
     dtype_name = "uint16" if vocab_size <= 1 << 16 else "uint32"
     files = [(name, ids, DTYPES[dtype_name]) for name, ids in zip(FILES, (train, val), strict=True)]
     if val_byte_ends is not None:

@@ -42,6 +42,8 @@ BUDGET_HELP = {
 }
 
 BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+#: what an optional field's flag takes for None (its default), as YAML writes it
+NULLS = ("null", "none", "~")
 ALL_SECTIONS = ("recipe", "budget", "data", "search", "resources")
 
 
@@ -179,6 +181,7 @@ def add_spec_flags(
             alias = meta.get("alias")
             names = [f"--{section}.{f.name}"] + ([alias] if alias else [])
             kind = _base_type(hints[f.name])
+            optional = type(None) in typing.get_args(hints[f.name])  # `null` resets it, as in a file
             default = f.default if f.default is not dataclasses.MISSING else None
             help_text = meta.get("help", "")
             help_text = f"{help_text} (default: {_show(default)})" if default not in (None, ()) else help_text
@@ -191,7 +194,7 @@ def add_spec_flags(
             group.add_argument(
                 *names,
                 dest=f"{section}.{f.name}",
-                type=_parser(kind),
+                type=_parser(kind, optional),
                 action=_OneName,
                 default=argparse.SUPPRESS,
                 help=argparse.SUPPRESS if f"{section}.{f.name}" in hidden else help_text,
@@ -273,14 +276,18 @@ def _base_type(hint: Any) -> type:
     return hint  # type: ignore[no-any-return]
 
 
-def _parser(kind: type) -> Any:
-    """argparse's ``type=`` for a field of ``kind``: the value's text to the value, or a one-line error."""
+def _parser(kind: type, optional: bool = False) -> Any:
+    """argparse's ``type=`` for a field of ``kind``: the value's text to the value, or a one-line error.
+    An ``optional`` field (default None) also takes ``null``, as a spec file writes it: the default, so a
+    flag can undo a file's value (``--workers null`` beside ``--local``)."""
 
     def parse(text: str) -> Any:
         if not text.strip():
             raise argparse.ArgumentTypeError(
                 "is empty; give a value, or leave the flag out (the file's value)"
             )
+        if optional and text.strip().lower() in NULLS:
+            return _Typed(None, text)
         if kind is bool:
             value = BOOLS.get(text.lower())
             if value is None:

@@ -290,13 +290,13 @@ class Resources(Section):
                 if getattr(self, name) != defaults[name]:
                     raise ConfigError(
                         f"{named('resources', 'local')} runs trials one at a time in this process, "
-                        f"without Ray; drop {named('resources', name)}",
+                        f"without Ray; drop {named('resources', name)}{_undo(name, defaults[name])}",
                         named("resources", name),
                     )
             if (self.workers or 1) > 1:
                 raise ConfigError(
                     f"{named('resources', 'local')} runs trials one at a time in this process, "
-                    f"without Ray; drop {named('resources', 'workers')}",
+                    f"without Ray; drop {named('resources', 'workers')}{_undo('workers', None)}",
                     named("resources", "workers"),
                 )
             if not float(self.cpus_per_trial).is_integer():  # threads are whole; only Ray packs fractions
@@ -311,6 +311,17 @@ class Resources(Section):
         if self.workers is not None:
             return self.workers
         return 1 if self.local else max(1, min(2, cpus or 1))
+
+
+def _undo(name: str, default: Any) -> str:
+    """How a flag undoes a file's ``resources.NAME``: ``, or undo a file's value with --workers null``."""
+    field_ = {f.name: f for f in dataclasses.fields(Resources)}[name]
+    flag = field_.metadata.get("alias") or f"--resources.{name}"
+    if default is None or isinstance(default, bool):
+        value = "null" if default is None else str(default).lower()
+    else:
+        value = f"{default:g}"
+    return f", or undo a file's value with {flag} {value}"
 
 
 SECTIONS: dict[str, type[Section]] = {"data": DataSpec, "search": SearchSection, "resources": Resources}

@@ -262,3 +262,16 @@ def test_a_larger_scale_makes_room_for_the_rungs_of_a_short_study(tmp_path, corp
     ladder = optuna.load_study(study_name="short-ladder", storage=url)
     done = [t for t in ladder.trials if t.state == TrialState.COMPLETE]
     assert len(done) == 6 and {t.user_attrs["steps"] for t in done} >= {16}
+
+
+def test_check_on_too_few_sizes_is_refused_before_training(searched, capsys):
+    """`--check` with 3 sizes trained every run and then printed no check at all, saying nothing."""
+    root, url = searched
+    before = sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url))
+    assert _exit([*_ladder(url, "s"), "--sizes", "0.42,1,3.4", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: --check holds out the largest size and fits the others, which needs 4 distinct sizes or "
+        "more; --sizes 0.42,1,3.4 gives 3 (0.42, 1, 3.4): add a size\n"
+    )
+    assert sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)) == before

@@ -405,3 +405,39 @@ def test_a_flags_value_refused_by_training_names_the_flag_not_the_file(tmp_path,
     assert main(["train", "--arch", str(path), "--threads", "1"]) == 2  # the file's value: the file
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert str(path) in err and "recipe.seq_len" in err and "--recipe" not in err, err
+
+
+def _optional(section: str, name: str) -> bool:
+    cls = TrainRecipe if section == "recipe" else SECTIONS.get(section)
+    return cls is not None and type(None) in typing.get_args(typing.get_type_hints(cls)[name])
+
+
+OPTIONAL = [f for f in FIELDS if _optional(f[0], f[1])]
+
+
+@pytest.mark.parametrize("section,name,value,text", OPTIONAL, ids=[f"{s}.{n}" for s, n, _, _ in OPTIONAL])
+def test_null_on_the_command_line_undoes_a_files_value(tmp_path, section, name, value, text):
+    """A field whose default is None (`resources.workers`, `search.trials`, ...) set in a file could not be
+    undone by a flag: `--workers null` was 'expected an integer', so `--local` beside a file's `workers: 2`
+    was refused with no way out but editing the file."""
+    path = _spec_file(tmp_path, section, name, value)
+    args = build_parser().parse_args(["search", "--space", str(path), f"--{section}.{name}", "null"])
+    spec, *_ = resolve_spec(args)
+    assert _value(spec, section, name) is None
+
+
+def test_local_beside_a_files_workers_says_how_to_undo_it(tmp_path, capsys) -> None:
+    raw = yaml.safe_load(TINY_SPACE.read_text())
+    raw["resources"] = {"workers": 2}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["search", "--space", str(path), "--local", "--storage", "sqlite:////nonexistent/x.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith(
+        "drop resources.workers (--workers), or undo a file's value with --workers null"
+    ), err
+    spec, *_ = resolve_spec(
+        build_parser().parse_args(["search", "--space", str(path), "--local", "--workers", "null"])
+    )
+    assert spec.resources.local and spec.resources.workers is None
+    assert OPTIONAL, "no optional field was found to test"
