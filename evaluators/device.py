@@ -31,8 +31,15 @@ def setup_device(device: str, threads: int | None) -> torch.device:
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        torch.cuda.reset_peak_memory_stats(dev)
+    reset_peak_memory(dev)
     return dev
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start :func:`peak_memory_bytes` afresh on a CUDA device (a no-op on the CPU): a trial's peak
+    then counts only what it allocates from here on (not a failed compile attempt before it)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def sync(device: torch.device) -> None:
@@ -54,7 +61,7 @@ def device_name(device: torch.device) -> str:
 
 
 def peak_memory_bytes(device: torch.device) -> int | None:
-    """Peak memory allocated on a CUDA device since :func:`setup_device`; None on the CPU."""
+    """Peak memory allocated on a CUDA device since the last :func:`reset_peak_memory`; None on the CPU."""
     return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
 
 

@@ -32,10 +32,17 @@ import torch
 
 from evaluators.base import ProgressCallback
 from evaluators.budget import TrainingPlan, check_arch_fits, lr_at, plan_steps, plan_training
-from evaluators.device import device_name, peak_memory_bytes, resolve_device, setup_device
+from evaluators.device import (
+    device_name,
+    peak_memory_bytes,
+    release_memory,
+    reset_peak_memory,
+    resolve_device,
+    setup_device,
+)
 from evaluators.evaluation import Validation, greedy_samples
 from evaluators.loop import Outcome, run_loop
-from evaluators.model import CompileFailed, prepare_model
+from evaluators.model import CompileFailed, Prepared, prepare_model
 from evaluators.result import Result
 from evaluators.step import TrainStep, compute_dtype
 from evaluators.trainlog import TrainLog, stderr_log
@@ -90,12 +97,17 @@ def train_lm(
     try:
         tlog.start(arch, plan, corpus.name, dev.type)
         compile_error = None
+        prep: Prepared | None = None
         try:
             prep = prepare_model(arch, recipe, dev, compile)
             run = run_loop(prep, plan, recipe, corpus, validation, tlog, callback)
         except CompileFailed as err:
             compile_error = str(err)
+        if compile_error is not None:  # outside the handler: its traceback no longer holds the failed model
             tlog.say(f"torch.compile failed, training eager instead: {compile_error}")
+            prep = None  # the failed model's memory goes back before the eager one is built
+            release_memory()
+            reset_peak_memory(dev)  # peak_memory_bytes: the eager run alone, not the compile attempt
             prep = prepare_model(arch, recipe, dev, compile=False)  # from the same seed: as if never compiled
             run = run_loop(prep, plan, recipe, corpus, validation, tlog, callback)
         samples = greedy_samples(prep.model, corpus, seq_len, dev) if arch.is_seq2seq else None

@@ -11,11 +11,13 @@ import torch
 from torch import nn
 
 import evaluators.evaluation as evaluation
+import evaluators.lm as lm
 import evaluators.model as model_prep
 import evaluators.step as step
 import nas
 from evaluators.base import Diverged, Progress, Spent
 from evaluators.budget import lr_at, plan_steps
+from evaluators.device import reset_peak_memory
 from evaluators.lm import train_lm
 from evaluators.result import METRICS, RUN_FIELDS, Result
 from nas.data import Corpus, load_corpus
@@ -373,6 +375,36 @@ def test_a_model_that_fails_to_compile_trains_eager_and_says_why(
     assert (
         fallback.val_loss == eager.val_loss and fallback.train_loss == eager.train_loss
     )  # from the same seed
+
+
+def test_the_eager_retry_after_a_failed_compile_resets_the_peak_memory_first(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its peak_memory_bytes is the eager run's: the compile attempt's allocations are not counted.
+    events: list[str] = []
+    real_loop, real_reset = lm.run_loop, lm.reset_peak_memory
+
+    def loop(prep, *args, **kwargs):
+        events.append("train compiled" if prep.compiled else "train eager")
+        return real_loop(prep, *args, **kwargs)
+
+    def reset(device: torch.device) -> None:
+        events.append("reset")
+        real_reset(device)
+
+    monkeypatch.setattr(torch, "compile", _BrokenCompiled)
+    monkeypatch.setattr(lm, "run_loop", loop)
+    monkeypatch.setattr(lm, "reset_peak_memory", reset)
+    assert train(corpus, Budget("steps", 2), compile=True).compile_error is not None
+    assert events == ["train compiled", "reset", "train eager"]
+
+
+def test_reset_peak_memory_resets_the_cuda_device_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    reset: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset.append)
+    reset_peak_memory(torch.device("cpu"))
+    reset_peak_memory(torch.device("cuda:1"))
+    assert reset == [torch.device("cuda:1")]
 
 
 def test_corpus_too_small_for_one_window_names_the_corpus(tmp_path: Path) -> None:
