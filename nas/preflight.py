@@ -29,22 +29,51 @@ from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_TRAIN_BYTES
 
 
-def machine_memory(device: str) -> tuple[float, str]:
+def machine_memory(device: str, gpus_per_trial: float | None = None) -> tuple[float, str]:
     """(bytes, words) of the memory one model trained on ``device`` here may use at most.
 
-    CUDA: the first GPU's memory; else (or if it cannot be read) the machine's RAM.
+    ``gpus_per_trial`` None: the model trains in this process (``train``, a ``--local`` search), on the
+    GPU ``device`` names when CUDA is available (``auto`` and ``cuda``: the current one, ``cuda:N``:
+    GPU N).  A number: on a Ray worker of this machine, which sees only the GPUs Ray gives it: 0 trains
+    on the CPU whatever ``device`` says; 1 or more train on one of them (the smallest GPU here, as
+    Ray picks which); a fraction shares one GPU with other trials and may use that share of its memory.
+    On the CPU (or if CUDA cannot be read) the machine's RAM.
     """
-    if device in ("auto", "cuda"):
-        import torch
+    import torch
 
-        if torch.cuda.is_available():
-            total = torch.cuda.get_device_properties(0).total_memory
-            return float(total), f"the GPU ({torch.cuda.get_device_name(0)})"
+    cuda = torch.cuda.is_available()
+    if gpus_per_trial is not None:  # a Ray worker
+        if gpus_per_trial > 0 and cuda:
+            count = torch.cuda.device_count()
+            smallest = min(range(count), key=lambda i: torch.cuda.get_device_properties(i).total_memory)
+            share = min(gpus_per_trial, 1.0)
+            total = torch.cuda.get_device_properties(smallest).total_memory * share
+            of = "the GPU" if count == 1 else "the smallest GPU"
+            words = f"{of} ({torch.cuda.get_device_name(smallest)})"
+            return float(total), words if share == 1 else f"a {share:g} share of {words}"
+    elif cuda and (device.startswith("cuda") or device == "auto"):
+        index = _cuda_index(device, torch.cuda.device_count())
+        total = torch.cuda.get_device_properties(index).total_memory
+        return float(total), f"the GPU ({torch.cuda.get_device_name(index)})"
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: the absolute ceiling only
         return float(MAX_TRAIN_BYTES), "one device"
     return float(min(ram, MAX_TRAIN_BYTES)), "this machine's memory"
+
+
+def _cuda_index(device: str, count: int) -> int:
+    """The GPU ``device`` names (``auto``/``cuda``: the current one); refuses one this machine lacks."""
+    import torch
+
+    if not device.startswith("cuda:"):
+        return torch.cuda.current_device()
+    index = device.partition(":")[2]
+    if not index.isdigit() or int(index) >= count:
+        last = f"cuda:{count - 1}"
+        valid = "cuda:0" if count == 1 else f"cuda:0 to {last}"
+        raise UserError(f"device {device!r}: this machine has {count} GPU(s); valid: {valid}, cuda or auto")
+    return int(index)
 
 
 def check_devices(device: str, gpus_per_trial: float, on_ray: bool, this_machine: bool) -> None:
@@ -129,7 +158,12 @@ def check_training(arch: ArchConfig, recipe: TrainRecipe, budget: Budget, corpus
 
 
 def check_search(
-    space: SearchSpace, recipe: TrainRecipe, budget: Budget | None, corpus: Any, trains: bool
+    space: SearchSpace,
+    recipe: TrainRecipe,
+    budget: Budget | None,
+    corpus: Any,
+    trains: bool,
+    memory: tuple[float, str] | None = None,
 ) -> None:
     """Refuse a space whose candidates cannot all be built, or (``trains``) trained on ``corpus``.
 
@@ -138,8 +172,10 @@ def check_search(
     cheapest candidate must get at least one step from the budget (a FLOPs budget
     gives bigger models fewer steps, so only when even the cheapest gets none is
     every trial bound to fail; ``budget`` None: the candidates do not train at one budget, as
-    in a confirmation).  Errors name the space file and its field.
+    in a confirmation).  ``memory``: :func:`machine_memory` of the trials' device, where they run on
+    this machine (else only the ceiling of one device).  Errors name the space file and its field.
     """
+    limit, where = memory if memory is not None else (None, "one device")
     if trains:
         check_not_degenerate(corpus)
     try:
@@ -147,7 +183,8 @@ def check_search(
         for arch, n_layers, n_encoder in one_layer_archs(space, largest=True):
             arch = arch.with_vocab(corpus.vocab_size)
             seq_len = recipe.seq_len or arch.max_len
-            check_fits(arch, recipe.batch_size, seq_len, n_layers=n_layers + n_encoder)
+            n = n_layers + n_encoder
+            check_fits(arch, recipe.batch_size, seq_len, n_layers=n, limit=limit, where=where)
             if trains:
                 check_windows(corpus, seq_len)
                 deep = dataclasses.replace(arch, layers=arch.layers * n_layers,

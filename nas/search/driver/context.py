@@ -163,7 +163,7 @@ class RunContext:
         returns the corpus.  Creates nothing; the default corpus is fetched (once per process) here.
         """
         from nas.data import load_corpus
-        from nas.preflight import check_devices, check_search
+        from nas.preflight import check_devices, check_search, machine_memory
 
         r = self.spec.resources
         # a device the trials' machine does not have would fail every trial: refused before anything exists
@@ -175,9 +175,12 @@ class RunContext:
 
         corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
+        # the memory one trial gets: read here only where the trials run here (a joined cluster's
+        # workers may have other GPUs); on Ray a worker trains on its share of a GPU, or on the CPU
+        memory = None if joined else machine_memory(r.device, None if r.local else r.gpus_per_trial)
         try:
             check_search(self.space, self.spec.recipe, None if self.planned else self.spec.budget, corpus,
-                         trains=self.spec.search.evaluator == "lm")  # fmt: skip
+                         trains=self.spec.search.evaluator == "lm", memory=memory)  # fmt: skip
         except ConfigError as err:
             raise self.blame_flag(err) from None
         self._check_one_trial_fits()
