@@ -18,6 +18,7 @@ import torch
 from model_cases import D_MODEL, DIMS, FFN, MAX_LEN, N_HEADS, VARIANTS
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from nas.models.attention import mixture
 from nas.models.attention.base import ValueAttention
 from nas.models.attention.mdha import causal_depthwise_conv
 from nas.models.attention.mixture import Mixture, MixtureOptions
@@ -174,6 +175,70 @@ def test_fused_mixture_with_a_fixed_mask_reaches_the_flash_kernel() -> None:
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # raises if SDPA had to fall back
         block(x).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def _forced_pair(block: torch.nn.Module, switch: str, keep: torch.Tensor | None) -> None:
+    """The block's CUDA form (``switch`` True) against its CPU form (False): float32 outputs and
+    gradients agree within float32 rounding."""
+    x = _x()
+    forms = {}
+    for forced in (True, False):
+        setattr(block, switch, forced)
+        forms[forced] = _grads(block, lambda inp: block(inp, keep), x)
+    (y_cuda, g_cuda), (y_cpu, g_cpu) = forms[True], forms[False]
+    real = keep[..., None] if keep is not None else torch.ones(1, 1, 1, dtype=torch.bool)
+    torch.testing.assert_close(y_cuda * real, y_cpu * real, atol=1e-5, rtol=1e-5)
+    assert g_cuda.keys() == g_cpu.keys() and g_cpu
+    for k in g_cpu:
+        torch.testing.assert_close(g_cuda[k], g_cpu[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def _padding(encoder: bool) -> torch.Tensor | None:
+    if not encoder:
+        return None
+    keep = torch.ones(3, MAX_LEN, dtype=torch.bool)
+    keep[0, -5:] = False  # padding keys of the first sequence
+    return keep
+
+
+@pytest.mark.parametrize("encoder", [False, True], ids=["causal", "encoder-padded"])
+def test_synth_dense_padded_to_a_multiple_of_8_as_on_cuda_equals_the_cpu_form(
+    encoder: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    block = VARIANTS["synth_dense"].block()
+    if encoder:
+        block.make_bidirectional()
+    widths: list[int] = []
+    original = type(block).attend_qkv
+
+    def spy(self, q, *args, **kwargs):  # type: ignore[no-untyped-def]
+        widths.append(q.shape[-1])
+        return original(self, q, *args, **kwargs)
+
+    monkeypatch.setattr(type(block), "attend_qkv", spy)
+    _forced_pair(block, "pad_to_8", _padding(encoder))
+    dh = D_MODEL // N_HEADS
+    assert widths == [(dh + 1 + 7) // 8 * 8, dh + 1]  # each form took its own width (16, then 9)
+
+
+@pytest.mark.parametrize("encoder", [False, True], ids=["causal", "encoder-padded"])
+def test_fused_mixture_sdpa_with_a_trained_mask_as_on_cuda_equals_the_cpu_form(
+    encoder: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    block = Mixture(DIMS, MixtureOptions.parse(MIXES["mdha-kv2+dense+fixed"]), ffn=FFN)
+    if encoder:
+        block.make_bidirectional()
+    sdpa_masks: list[bool] = []
+    original = mixture.F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sdpa_masks.append(kwargs.get("attn_mask") is not None and kwargs["attn_mask"].requires_grad)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mixture.F, "scaled_dot_product_attention", spy)
+    _forced_pair(block, "sdpa_trained_mask", _padding(encoder))
+    assert sdpa_masks == [True]  # the forced form: SDPA with a mask that needs a gradient; the CPU form: none
 
 
 @pytest.mark.parametrize("k, left", [(1, 0), (3, 2), (5, 4), (3, 1), (5, 2), (4, 1)])

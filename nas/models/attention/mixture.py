@@ -196,6 +196,10 @@ class Mixture(ValueAttention):
             bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
         return self.unfused(x, bias, dynamic, parts_x)
 
+    #: None: SDPA takes a mask that needs a gradient where it has a kernel for one (CUDA), else the
+    #: logits are written out; True/False forces SDPA or the written-out logits (tests)
+    sdpa_trained_mask: bool | None = None
+
     def fused(
         self,
         x: Tensor,
@@ -216,7 +220,8 @@ class Mixture(ValueAttention):
         mask = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))  # (1, H|1, T, T)
         if keep is not None:
             mask = mask.masked_fill(~keep[:, None, None, :], float("-inf"))  # (B, H|1, T, T)
-        if mask.requires_grad and not x.is_cuda:
+        sdpa = x.is_cuda if self.sdpa_trained_mask is None else self.sdpa_trained_mask
+        if mask.requires_grad and not sdpa:
             # CPU SDPA has no fused kernel for a mask that needs a gradient: its math path would
             # write the same logits, slower than one product with the mask added in place.
             logits = (q @ k.transpose(-2, -1)).add_(mask)  # (B, H, T, T)

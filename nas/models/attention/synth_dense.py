@@ -69,10 +69,15 @@ class DenseSynthesizer(ValueAttention):
         k = self.w2[:, :, :T].transpose(1, 2).unsqueeze(0)  # (1, H, T, dh): the keys are positions
         return self.hidden_heads(x), k, self.b2[:, None, :T]
 
+    #: None: pad the (dh + 1)-wide heads to a multiple of 8 where the fused kernels want it (CUDA);
+    #: True/False forces it (tests)
+    pad_to_8: bool | None = None
+
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         B, T, _ = x.shape
         H, dh = self.n_heads, self.d_head
-        pad = -(dh + 1) % 8 if x.is_cuda else 0  # zero columns beyond the bias column
+        pads = x.is_cuda if self.pad_to_8 is None else self.pad_to_8
+        pad = -(dh + 1) % 8 if pads else 0  # zero columns beyond the bias column
         h = self.hidden_heads(x)
         q = torch.cat([h, h.new_ones(B, H, T, 1), h.new_zeros(B, H, T, pad)], dim=-1)  # (B, H, T, w)
         k = torch.cat(
