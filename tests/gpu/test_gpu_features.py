@@ -97,6 +97,38 @@ def test_wsd_rungs_on_cuda_leave_the_main_run_as_it_was(tmp_path: Path) -> None:
     assert abs(rung.rungs[0]["val_loss"] - alone.val_loss) < 2e-2  # what an independent 20-step run gets
 
 
+def test_a_rungs_snapshot_lives_in_pinned_host_memory_and_restores_exactly() -> None:
+    import torch
+
+    from evaluators.loop import _Snapshot
+    from evaluators.step import TrainStep
+
+    device = torch.device(DEVICE)
+    torch.manual_seed(0)
+    arch = ArchConfig.from_dict(
+        {"d_model": 64, "n_heads": 4, "max_len": 32, "layers": {"repeat": 2, "attention": "mha"}}
+    )
+    model = nas.build_model(arch).to(device)
+    stepper = TrainStep(model, TrainRecipe(batch_size=4, seed=0), device)
+    batch = torch.randint(0, arch.vocab_size, (4, 33), device=device)
+    stepper(batch[:, :-1], batch[:, 1:])  # AdamW's moments exist
+    live = [t.detach().clone() for t in model.parameters()]
+    state = stepper.optimizer.state
+    moments = [(p, {k: v.clone() for k, v in state[p].items()}) for p in model.parameters()]
+    before = torch.cuda.memory_allocated(device) if DEVICE == "cuda" else 0
+    snapshot = _Snapshot(stepper, torch.Generator().manual_seed(0))
+    if DEVICE == "cuda":
+        assert torch.cuda.memory_allocated(device) == before  # nothing of it on the GPU
+        assert all(saved.device.type == "cpu" and saved.is_pinned() for _, saved in snapshot.tensors)
+    for _ in range(3):
+        stepper(batch[:, :-1], batch[:, 1:])
+    snapshot.restore()
+    assert all(torch.equal(t, saved) for t, saved in zip(model.parameters(), live, strict=True))
+    for p, saved in moments:  # AdamW's step and both moments, each back on its own device
+        assert state[p].keys() == saved.keys()
+        assert all(state[p][k].device == v.device and torch.equal(state[p][k], v) for k, v in saved.items())
+
+
 def test_an_encoder_decoder_trains_and_decodes_on_cuda() -> None:
     arch = nas.ArchConfig.from_dict(
         {
