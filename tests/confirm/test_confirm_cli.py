@@ -624,7 +624,7 @@ def test_a_study_with_rungs_is_listed_and_confirmed_and_a_scale_too_short_for_th
     assert main(_confirm(url, "w", *flags, "--scales", "0.25,1")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --scales 0.25: trial 0"), err
-    assert "trains on 1 steps (rungs 0.5): budget.rungs: rung 0.5 of 1 steps buys 0 steps" in err, err
+    assert "trains on 1 step (rungs 0.5): budget.rungs: rung 0.5 of 1 step buys 0 steps" in err, err
     assert err.endswith("give larger --scales\n"), err
     assert _snapshot(url) == before
     assert main(_confirm(url, "w", *flags, "--scales", "1")) == 0

@@ -299,7 +299,8 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
             d["state"], ""
         )
         lines.append(
-            f"  {'trained':<16} {_num(m.get('steps'))} steps, {_num(m.get('tokens'))} tokens, "
+            f"  {'trained':<16} {_num(m.get('steps'))} {'step' if m.get('steps') == 1 else 'steps'}, "
+            f"{_num(m.get('tokens'))} tokens, "
             f"{m.get('train_flops', float('nan')):.3g} FLOPs{until}"
         )
     if "seconds" in m:
