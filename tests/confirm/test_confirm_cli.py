@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -79,7 +80,10 @@ def test_baselines_are_built_at_each_finalists_shape(studies, capsys):
     study = _load(url, "two")
     finals = finalists(study, 3, None)
     assert main(_confirm(url, "two", "--top", "3", "--seeds", "1", "--scales", "1", "--json")) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    # each run's progress line names it in words: it read '[vanilla 1x seed 0]'
+    assert re.search(r"COMPLETE .*\[vanilla[^\]]*, budget 1x, seed \d+\] d\d+", captured.err), captured.err
     conf = _load(url, "two-confirm")
     entries = {e.index: e for e in (Entry.from_dict(d) for d in conf.user_attrs[ARCHS])}
     bases = [entries[i] for i in conf.user_attrs["confirm_plan"]["baselines"]]

@@ -180,7 +180,7 @@ class Driver:
                 report.seen(t.values[0] if t.values else None)
         workers = pool.size or s.workers
         where = "in this process (resources.local)" if s.spec.resources.local else f"on {workers} worker(s)"
-        if self.CONFIRMATION:  # queued runs, each at its own scale (the [... 4x seed 0] of its line)
+        if self.CONFIRMATION:  # queued runs, each at its own scale (the [..., budget 4x, seed 0] of its line)
             what = f"each run on its scale times the budget {s.spec.budget}"
         else:
             evaluator = s.spec.search.evaluator
