@@ -44,6 +44,12 @@ def plan_steps(budget: Budget, cost: Compute, batch_size: int, seq_len: int) -> 
     return steps
 
 
+def eval_step(fraction: float, total_steps: int) -> int:
+    """The step after which a hurdle at ``fraction`` of a ``total_steps`` run is measured: the nearest
+    whole step, at least the first; two hurdles can share one (0.25 and 0.5 of 2 steps: step 1)."""
+    return min(total_steps, max(1, round(fraction * total_steps)))
+
+
 def lr_at(recipe: TrainRecipe, fraction: float) -> float:
     """Learning rate after ``fraction`` of the budget: linear warmup, then the schedule.
 
@@ -307,9 +313,7 @@ class BudgetClock:
         self.eval_steps: dict[int, list[float]] = {}
         if plan.total_steps is not None:
             for f in plan.fractions:
-                self.eval_steps.setdefault(
-                    min(plan.total_steps, max(1, round(f * plan.total_steps))), []
-                ).append(f)
+                self.eval_steps.setdefault(eval_step(f, plan.total_steps), []).append(f)
         self.pending = list(plan.fractions)  # seconds budgets: fractions not yet reached
         self.train_seconds = 0.0
         self._t = time.perf_counter()

@@ -227,6 +227,7 @@ class _Loop:
             train_loss=train_loss,
             lr=lr,
             val_loss=val_loss,
+            due=point.due,
         )
         self.log.progress(progress, self.plan.total_steps, window_tps)
         stop = bool(self.callback(progress)) if self.callback is not None else False
