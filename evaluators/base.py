@@ -34,6 +34,9 @@ class Progress:
     train_loss: float
     lr: float
     val_loss: float | None = None
+    # the eval_at fractions reached at this step: two can share one (0.25 and 0.5 of 2 steps); empty
+    # from an evaluator that reports each fraction in its own call, at ``fraction``
+    due: tuple[float, ...] = ()
 
 
 #: Return True to stop training now.

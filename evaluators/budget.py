@@ -20,6 +20,7 @@ from evaluators.base import check_eval_at
 from nas.cost import Compute, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.plural import plural
 from nas.spec.training import Budget, TrainRecipe, rungs_need_wsd
 
 
@@ -41,6 +42,12 @@ def plan_steps(budget: Budget, cost: Compute, batch_size: int, seq_len: int) -> 
     if steps < 1:
         raise ConfigError(f"{budget} buys less than one training step; the minimum is {minimum}", "budget")
     return steps
+
+
+def eval_step(fraction: float, total_steps: int) -> int:
+    """The step after which a hurdle at ``fraction`` of a ``total_steps`` run is measured: the nearest
+    whole step, at least the first; two hurdles can share one (0.25 and 0.5 of 2 steps: step 1)."""
+    return min(total_steps, max(1, round(fraction * total_steps)))
 
 
 def lr_at(recipe: TrainRecipe, fraction: float) -> float:
@@ -135,24 +142,30 @@ def plan_rungs(budget: Budget, recipe: TrainRecipe, total_steps: int | None) -> 
     warm, main_start = warmup_steps(recipe, n), n - cooldown_steps(recipe, n)
     if main_start < warm:
         raise ConfigError(
-            f"the wsd cooldown of {n} steps ({n - main_start}) would start inside the warmup ({warm} steps)",
+            f"the wsd cooldown of {plural(n, 'step')} ({n - main_start}) would start inside the warmup "
+            f"({plural(warm, 'step')})",
             "recipe.cooldown_frac",
         )
     rungs: list[Rung] = []
     for f in budget.rungs:
         s = round(f * n)
-        where = f"rung {f:g} of {n} steps"
+        where = f"rung {f:g} of {plural(n, 'step')}"
         if s < 1:
-            raise ConfigError(f"{where} buys {s} steps; a rung needs at least 1", "budget.rungs")
+            raise ConfigError(f"{where} buys {plural(s, 'step')}; a rung needs at least 1", "budget.rungs")
         if s >= n:
-            raise ConfigError(f"{where} is {s} steps, the whole run; a rung ends before it", "budget.rungs")
+            raise ConfigError(
+                f"{where} is {plural(s, 'step')}, the whole run; a rung ends before it", "budget.rungs"
+            )
         if rungs and rungs[-1].steps == s:
-            raise ConfigError(f"{where} is {s} steps, as rung {rungs[-1].fraction:g} is", "budget.rungs")
+            raise ConfigError(
+                f"{where} is {plural(s, 'step')}, as rung {rungs[-1].fraction:g} is", "budget.rungs"
+            )
         rung = Rung(f, s, cooldown_steps(recipe, s))
         if rung.start < warm:
             raise ConfigError(
-                f"{where}: its cooldown ({rung.cooldown} of {s} steps) would start at step {rung.start}, "
-                f"inside the warmup ({warm} steps); use a later rung or a shorter recipe.warmup_frac",
+                f"{where}: its cooldown ({rung.cooldown} of {plural(s, 'step')}) would start at step "
+                f"{rung.start}, inside the warmup ({plural(warm, 'step')}); use a later rung or a shorter "
+                "recipe.warmup_frac",
                 "budget.rungs",
             )
         if rung.start > main_start:  # rounding only: the branch must leave the run's constant phase
@@ -300,9 +313,7 @@ class BudgetClock:
         self.eval_steps: dict[int, list[float]] = {}
         if plan.total_steps is not None:
             for f in plan.fractions:
-                self.eval_steps.setdefault(
-                    min(plan.total_steps, max(1, round(f * plan.total_steps))), []
-                ).append(f)
+                self.eval_steps.setdefault(eval_step(f, plan.total_steps), []).append(f)
         self.pending = list(plan.fractions)  # seconds budgets: fractions not yet reached
         self.train_seconds = 0.0
         self._t = time.perf_counter()

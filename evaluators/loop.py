@@ -38,6 +38,7 @@ from evaluators.step import TrainStep
 from evaluators.trainlog import TrainLog
 from nas.data import train_batch
 from nas.interrupts import raise_lost_stop
+from nas.plural import plural
 from nas.spec.training import TrainRecipe
 
 
@@ -181,7 +182,7 @@ class _Loop:
             }
         )
         self.log.say(
-            f"rung {rung.fraction:g}: {rung.steps} steps (cooldown of {rung.cooldown} from step "
+            f"rung {rung.fraction:g}: {plural(rung.steps, 'step')} (cooldown of {rung.cooldown} from step "
             f"{rung.start}), val_loss {val_loss:.4f}"
         )
         self.clock.resume()
@@ -227,6 +228,7 @@ class _Loop:
             train_loss=train_loss,
             lr=lr,
             val_loss=val_loss,
+            due=point.due,
         )
         self.log.progress(progress, self.plan.total_steps, window_tps)
         stop = bool(self.callback(progress)) if self.callback is not None else False

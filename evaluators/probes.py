@@ -85,6 +85,7 @@ from nas.cost import compute
 from nas.errors import ConfigError
 from nas.interrupts import raise_lost_stop
 from nas.models import ArchConfig, build_model
+from nas.plural import plural
 from nas.spec.training import Budget, TrainRecipe
 
 IGNORE = -100  # a target that is neither trained nor scored (cross_entropy's default ignore_index)
@@ -562,7 +563,7 @@ class ProbeEvaluator:
                     )
                 )
                 self.log(
-                    f"{task.name}: accuracy {run.accuracy:.3f}{above} ({run.steps} steps, "
+                    f"{task.name}: accuracy {run.accuracy:.3f}{above} ({plural(run.steps, 'step')}, "
                     f"{run.train_seconds:.1f} s)"
                 )
             if stopped_at is not None:

@@ -12,6 +12,7 @@ from evaluators.base import Progress
 from evaluators.budget import TrainingPlan
 from evaluators.result import Result
 from nas.models import ArchConfig
+from nas.plural import plural
 from nas.spec.training import Budget, TrainRecipe
 
 
@@ -37,7 +38,7 @@ class TrainLog:
         self.say(
             f"training {arch.arch_id} ({cost.params:,} params, "
             f"{cost.train_flops_per_token:.3g} train FLOPs/token) on {corpus_name} for {plan.budget}"
-            + (f" = {steps} steps" if steps is not None and plan.budget.kind != "steps" else "")
+            + (f" = {plural(steps, 'step')}" if steps is not None and plan.budget.kind != "steps" else "")
             + f", batch {plan.batch_size} x {plan.seq_len}, {device}"
         )
 
@@ -68,7 +69,7 @@ class TrainLog:
         """The closing line, and the HParams entry of the TensorBoard run."""
         bpb = f" ({r.val_bpb:.3f} bits/byte)" if r.val_bpb is not None else ""
         self.say(
-            f"done: val_loss {r.val_loss:.4f}{bpb} after {r.steps} steps, "
+            f"done: val_loss {r.val_loss:.4f}{bpb} after {plural(r.steps, 'step')}, "
             f"{r.tokens:,} tokens, {r.tokens_per_s / 1000:.1f}k tok/s, {r.seconds:.1f} s"
             + (f" (stopped at {r.stopped_at:.0%})" if r.stopped_at is not None else "")
             + (f"; compiled in {r.compile_seconds:.1f} s" if r.compile_seconds is not None else "")

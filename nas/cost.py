@@ -18,6 +18,7 @@ from nas.models.config import ArchConfig, LayerConfig
 from nas.models.dims import Flops
 from nas.models.ffn import FeedForward, ffn_width
 from nas.models.norms import norm_params
+from nas.plural import plural
 from nas.validate import MAX_TRAIN_BYTES
 
 
@@ -213,7 +214,8 @@ def check_fits(
         }[part]
         raise ConfigError(
             f"training this model needs at least {total / 2**30:,.0f} GiB (d_model {arch.d_model}, "
-            f"{n} layers, max_len {arch.max_len}, vocabulary {arch.vocab_size}, batch {batch_size}), "
+            f"{plural(n, 'layer')}, max_len {arch.max_len}, vocabulary {arch.vocab_size}, "
+            f"batch {batch_size}), "
             f"over the {limit / 2**30:,.0f} GiB {where} can hold; reduce {field}",
             field,
         )

@@ -37,6 +37,7 @@ from nas.errors import UserError
 from nas.models import ArchConfig
 from nas.models.ffn import ffn_width
 from nas.models.norms import RMS_EPS
+from nas.plural import plural
 
 #: byte corpora: one id per byte value
 BYTE_VOCAB = 256
@@ -276,7 +277,8 @@ def model_card(
             "",
             "## Architecture",
             "",
-            f"- {arch.n_layers} layers, d_model {arch.d_model}, {arch.n_heads} heads, {arch.norm}, "
+            f"- {plural(arch.n_layers, 'layer')}, d_model {arch.d_model}, {plural(arch.n_heads, 'head')}, "
+            f"{arch.norm}, "
             f"{arch.pos_encoding} positions, {tied} embeddings",
             f"- layers: `{arch.summary()}`",
         ]
@@ -289,8 +291,9 @@ def model_card(
             "",
             "## Architecture",
             "",
-            f"- {arch.n_layers} layers, d_model {arch.d_model}, {arch.n_heads} heads "
-            f"({kv} key/value heads), SwiGLU FFN width {_width(arch, layer)}, RMSNorm, rotary positions "
+            f"- {plural(arch.n_layers, 'layer')}, d_model {arch.d_model}, {plural(arch.n_heads, 'head')} "
+            f"({plural(kv, 'key/value head')}), SwiGLU FFN width {_width(arch, layer)}, RMSNorm, "
+            "rotary positions "
             f"(base {arch.rope_base:g}), {tied} embeddings",
         ]
     lines += [
@@ -306,7 +309,9 @@ def model_card(
         f"budget: {json.dumps(budget, sort_keys=True) if budget else 'not recorded'}",
         f"- validation loss {num('val_loss', '.4f')} nats/token, perplexity {num('val_ppl', '.3f')}, "
         f"{num('val_bpb', '.4f')} bits/byte",
-        f"- {num('params', ',')} parameters; trained {num('steps', ',')} steps, {num('tokens', ',')} tokens, "
+        f"- {num('params', ',')} parameters; "
+        f"trained {num('steps', ',')} {'step' if m.get('steps') == 1 else 'steps'}, "
+        f"{num('tokens', ',')} tokens, "
         f"{num('train_flops', '.4g')} FLOPs",
         "",
         "These are the numbers of the one training run in the checkpoint (config.json: `nas_metrics`).",

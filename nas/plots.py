@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from evaluators.result import Measure
 from nas.errors import UserError
 from nas.outputs import Planned, plan_output, write_output
+from nas.plural import plural
 from nas.search.reports.layers import layer_choices, slot_name, top_trials
 from nas.search.storage.records import is_infeasible, measure_of
 
@@ -212,7 +213,8 @@ def plot_blocks(study: optuna.Study, path: Planned | str | os.PathLike[str], top
     ax1, ax2 = fig.subplots(2, 1)
     m = measure_of(study)
     title = (
-        f"attention block by layer among the top {len(ranked)} trials by {'loss' if m.lm else m.column}"
+        f"attention block by layer among the top {plural(len(ranked), 'trial')} "
+        f"by {'loss' if m.lm else m.column}"
         + (" (layers counted from the top: -1 is the last)" if top_down else "")
     )
     _stacked(ax1, [att[s] for s in slots], labels, title)

@@ -134,7 +134,7 @@ _OK = {"train_src": "a b\n", "train_tgt": "b a\n", "val_src": "c d\n", "val_tgt"
             r"val\.tgt: missing; a parallel corpus directory holds train\.src, train\.tgt, "
             r"val\.src and val\.tgt",
         ),
-        ({"train_tgt": "b a\nx\n"}, r"train\.src has 1 lines but train\.tgt has 2; .* aligned line by line"),
+        ({"train_tgt": "b a\nx\n"}, r"train\.src has 1 line but train\.tgt has 2; .* aligned line by line"),
         ({"val_src": "c d\ne\n"}, r"val\.src has 2 lines but val\.tgt has 1"),
         (
             {"train_src": "\n", "train_tgt": " \n"},

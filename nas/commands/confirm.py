@@ -21,6 +21,7 @@ from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
 from nas.paths import recorded
+from nas.plural import plural
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply_flags, overrides
 from nas.spec.sections import named
@@ -311,12 +312,13 @@ def _check_whole_steps(scales: list[float], budget: Any) -> None:
             near = sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))})
             valid = " or ".join(f"{n / budget.value:.6g} ({n} step{'s' if n > 1 else ''})" for n in near)
             raise UserError(
-                f"--scales {scale:g}: the study's budget is {budget.value:g} steps, so {scale:g} of it is "
+                f"--scales {scale:g}: the study's budget is {plural(budget.value, 'step', fmt='g')}, "
+                f"so {scale:g} of it is "
                 f"{exact:.4g} steps, and a run trains whole steps; give {valid}"
             )
         if steps in seen:
             raise UserError(
-                f"--scales {seen[steps]:g} and {scale:g}: both are {steps} steps of the study's "
+                f"--scales {seen[steps]:g} and {scale:g}: both are {plural(steps, 'step')} of the study's "
                 f"{budget.value:g}; give one"
             )
         seen[steps] = scale
@@ -347,7 +349,8 @@ def _check_size(seeds: int, seed0: int, n_archs: int, n_scales: int, n_lrs: int)
         )
     runs = n_archs * n_scales * (seeds + max(n_lrs - 1, 0))
     if runs > MAX_RUNS:
-        raise UserError(f"--seeds {seeds}: {runs:,} runs ({n_archs} architectures x {n_scales} scale(s) x "
+        raise UserError(f"--seeds {seeds}: {runs:,} runs ({plural(n_archs, 'architecture')} x "
+                        f"{n_scales} scale(s) x "
                         f"seeds and learning rates); at most {MAX_RUNS:,} in one confirmation")  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from evaluators.probes import DEFAULT_STEPS, MAX_STEPS, TASKS, ProbeEvaluator, p
 from nas.archfile import load_arch_file
 from nas.commands.common import jsonable, non_empty, non_negative_int, positive_int
 from nas.errors import ConfigError, UserError
+from nas.plural import plural
 from nas.shipped import arch_path, shipped_archs
 from nas.validate import MAX_SEED, MAX_THREADS, check_number
 
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         flops = evaluator.planned_flops(doc["arch"])
         # a line before the first task ends (one per task follows): a long run is not silent for minutes
-        stderr_log(f"probing: {len(tasks)} task(s) x {args.steps:,} steps, {flops:.3g} training FLOPs")
+        work = f"{plural(len(tasks), 'task')} x {plural(args.steps, 'step', fmt=',')}"
+        stderr_log(f"probing: {work}, {flops:.3g} training FLOPs")
         result = evaluator.evaluate(doc["arch"])
     except ConfigError as err:  # an option that cannot hold at a task's length
         raise err.in_file(args.arch) from None
@@ -96,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(metrics, tasks))
     return 0
+
+
+def _where(m: dict[str, Any]) -> str:
+    """``cpu (1 thread)``: the device, and the CPU threads when the run recorded them."""
+    threads = m.get("threads")
+    return m["device"] if threads is None else f"{m['device']} ({plural(threads, 'thread')})"
 
 
 def format_table(m: dict[str, Any], tasks: tuple[str, ...]) -> str:
@@ -108,7 +116,6 @@ def format_table(m: dict[str, Any], tasks: tuple[str, ...]) -> str:
         lines.append(f"{t:<{width}}  {m[f'probe_{t}']:8.3f}  {acc:8.3f}{note}")
     lines += [f"{'-' * width}  --------", f"{'score':<{width}}  {m['probe_score']:8.3f}"]
     lines.append(
-        f"\n{m['arch_id']}: {m['probe_steps']} steps per task, {m['seconds']:.1f} s "
-        f"on {m['device']} ({m.get('threads')} threads)"
+        f"\n{m['arch_id']}: {plural(m['probe_steps'], 'step')} per task, {m['seconds']:.1f} s on {_where(m)}"
     )
     return "\n".join(lines)

@@ -38,6 +38,7 @@ from nas.errors import ConfigError, UserError
 from nas.models.sizes import MAX_SIZE, missed, reached, resize
 from nas.outputs import Planned, plan_output
 from nas.paths import in_file
+from nas.plural import plural
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
@@ -258,7 +259,9 @@ def run(args: argparse.Namespace) -> int:
         ).to_dict()
     except Diverged as err:
         spent = Spent.of(err)
-        cost = "" if spent is None else f" (after {spent.steps} steps: {spent.train_flops:.4g} FLOPs)"
+        cost = (
+            "" if spent is None else f" (after {plural(spent.steps, 'step')}: {spent.train_flops:.4g} FLOPs)"
+        )
         print(f"error: {args.arch}: training diverged: {err}{cost}", file=sys.stderr)
         return 1
     if args.save:
@@ -278,14 +281,22 @@ def sized(arch: Any, size: float) -> Any:
         out = resize(arch, size)
     except ConfigError as err:
         raise UserError(f"--size {size:g}: {err.message}") from None
-    stderr_log(
-        f"size {size:g}: d_model {out.d_model}, {out.n_heads} heads, {len(out.layers)} layers "
-        f"(from d_model {arch.d_model}, {arch.n_heads} heads, {len(arch.layers)} layers)"
-    )
+    stderr_log(f"size {size:g}: {_shape(out)} (from {_shape(arch)})")
     note = missed(size, reached(arch, out))
     if note is not None:
         stderr_log(f"note: {note}")
     return out
+
+
+def _shape(arch: Any) -> str:
+    """``d_model 64, 4 heads, 1 layer``"""
+    return f"d_model {arch.d_model}, {plural(arch.n_heads, 'head')}, {plural(len(arch.layers), 'layer')}"
+
+
+def _where(m: dict[str, Any]) -> str:
+    """``cpu (1 thread)``: the device, and the CPU threads when the run recorded them."""
+    threads = m.get("threads")
+    return m["device"] if threads is None else f"{m['device']} ({plural(threads, 'thread')})"
 
 
 def format_metrics(m: dict[str, Any]) -> str:
@@ -302,8 +313,8 @@ def format_metrics(m: dict[str, Any]) -> str:
             if m.get("state_bytes")
             else []
         ),
-        ("trained", f"{m['steps']} steps, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
-        ("throughput", f"{m['tokens_per_s']:,.0f} tokens/s on {m['device']} ({m.get('threads')} threads)"),
+        ("trained", f"{plural(m['steps'], 'step')}, {m['tokens']:,} tokens, {m['train_flops']:.4g} FLOPs"),
+        ("throughput", f"{m['tokens_per_s']:,.0f} tokens/s on {_where(m)}"),
         ("time", f"{m['seconds']:.1f} s"),
     ]
     width = max(len(k) for k, _ in rows)

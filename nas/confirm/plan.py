@@ -104,6 +104,13 @@ class Run:
             return None
 
 
+def run_label(name: str, run: Run, recipe_lr: float) -> str:
+    """``vanilla size 0.35, budget 7.241x, seed 0``: what a run's progress line and ``show`` call it; the
+    budget is the run's as a multiple of the search's, the learning rate only when it is not the recipe's."""
+    lr = "" if run.lr == recipe_lr else f", lr {run.lr:g}"
+    return f"{name}, budget {run.scale:.4g}x, seed {run.seed}{lr}"
+
+
 def check_runs(budget: Any, recipe: Any, arch: ArchConfig, seq_len: int, label: str, hint: str) -> None:
     """Refuse a planned run whose budget buys no step or whose rungs cannot be placed, naming it (``label``)
     and what to change (``hint``): the run would fail, and with it every seed of it, after the queue was

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run
+from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run, run_label
 from nas.cost import compute
 from nas.errors import UserError
 from nas.execution.pool import Pool
@@ -99,7 +99,7 @@ class ConfirmDriver(Driver):
             ("scale", run.scale),
             ("seed", run.seed),
             ("lr", run.lr),
-            ("summary", f"[{entry.name} {run.scale:g}x seed {run.seed}] {arch.summary()}"),
+            ("summary", f"[{run_label(entry.name, run, s.spec.recipe.lr)}] {arch.summary()}"),
         ):
             trial.set_user_attr(key, value)
         payload = dataclasses.replace(

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 from nas.confirm.plan import Entry
 from nas.confirm.runner import existing_runs
 from nas.confirm.stats import crossing, fit_power_law, kendall, paired, spearman, spread
+from nas.plural import plural
 
 #: what each run row carries besides its loss (bits/byte and throughput: what docs/RESULTS.md tabulates)
 RUN_KEYS = (
@@ -249,10 +250,10 @@ def _judge(d: dict[str, Any] | None) -> tuple[str, str]:
         return "not compared with", ""
     k, n = d["lower_on"], d["n"]
     if k == n and d["max"] < 0:
-        return "beats", f"on {k}/{n} seeds"
+        return "beats", f"on {k}/{plural(n, 'seed')}"
     if k == 0 and d["min"] > 0:
-        return "loses to", f"on {n}/{n} seeds"
-    return "within noise of", f"(lower on {k}/{n} seeds)"
+        return "loses to", f"on {n}/{plural(n, 'seed')}"
+    return "within noise of", f"(lower on {k}/{plural(n, 'seed')})"
 
 
 def verdicts(

@@ -35,6 +35,7 @@ from nas.data.parallel import (
     sides_text,
 )
 from nas.errors import UserError
+from nas.plural import plural
 from nas.validate import not_a_file, read_json_file, utf16_text
 
 PAIRS_FILE = "pairs.npz"
@@ -92,7 +93,8 @@ def read_parallel_text(path: Path) -> ParallelCorpus:
         src, tgt = lines[src_name], lines[tgt_name]
         if len(src) != len(tgt):
             raise UserError(
-                f"{path}: {src_name} has {len(src):,} lines but {tgt_name} has {len(tgt):,}; "
+                f"{path}: {src_name} has {plural(len(src), 'line', fmt=',')} "
+                f"but {tgt_name} has {len(tgt):,}; "
                 "the two sides must be aligned line by line"
             )
         keep = []

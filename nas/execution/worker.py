@@ -48,11 +48,12 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
     def on_progress(p: Progress) -> bool:
         if p.val_loss is None or p.fraction >= 1.0:
             return False
-        key = min(fractions, key=lambda f: abs(f - p.fraction), default=None)
-        if key is None:
-            return False
-        intermediate[fraction_key(key)] = float(p.val_loss)
-        return missed(thresholds, key, p.val_loss)
+        near = min(fractions, key=lambda f: abs(f - p.fraction), default=None)
+        # every hurdle reached at this step: two that round to one step are both recorded and checked
+        keys = [f for f in fractions if f in p.due] or ([] if near is None else [near])
+        for key in keys:
+            intermediate[fraction_key(key)] = float(p.val_loss)
+        return any(missed(thresholds, key, p.val_loss) for key in keys)
 
     resources = (payload.get("spec") or {}).get("resources") or {}
     keep = bool(resources.get("keep_weights"))  # the search keeps its best trials' weights

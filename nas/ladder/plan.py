@@ -161,7 +161,7 @@ def build_ladder(
             run_scale = float(f"{scale * _budget_ratio(budget, base, compute(arch, seq_len), tokens):.6g}")
             if not SCALE_RANGE[0] <= run_scale <= SCALE_RANGE[1]:
                 raise UserError(f"--sizes {size:g}: {e.name} would train on {run_scale:g} times the budget")
-            name = f"{e.name} x{size:g}"
+            name = f"{e.name} size {size:g}"
             check_runs(_scaled(budget, run_scale), recipe, arch, seq_len, name,
                        "give a larger --scale, later --rungs or other --sizes")  # fmt: skip
             entry = by_id.get(arch.arch_id)

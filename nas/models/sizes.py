@@ -32,6 +32,7 @@ from typing import Any
 
 from nas.errors import ConfigError
 from nas.models.config import ArchConfig, LayerConfig
+from nas.plural import plural
 from nas.validate import check_number
 
 #: the largest multiplier: 64x the parameters is 4x the width and depth
@@ -114,7 +115,8 @@ def resize(arch: ArchConfig, size: float) -> ArchConfig:
         return dataclasses.replace(arch, **changes)
     except ConfigError as err:
         raise ConfigError(
-            f"{size:g} gives d_model {heads * d_head}, {heads} heads, {depth} layers, which the architecture "
+            f"{size:g} gives d_model {heads * d_head}, {plural(heads, 'head')}, {plural(depth, 'layer')}, "
+            "which the architecture "
             f"refuses: {err}",
             "size",
         ) from None

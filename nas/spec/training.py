@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.plural import plural
 from nas.spec.fields import bounded, choice, field, fractions
 from nas.validate import FP32_MAX, MAX_DIM, MAX_SEED, check_number, yaml_number
 
@@ -76,7 +77,10 @@ class Budget:
         return out
 
     def __str__(self) -> str:
-        text = f"{int(self.value)} steps" if self.kind == "steps" else f"{self.value:g} {self.kind}"
+        if self.kind == "flops":
+            text = f"{self.value:g} flops"
+        else:  # 1 step, 1 token, 1 second
+            text = plural(int(self.value) if self.kind == "steps" else self.value, self.kind[:-1], fmt="g")
         if self.rungs:
             text += f" (rungs {', '.join(f'{r:g}' for r in self.rungs)})"
         return text

@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -79,7 +80,10 @@ def test_baselines_are_built_at_each_finalists_shape(studies, capsys):
     study = _load(url, "two")
     finals = finalists(study, 3, None)
     assert main(_confirm(url, "two", "--top", "3", "--seeds", "1", "--scales", "1", "--json")) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    # each run's progress line names it in words: it read '[vanilla 1x seed 0]'
+    assert re.search(r"COMPLETE .*\[vanilla[^\]]*, budget 1x, seed \d+\] d\d+", captured.err), captured.err
     conf = _load(url, "two-confirm")
     entries = {e.index: e for e in (Entry.from_dict(d) for d in conf.user_attrs[ARCHS])}
     bases = [entries[i] for i in conf.user_attrs["confirm_plan"]["baselines"]]
@@ -624,7 +628,7 @@ def test_a_study_with_rungs_is_listed_and_confirmed_and_a_scale_too_short_for_th
     assert main(_confirm(url, "w", *flags, "--scales", "0.25,1")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --scales 0.25: trial 0"), err
-    assert "trains on 1 steps (rungs 0.5): budget.rungs: rung 0.5 of 1 steps buys 0 steps" in err, err
+    assert "trains on 1 step (rungs 0.5): budget.rungs: rung 0.5 of 1 step buys 0 steps" in err, err
     assert err.endswith("give larger --scales\n"), err
     assert _snapshot(url) == before
     assert main(_confirm(url, "w", *flags, "--scales", "1")) == 0

@@ -189,3 +189,36 @@ def test_a_seed_trial_is_called_the_seed_only_when_it_is_the_seed_itself() -> No
         vanilla.summary(),
     )
     assert _seed_itself("vanilla", dataclasses.replace(vanilla, d_model=64, n_heads=2).to_dict())[0] is False
+
+
+def _two_step_study(runs) -> optuna.Study:
+    """Hurdles 0.25, 0.5 and 0.75 of a 2-step budget: the first two are both measured after step 1."""
+    study = make_study(runs, "short", objective="loss")
+    study.set_user_attr("settings", {**study.user_attrs["settings"], "budget": {"steps": 2}})
+    study.set_user_attr("spec", {"search": {"hurdles": [0.25, 0.5, 0.75]}})
+    return study
+
+
+def test_hurdles_on_one_step_are_each_shown_and_say_so(cli, runs) -> None:
+    # an older record kept one value for the two (the worker recorded the nearer): show dropped 0.25
+    study = _two_step_study(runs)
+    add_trial(study, "vanilla", 2.5, intermediate={"0.5": 3.1, "0.75": 2.9})
+    _, out, _ = cli("show", "--study", "short", "--trial", "0", "--runs-dir", runs)
+    hurdles = out[out.index("hurdles") :].splitlines()[1:5]
+    assert hurdles == [
+        "   0.25  3.1000  (step 1, the same step as hurdle 0.5)",
+        "    0.5  3.1000  (step 1, the same step as hurdle 0.25)",
+        "   0.75  2.9000",
+        "      1  2.5000  (final)",
+    ], out
+
+
+def test_a_hurdle_past_the_one_that_stopped_a_trial_is_shown_not_reached(cli, runs) -> None:
+    study = _two_step_study(runs)
+    add_trial(study, "vanilla", 4.6, state=optuna.trial.TrialState.PRUNED, pruned_at=0.5,
+              intermediate={"0.25": 4.6, "0.5": 4.6})  # fmt: skip
+    _, out, _ = cli("show", "--study", "short", "--trial", "0", "--runs-dir", runs)
+    assert "    0.5  4.6000  (step 1, the same step as hurdle 0.25)  (missed it: stopped here)" in out, out
+    assert "   0.75       -  (not reached)" in out and "(final)" not in out, out
+    _, out, _ = cli("show", "--study", "short", "--trial", "0", "--runs-dir", runs, "--json")
+    assert json.loads(out)["hurdle_steps"] == {"0.25": 1, "0.5": 1, "0.75": 2}

@@ -30,7 +30,7 @@ def test_every_size_is_the_resized_architecture_and_size_one_is_the_entry_itself
     assert by_size[1.0].arch_id == e.arch_id
     for size, entry in by_size.items():
         assert entry.arch == resize(e.arch, size)
-        assert entry.name == f"vanilla x{size:g}" and entry.label == "vanilla"
+        assert entry.name == f"vanilla size {size:g}" and entry.label == "vanilla"
     # one run per member and seed, the small sizes first
     runs = plan.runs()
     assert len(runs) == 3 * 2 and [r.scale for r in runs] == sorted(r.scale for r in runs)
@@ -93,10 +93,11 @@ def test_known_entries_keep_their_index_and_a_shared_architecture_is_one_entry()
 def test_a_size_whose_rungs_cannot_be_placed_is_refused_naming_it() -> None:
     budget = Budget("steps", 8, (0.25, 0.5))
     warm = dataclasses.replace(RECIPE, warmup_frac=0.5)
-    with pytest.raises(UserError, match=r"vanilla x\S+ trains on \d+ steps.*rung 0.25 of \d+ steps.*--scale"):
+    refused = r"vanilla size \S+ trains on \d+ steps.*rung 0.25 of \d+ steps.*--scale"
+    with pytest.raises(UserError, match=refused):
         build_ladder([], [_entry()], [0.5, 1.0, 2.0], (0,), 1.0, budget, warm)
     flops = Budget("flops", 1e9)
-    with pytest.raises(UserError, match=r"x0.5 trains on .*less than one training step"):
+    with pytest.raises(UserError, match=r"size 0.5 trains on .*less than one training step"):
         build_ladder([], [_entry()], [0.5, 1.0, 2.0], (0,), 1.0, flops, RECIPE)
 
 
@@ -110,7 +111,7 @@ def test_runs_are_confirm_runs_at_the_recipe_lr() -> None:
         [], [_entry()], [0.125, 1.0, 3.375], (4,), 2.0, Budget("steps", 200), RECIPE
     )
     assert all(isinstance(r, Run) and r.seed == 4 and r.lr == RECIPE.lr for r in plan.runs())
-    assert {r.scale for r in plan.runs() if every[r.arch].name == "vanilla x1"} == {2.0}
+    assert {r.scale for r in plan.runs() if every[r.arch].name == "vanilla size 1"} == {2.0}
 
 
 def test_the_families_without_an_interval_are_known_from_the_plan_family_by_family() -> None:

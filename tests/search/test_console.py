@@ -44,3 +44,26 @@ def test_best_is_the_studys_not_this_runs():
     r.seen(float("nan"))  # never a NaN as best
     r.finished(1, 0, 7, "COMPLETE", "", 1.0, workers=1, loss=3.1)
     assert "best 2.5000" in r.out.getvalue()
+
+
+def test_a_continued_searchs_line_counts_the_whole_study_as_its_position_does(tmp_path, text_corpus, capsys):
+    # The second run's line read '[2/2] trial 1 ... 1 done 0 pruned 0 failed': the position counted the
+    # study, the states this run only.
+    import re
+    from pathlib import Path
+
+    from nas.cli import main
+
+    space = Path(__file__).with_name("tiny_space.yaml")
+    args = ["search", "--space", str(space), "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db",
+            "--runs-dir", str(tmp_path / "runs"), "--data", str(text_corpus), "--local", "--no-tensorboard",
+            "--steps", "2", "--hurdles", "0.5"]  # fmt: skip
+    assert main([*args, "--trials", "1"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--trials", "2"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert len(lines) == 1, lines
+    m = re.search(r"^\[\s*(\d+)/2\] .* (\d+) done (\d+) pruned (\d+) failed(?: (\d+) over cap)?,", lines[0])
+    assert m is not None, lines[0]
+    position, *counts = (int(g or 0) for g in m.groups())
+    assert position == 2 and sum(counts) == 2, lines[0]

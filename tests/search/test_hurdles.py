@@ -71,3 +71,22 @@ def test_stops_at_names_the_first_hurdle_the_recorded_losses_miss():
     assert h.stops_at(recorded, {"0.25": 3.5, "0.5": 2.5}) is None  # passes both: only training tells
     assert h.stops_at({"0.25": 3.0}, {"0.25": 3.5, "0.5": 0.1}) is None  # no loss at 0.5 to judge
     assert h.stops_at({}, {"0.25": 0.1}) is None
+
+
+def test_two_hurdles_on_one_step_are_both_recorded(tmp_path, text_corpus):
+    # 0.25 and 0.5 of 2 steps are both measured after step 1: the worker kept only the nearer one (0.5),
+    # so 0.25 had no value for `show` nor a check against its threshold
+    from pathlib import Path
+
+    import optuna
+
+    from nas.cli import main
+
+    space = Path(__file__).with_name("tiny_space.yaml")
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert main(["search", "--space", str(space), "--study", "s", "--storage", url, "--runs-dir",
+                 str(tmp_path / "runs"), "--data", str(text_corpus), "--local", "--no-tensorboard",
+                 "--steps", "2", "--hurdles", "0.25,0.5", "--trials", "1"]) == 0  # fmt: skip
+    trial = optuna.load_study(study_name="s", storage=url).trials[0]  # (the next seed waits in the queue)
+    inter = trial.user_attrs["intermediate"]
+    assert set(inter) == {"0.25", "0.5"} and inter["0.25"] == inter["0.5"], inter

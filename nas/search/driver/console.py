@@ -29,6 +29,7 @@ class Reporter:
         self.started = time.monotonic()
         self.durations: list[float] = []
         self.work: list[float] = []
+        # of the study, as the line's position [done/total] is: seeded by the driver with earlier runs' trials
         self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
         self.best: float | None = None  # of the study, not of this run: seeded by the driver
         self.measure = measure_of("lm")  # what the values are (a search by another evaluator sets its own)
@@ -40,6 +41,12 @@ class Reporter:
         """A loss the study holds (earlier runs included): the progress line's best is the study's."""
         if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best):
             self.best = loss
+
+    def earlier(self, state: str) -> None:
+        """A trial an earlier run finished (``state`` as :func:`state_name` says it): counted, so that a
+        continued search's line says ``5/6 ... 4 done 1 pruned``, not this run's ``0 done 1 pruned``."""
+        if state in ("COMPLETE", "PRUNED", "FAIL", "INFEASIBLE"):  # what count_done counts; not REQUEUED
+            self.counts[state] = self.counts.get(state, 0) + 1
 
     def time_left(self, left: int, workers: int) -> float | None:
         """Seconds until the last of ``left`` trials ends on ``workers`` workers; None before any measure."""

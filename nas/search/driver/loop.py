@@ -46,6 +46,7 @@ from nas.search.driver.twins import Twins
 from nas.search.driver.weights import Admission, KeptWeights
 from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible
 from nas.search.storage.lease import DriverLease, LeaseLost
+from nas.search.storage.records import state_name
 from nas.search.storage.study import (
     count_done,
     create_new_study,
@@ -173,11 +174,13 @@ class Driver:
         self.done = count_done(study)
         self.twins = Twins.of(study.get_trials(deepcopy=False), METRIC_KEYS)
         self.kept.load(study, report.line)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            report.seen(t.values[0] if t.values else None)  # the progress line's best is the study's
+        for t in study.get_trials(deepcopy=False):  # the progress line's counts and best are the study's
+            report.earlier(state_name(t))
+            if t.state == TrialState.COMPLETE:
+                report.seen(t.values[0] if t.values else None)
         workers = pool.size or s.workers
         where = "in this process (resources.local)" if s.spec.resources.local else f"on {workers} worker(s)"
-        if self.CONFIRMATION:  # queued runs, each at its own scale (the [... 4x seed 0] of its line)
+        if self.CONFIRMATION:  # queued runs, each at its own scale (the [..., budget 4x, seed 0] of its line)
             what = f"each run on its scale times the budget {s.spec.budget}"
         else:
             evaluator = s.spec.search.evaluator

@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial
 from evaluators.result import Measure, perplexity
 from evaluators.result import measure_of as result_measure
 from nas.errors import UserError
+from nas.plural import plural
 from nas.search.reports.lookup import get_trial, state_counts
 from nas.search.reports.trial import (
     origin,
@@ -141,7 +142,7 @@ def format_leaderboard(study: optuna.Study, rows: list[dict[str, Any]]) -> str:
     order = ("COMPLETE", "PRUNED", "FAIL", "INFEASIBLE", "REQUEUED", "RUNNING", "WAITING")
     shown = {"REQUEUED": "interrupted and run again"}
     states = ", ".join(f"{counts[s]} {shown.get(s, s.lower())}" for s in order if counts.get(s))
-    facts = [f"{total} trials ({states or 'none finished'})"]
+    facts = [f"{plural(total, 'trial')} ({states or 'none finished'})"]
     if settings.get("objective"):
         facts.append(f"objective {settings['objective']}")
     measure = measure_of(study)

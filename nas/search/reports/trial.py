@@ -19,6 +19,7 @@ from nas.search.storage.records import (
     EVALUATOR_PREFIXES,
     INFEASIBLE,
     INTERMEDIATE,
+    SPEC,
     evaluator_of,
     is_infeasible,
     settings_of,
@@ -113,6 +114,9 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
         out["requeued_as"] = again[0] if again else None
     out["metrics"] = metrics_of(t, out["evaluator"])
     out["intermediate"] = dict(sorted((ua.get(INTERMEDIATE) or {}).items(), key=lambda kv: float(kv[0])))
+    # the study's hurdles, each shown whether or not this trial has a value of its own at it
+    search = (study.user_attrs.get(SPEC) or {}).get("search") or {}
+    out["hurdles"] = sorted({float(f) for f in search.get("hurdles") or ()})
     out["optuna_params"] = dict(t.params)
     out["started"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None
     out["completed"] = t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None
@@ -144,6 +148,7 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
                 "train_flops_per_token": f.train,
             }
         )
+    out["hurdle_steps"] = _hurdle_steps(study, out, c, seq_len)
     d, V = arch.d_model, arch.vocab_size
     out["embedding_params"] = c.embedding_params
     out["head_fwd_flops_per_token"] = 2.0 * d * V
@@ -155,6 +160,26 @@ def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
         "state_bytes": c.state_bytes,
     }
     return out
+
+
+def _hurdle_steps(study: optuna.Study, out: dict[str, Any], c: Any, seq_len: int) -> dict[str, int]:
+    """{fraction key: the step its hurdle is measured after}, by the trainer's rule; {} when the budget
+    fixes no step count (seconds) or the record says too little to count them."""
+    from evaluators.budget import eval_step, plan_steps
+    from evaluators.stopping import fraction_key
+    from nas.errors import ConfigError
+    from nas.spec.training import Budget
+
+    settings = settings_of(study)
+    fractions = {float(f) for f in out["intermediate"]} | set(out["hurdles"])
+    try:
+        budget = Budget.from_dict(settings.get("budget"))
+        total = plan_steps(budget, c, int((settings.get("recipe") or {})["batch_size"]), int(seq_len))
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return {}
+    if total is None:
+        return {}
+    return {fraction_key(f): eval_step(f, total) for f in sorted(fractions) if f > 0}
 
 
 def format_trial(detail: dict[str, Any]) -> str:
@@ -299,7 +324,8 @@ def _metric_lines(d: dict[str, Any]) -> list[str]:
             d["state"], ""
         )
         lines.append(
-            f"  {'trained':<16} {_num(m.get('steps'))} steps, {_num(m.get('tokens'))} tokens, "
+            f"  {'trained':<16} {_num(m.get('steps'))} {'step' if m.get('steps') == 1 else 'steps'}, "
+            f"{_num(m.get('tokens'))} tokens, "
             f"{m.get('train_flops', float('nan')):.3g} FLOPs{until}"
         )
     if "seconds" in m:
@@ -332,11 +358,25 @@ def _hurdle_lines(d: dict[str, Any]) -> list[str]:
     measure = measure_of(d.get("evaluator"))
     lines = ["", f"hurdles ({measure.name} at a fraction of the budget)"]
     stop = d.get("pruned_at") if d["state"] == "PRUNED" else None
-    for key, value in d["intermediate"].items():
-        mark = "  (missed it: stopped here)" if stop is not None and float(key) == float(stop) else ""
-        what = "  (the prescreen's value, before training)" if float(key) == 0 else ""
-        shown = value if float(key) == 0 else measure.shown(value)  # the prescreen's value is its own
-        lines.append(f"  {float(key):>5g}  {shown:.4f}{what}{mark}")
+    steps: dict[str, int] = d.get("hurdle_steps") or {}
+    inter: dict[str, float] = d["intermediate"]
+    keys = {float(k): k for k in inter}
+    for f in d.get("hurdles") or ():  # every hurdle of the study, also one this trial has no value at
+        keys.setdefault(float(f), f"{float(f):g}")
+    for f, key in sorted(keys.items()):
+        # hurdles that round to one step are measured once, by one evaluation (an older record kept one)
+        mates = [k for k in steps if k != key and key in steps and steps[k] == steps[key]]
+        value = inter.get(key, next((inter[k] for k in mates if k in inter), None))
+        mark = "  (missed it: stopped here)" if stop is not None and f == float(stop) else ""
+        what = "  (the prescreen's value, before training)" if f == 0 else ""
+        if mates:
+            what = f"  (step {steps[key]}, the same step as hurdle {', '.join(mates)})"
+        if value is None:
+            later = stop is not None and f > float(stop)
+            lines.append(f"  {f:>5g}  {'-':>6}  ({'not reached' if later else 'no value recorded'})")
+            continue
+        shown = value if f == 0 else measure.shown(value)  # the prescreen's value is its own
+        lines.append(f"  {f:>5g}  {shown:.4f}{what}{mark}")
     if measure.key in m and d["state"] == "COMPLETE":
         lines.append(f"  {1:>5g}  {m[measure.key]:.4f}  (final)")
     return lines

@@ -263,7 +263,8 @@ def _check_placements(choices: LayerChoices, depths: list[int], stem: str) -> No
     for p in choices.at:
         if not any(p.covers(i, n) for n in depths for i in range(n)):
             raise ConfigError(
-                f"names no layer of a stack of {_depths_text(depths)} layers "
+                f"names no layer of a stack of {_depths_text(depths)} "
+                f"{'layer' if depths == [1] else 'layers'} "
                 "(indices count from 0; -1 is the last)",
                 f"{stem}.at.{p.index}.layers",
             )
