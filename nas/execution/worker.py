@@ -53,7 +53,10 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         keys = [f for f in fractions if f in p.due] or ([] if near is None else [near])
         for key in keys:
             intermediate[fraction_key(key)] = float(p.val_loss)
-        return any(missed(thresholds, key, p.val_loss) for key in keys)
+        failed = [key for key in keys if missed(thresholds, key, p.val_loss)]
+        if failed:  # the hurdle whose threshold it missed: of two on one step, maybe not the later one
+            out["missed_at"] = min(failed)
+        return bool(failed)
 
     resources = (payload.get("spec") or {}).get("resources") or {}
     keep = bool(resources.get("keep_weights"))  # the search keeps its best trials' weights

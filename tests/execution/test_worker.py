@@ -116,3 +116,22 @@ def test_workers_and_evaluators_import_nothing_of_the_search_optuna_or_ray() -> 
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_of_two_hurdles_on_one_step_the_one_missed_is_named(corpus_dir) -> None:
+    """0.25 and 0.5 of 2 steps are both checked after step 1: a loss over 0.25's threshold but under
+    0.5's stops the trial at 0.25 (the driver said 'stopped at hurdle 0.5', the last one recorded)."""
+    import optuna
+
+    from nas.search.driver.outcome import tell_result
+
+    result = run_trial(
+        payload(corpus_dir, budget={"steps": 2}, hurdles=[0.25, 0.5], thresholds={"0.25": 0.0, "0.5": 1e9})
+    )
+    assert result["status"] == "pruned" and result["missed_at"] == 0.25
+    assert set(result["intermediate"]) == {"0.25", "0.5"}
+    study = optuna.create_study()
+    trial = study.ask()
+    state, text, _, _ = tell_result(study, trial, result, "loss", ("val_loss",))
+    assert state == "PRUNED" and text.startswith("stopped at hurdle 0.25: loss "), text
+    assert study.trials[0].user_attrs["pruned_at"] == 0.25

@@ -120,8 +120,11 @@ def tell_result(
         if value is None or not math.isfinite(value):
             return (*fail(study, trial, f"no finite {key} ({value})"), None)
     if result.get("status") == "pruned":
-        # The hurdle it missed (the trainer's own stopped_at is the exact step fraction).
-        at = float(max(inter, key=float)) if inter else metrics.get("stopped_at")
+        # The hurdle it missed: the worker names it (two hurdles on one step are both checked); else the
+        # last one recorded (the trainer's own stopped_at is the exact step fraction).
+        at = result.get("missed_at")
+        if at is None:
+            at = float(max(inter, key=float)) if inter else metrics.get("stopped_at")
         trial.set_user_attr("pruned_at", at)
         study.tell(trial, state=TrialState.PRUNED)
         last = inter[max(inter, key=float)] if inter else float("nan")
