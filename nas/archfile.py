@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 from nas.errors import ConfigError, UserError
-from nas.hf_config import arch_from_llama_config, is_hf_config
+from nas.hf_config import arch_from_hf_config, is_hf_config
 from nas.models import ArchConfig
 from nas.outputs import Planned, write_output
 from nas.program import prog_name
@@ -55,9 +55,9 @@ def load_arch_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"one's name such as vanilla, or one `export` wrote); search it with `{prog_name()} search "
             f"--space {path}`"
         )
-    if is_hf_config(raw):  # a Hugging Face Llama config.json: the engine's Transformer++ at its shape
+    if is_hf_config(raw):  # a Hugging Face config.json: a Llama (Transformer++ at its shape), or our export
         try:
-            raw = {"arch": arch_from_llama_config(raw)}
+            raw = {"arch": arch_from_hf_config(raw)}
         except ConfigError as err:
             raise err.in_file(str(path)) from None
     if "layers" in raw and "arch" not in raw:

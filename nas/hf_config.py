@@ -36,13 +36,34 @@ def is_hf_config(raw: Any) -> bool:
     return isinstance(raw, Mapping) and "model_type" in raw and "arch" not in raw
 
 
+#: the ``model_type`` of ``export --hf`` with the engine's own modeling code (``nas.hf_modeling.MODEL_TYPE``,
+#: not imported here: that module needs transformers)
+NAS_MODEL_TYPE = "nas_lm"
+
+
+def arch_from_hf_config(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture dict of a ``config.json``: a Llama's (:func:`arch_from_llama_config`), or the one an
+    export of the engine's own model keeps under ``nas_arch`` (any architecture, not only a Llama)."""
+    if raw.get("model_type") != NAS_MODEL_TYPE:
+        return arch_from_llama_config(raw)
+    arch = raw.get("nas_arch")
+    if not isinstance(arch, Mapping):
+        raise ConfigError(
+            f"must be the architecture's mapping (export --hf writes it beside model_type {NAS_MODEL_TYPE}), "
+            f"got {type(arch).__name__}",
+            "nas_arch",
+        )
+    return dict(arch)
+
+
 def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The architecture dict (``ArchConfig.from_dict``'s input) of a Llama ``config.json``."""
     kind = raw.get("model_type")
     if kind != "llama":
         raise ConfigError(
-            f"is a Hugging Face config of model_type {kind!r}; only Llama configs (model_type: llama) can be "
-            "an architecture (the engine's Transformer++ is a Llama)",
+            f"is a Hugging Face config of model_type {kind!r}; only Llama configs (model_type: llama) and "
+            f"the engine's own exports (model_type: {NAS_MODEL_TYPE}) can be an architecture (the engine's "
+            "Transformer++ is a Llama)",
             "model_type",
         )
 

@@ -115,3 +115,26 @@ def test_what_the_engine_cannot_build_is_one_line_naming_the_key(
     assert main(["train", "--arch", str(path), "--budget.steps", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and key in err[0] and str(path) in err[0], err
+
+
+def test_an_export_of_the_engines_own_model_reads_back_as_its_architecture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`export --hf` of a non-Llama architecture writes model_type nas_lm and the arch under nas_arch;
+    `--arch out/config.json` refused it ("only Llama configs") though the file holds the architecture."""
+    arch = load_arch(ROOT / "examples" / "archs" / "primer_ez.yaml")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "nas_lm", "nas_arch": arch.to_dict(), "vocab_size": 256}))
+    assert load_arch(path).arch_id == arch.arch_id
+    path.write_text(json.dumps({"model_type": "nas_lm", "nas_arch": [1, 2]}))
+    assert main(["train", "--arch", str(path), "--budget.steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nas_arch" in err[0] and str(path) in err[0], err
+
+
+def test_the_engines_model_type_is_what_the_remote_code_export_writes() -> None:
+    pytest.importorskip("transformers")
+    from nas.hf_config import NAS_MODEL_TYPE
+    from nas.hf_modeling import MODEL_TYPE
+
+    assert NAS_MODEL_TYPE == MODEL_TYPE
