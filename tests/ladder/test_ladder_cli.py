@@ -120,27 +120,28 @@ def test_a_ladder_predicts_with_intervals_and_p_best_and_writes_its_plot(searche
 
 def test_a_new_target_reports_again_without_training(searched, capsys):
     root, url = searched
-    assert main(_ladder(url, "s", "--json")) == 0  # the runs are there: nothing trains
+    few = ("--samples", "20")  # reports only: a short bootstrap (each report's 200 draws took ~5 s)
+    assert main(_ladder(url, "s", "--json", *few)) == 0  # the runs are there: nothing trains
     capsys.readouterr()
     before = len(optuna.load_study(study_name="s-ladder", storage=url).trials)
-    assert main(_ladder(url, "s", "--json", "--target-flops", "1e12", "--target-size", "8")) == 0
+    assert main(_ladder(url, "s", "--json", "--target-flops", "1e12", "--target-size", "8", *few)) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(optuna.load_study(study_name="s-ladder", storage=url).trials) == before
     assert out["target"] == {"flops": 1e12, "size": 8.0, "given": True, "allocation": "at size"}
     for f in out["families"]:
         assert f["prediction"]["params"] > max(p["params"] for p in f["measured"])  # size 8 > 3.4
     # a target under every measured point is an extrapolation too: said as such, not "inside"
-    assert main(_ladder(url, "s", "--json", "--no-train", "--target-flops", "10")) == 0
+    assert main(_ladder(url, "s", "--json", "--no-train", "--target-flops", "10", *few)) == 0
     low = json.loads(capsys.readouterr().out)
     assert all(f["prediction"]["below"]["compute"] < 1e-3 for f in low["families"])
-    assert main(_ladder(url, "s", "--no-train", "--target-flops", "10")) == 0
+    assert main(_ladder(url, "s", "--no-train", "--target-flops", "10", *few)) == 0
     io = capsys.readouterr()
     assert "x the smallest" in io.out and "note: --no-train" not in io.err  # the plan flags the study has
     # plan flags that choose other runs are said to choose nothing under --no-train (they were ignored)
-    assert main(_ladder(url, "s", "--no-train", "--seeds", "3", "--scale", "2")) == 0
+    assert main(_ladder(url, "s", "--no-train", "--seeds", "3", "--scale", "2", *few)) == 0
     err = capsys.readouterr().err
     assert "note: --no-train reports the runs the study holds; --seeds 3 --scale 2 would choose others" in err
-    assert main([*_ladder(url, "s", "--no-train"), "--json", "--form", "shared"]) == 0
+    assert main([*_ladder(url, "s", "--no-train", *few), "--json", "--form", "shared"]) == 0
     shared = json.loads(capsys.readouterr().out)
     assert all(f["fit"]["alpha"] == f["fit"]["beta"] for f in shared["families"])
 
