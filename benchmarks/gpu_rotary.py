@@ -40,28 +40,21 @@ from torch import Tensor  # noqa: E402
 from nas.models.rotary import rotary_tables, rotate, rotate_tokens  # noqa: E402
 
 
-def turn(x: Tensor, c: Tensor, s: Tensor, d_head: int) -> Tensor:
-    """x (B, T, heads x dh) turned by the angles whose cosines and sines are c, s (T, 1, dh)."""
-    B, T, C = x.shape
-    h = x.view(B, T, C // d_head, d_head)
-    half = d_head // 2
-    return (h * c + torch.cat((-h[..., half:], h[..., :half]), dim=-1) * s).view(B, T, C)
-
-
 class InverseTurn(torch.autograd.Function):
     """The rotation with its backward written out: for y = x cos + R(x) sin (R(x) = [-x2, x1], and
-    sin equal on both halves) the gradient is g cos - R(g) sin, the same rotation by -angle."""
+    sin equal on both halves) the gradient is g cos - R(g) sin, the same rotation by -angle.  The
+    tables are (T, dh), already in the input's dtype (``rotate_tokens``' cast is then no copy)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, c: Tensor, s: Tensor, d_head: int) -> Tensor:  # type: ignore[override]
         ctx.save_for_backward(c, s)
         ctx.d_head = d_head
-        return turn(x, c, s, d_head)
+        return rotate_tokens(x, c, s, d_head)
 
     @staticmethod
     def backward(ctx, g: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
         c, s = ctx.saved_tensors
-        return turn(g, c, -s, ctx.d_head), None, None, None
+        return rotate_tokens(g, c, -s, ctx.d_head), None, None, None
 
 
 FORMS = ("none", "tokens", "heads", "tables", "inverse")
@@ -77,7 +70,7 @@ def attention_half(form: str, d_head: int, cos: Tensor, sin: Tensor) -> Callable
             if form == "tokens":
                 q, k = rotate_tokens(q, cos, sin, d_head), rotate_tokens(k, cos, sin, d_head)
             elif form == "tables":
-                q, k = turn(q, *cast, d_head), turn(k, *cast, d_head)
+                q, k = rotate_tokens(q, *cast, d_head), rotate_tokens(k, *cast, d_head)
             else:
                 q, k = InverseTurn.apply(q, *cast, d_head), InverseTurn.apply(k, *cast, d_head)
         heads = [t.view(B, T, C // d_head, d_head).transpose(1, 2) for t in (q, k, v)]
@@ -98,7 +91,7 @@ def setup(B: int, T: int, d: int, heads: int, device: str, dtype: torch.dtype) -
         "w_qkv": (torch.randn(3 * d, d, device=device, generator=g) / d**0.5).requires_grad_(),
         "w_out": (torch.randn(d, d, device=device, generator=g) / d**0.5).requires_grad_(),
         "grad": torch.randn(B, T, d, device=device, generator=g),
-        "cast": (cos[:, None].to(dtype), sin[:, None].to(dtype)),
+        "cast": (cos.to(dtype), sin.to(dtype)),  # the tables cast once, outside the graph
         "cos": cos,
         "sin": sin,
         "d_head": d_head,
