@@ -50,6 +50,12 @@ class Measure:
         """Whether the evaluator trains anything (a proxy reads the architecture's size alone)."""
         return not self.evaluator.startswith(("proxy", "sleep"))
 
+    @property
+    def logs_curves(self) -> bool:
+        """Whether a trial writes TensorBoard curves: the probes train models of their own and log none,
+        a proxy trains nothing."""
+        return not self.evaluator.startswith(("probes", "proxy", "sleep"))
+
     def shown(self, value: float) -> float:
         """The recorded value as it is reported: the probe score for ``probes``, the value itself else."""
         return 1.0 - value if self.evaluator.startswith("probes") else value

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evaluators.result import measure_of
 from nas.data import data_record
 from nas.errors import ConfigError, UserError
 from nas.paths import recorded
@@ -118,7 +119,7 @@ class RunContext:
         evaluator that writes none: the probes and the proxies log no curves)."""
         if not self.spec.resources.tensorboard or self.runs_dir is None:
             return None
-        if str(self.spec.search.evaluator).startswith(("probes", "proxy", "sleep")):
+        if not measure_of(self.spec.search.evaluator).logs_curves:
             return None
         return tensorboard_dir(self.runs_dir, self.study, self.storage)
 
