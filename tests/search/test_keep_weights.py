@@ -187,6 +187,37 @@ def test_continuing_with_another_k_follows_it_and_0_deletes_nothing(tmp_path, te
     assert "1 kept" in capsys.readouterr().out
 
 
+def test_a_search_continued_in_a_copy_of_its_directory_never_touches_the_originals_files(
+    tmp_path, text_corpus, capsys
+):
+    """The study records each kept file by its absolute path; a copy of the whole directory (database and
+    runs) continued must find its own files, and delete nothing in the original it was never given."""
+    import shutil
+
+    first, copy = tmp_path / "first", tmp_path / "copy"
+
+    def search(runs: Path, trials: int, k: int) -> None:  # the default storage: the database in the runs directory
+        assert main(["search", "--space", str(TINY_SPACE), "--study", "s", "--runs-dir", str(runs), "--data",
+                     str(text_corpus), "--no-tensorboard", "--local", "--objective", "loss",
+                     "--keep-weights", str(k), "--trials", str(trials)]) == 0  # fmt: skip
+
+    search(first, 3, 2)
+    weights = first / "s" / "weights"
+    original = {p.name: _sha(p) for p in weights.iterdir()}
+    assert len(original) == 2
+    shutil.copytree(first, copy)
+    capsys.readouterr()
+    search(copy, 4, 1)  # K shrinks to 1: the second best drops out at once
+    out = capsys.readouterr().out
+    assert {p.name: _sha(p) for p in weights.iterdir()} == original  # the original is untouched
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{copy}/s/study.db")
+    best = min(trained(study), key=lambda t: (t.values[0], t.number))
+    assert "missing" not in out  # the copy found its own files
+    # the copied file that dropped out is left (this run did not write it there), and said
+    assert _files(copy / "s" / "weights") == {f"trial_{best.number}.safetensors", *original}
+    assert "this tool did not write it at this path" in out
+
+
 # -- export --best --hf -----------------------------------------------------------------------------
 
 

@@ -40,7 +40,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.errors import UserError
-from nas.outputs import plan_output, sha256_file, write_output
+from nas.outputs import plan_output, sha256_file, write_output, written_here
 from nas.search.storage.records import WEIGHTS, is_infeasible, trained
 from nas.spec.sections import named
 
@@ -90,13 +90,29 @@ def record_of(t: FrozenTrial) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) and rec.get("file") and rec.get("sha256") else None
 
 
-def kept_file(rec: Mapping[str, Any], directory: str | os.PathLike[str] | None) -> Path:
-    """Where a trial's kept weights are: the recorded file, or the file of that name in ``directory``
-    (the study's weights directory, when the runs directory moved since)."""
+def kept_file(rec: Mapping[str, Any], directory: str | os.PathLike[str] | None, *, recorded: bool = True) -> Path:
+    """Where a trial's kept weights are: the file of the recorded name in ``directory`` (the study's
+    weights directory under the runs directory this command was given), else, with ``recorded``, the
+    path recorded when it was written (a reader given another working directory).
+
+    The search itself passes ``recorded=False``: a search continued in a copy of a runs directory
+    finds the copy's files, never the original's by their recorded absolute path (it would count
+    them as its own and delete them as they drop out, in a directory it was never given).
+    """
     path = Path(str(rec["file"]))
-    if not path.is_file() and directory is not None and (Path(directory) / path.name).is_file():
-        return Path(directory) / path.name
+    if directory is not None:
+        here = Path(directory) / path.name
+        if here.is_file() or not recorded:
+            return here
     return path
+
+
+def inside(path: Path, directory: Path) -> bool:
+    """``path`` lies in ``directory`` itself (links resolved): where a search may delete what it wrote."""
+    try:
+        return path.resolve().parent == directory.resolve()
+    except OSError:
+        return False
 
 
 class KeptWeights:
@@ -143,21 +159,26 @@ class KeptWeights:
         """The weights earlier runs of ``study`` kept (files still there, of the recorded size); with
         K > 0, also delete what a stopped driver wrote for a trial it never told, and what is past the
         best K now (K may have changed).  With K = 0 nothing is deleted."""
-        missing = []
+        missing: dict[int, tuple[float, ...]] = {}
         for t in study.get_trials(deepcopy=False):
             rec = record_of(t)
             if rec is None:
                 continue
-            path = kept_file(rec, self.dir)
+            path = kept_file(rec, self.dir, recorded=False)
             if t.state == TrialState.COMPLETE and not is_infeasible(t):
                 if path.is_file() and path.stat().st_size == rec.get("bytes"):
                     self.kept[t.number] = Kept(
                         t.number, tuple(t.values), path, str(rec["sha256"]), path.stat().st_size
                     )
                 else:
-                    missing.append(t.number)
+                    missing[t.number] = tuple(t.values)
             elif self.active and t.state != TrialState.RUNNING:
                 self._delete(path, str(rec["sha256"]))  # written, then the driver stopped before the tell
+        # a file deleted because its trial dropped out of the best K is no news: only one that would be
+        # kept now is said to be missing
+        every = [tuple(t.values) for t in trained(study)]
+        wanted = set(choose({**{n: k.values for n, k in self.kept.items()}, **missing}, every, self.k))
+        missing = {n: v for n, v in missing.items() if n in wanted}
         if missing:
             line(
                 f"note: the kept weights of trial(s) {', '.join(map(str, missing))} are missing or changed "
@@ -267,17 +288,29 @@ class KeptWeights:
         kept = self.kept.pop(number, None)
         if kept is None:
             return
-        if self._delete(kept.path, kept.sha256):
+        left = self._delete(kept.path, kept.sha256)
+        if left is None:
             self.deleted += 1
         elif kept.path.exists():
-            line(f"note: {kept.path} (trial {number}) changed since the search wrote it; left as it is")
+            line(f"note: {kept.path} (trial {number}) dropped out of the best {self.k} and is left as it is: "
+                 f"{left}")  # fmt: skip
 
-    def _delete(self, path: Path, sha256: str) -> bool:
-        """Delete ``path`` if it is the file the search wrote (its SHA-256 is ``sha256``)."""
+    def _delete(self, path: Path, sha256: str) -> str | None:
+        """Delete ``path`` if this search can show it wrote it there: it lies in the weights directory
+        this run was given, holds the bytes the trial recorded (its SHA-256 is ``sha256``), and the
+        output rule's record says this tool wrote it at that very path (:func:`nas.outputs.written_here`:
+        a copied runs directory's files were written elsewhere, so a continued copy leaves them).
+        Returns None when deleted, else why it was left."""
+        if self.dir is None or not inside(path, self.dir):
+            return f"it is not in {self.dir}, the weights directory of this run"
         try:
-            if path.is_file() and sha256_file(path) == sha256:
-                path.unlink()
-                return True
-        except OSError:
-            pass
-        return False
+            if not path.is_file() or path.is_symlink():
+                return "it is not a plain file"
+            if sha256_file(path) != sha256:
+                return "it changed since the search wrote it"
+            if not written_here(path):
+                return "this tool did not write it at this path (a copied runs directory?)"
+            path.unlink()
+            return None
+        except OSError as err:
+            return f"it could not be deleted ({err.strerror or err})"
