@@ -155,6 +155,7 @@ def _positive(value: float | None, flag: str, high: float | None = None) -> None
 def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...], list[int] | None]:
     """--sizes, --rungs and --trial as values; --scale and the targets checked.  Reads nothing."""
     from nas.confirm.plan import parse_list
+    from nas.ladder.report import MIN_DRAWS
     from nas.models.sizes import MAX_SIZE
     from nas.spec.fields import fractions
 
@@ -171,6 +172,11 @@ def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...
     _positive(args.scale, "--scale", 1e6)
     _positive(args.target_flops, "--target-flops")
     _positive(args.target_size, "--target-size", MAX_SIZE)
+    if args.samples < MIN_DRAWS:
+        raise UserError(
+            f"--samples {args.samples}: the report's 5th-95th percentile intervals and p(best) need at least "
+            f"{MIN_DRAWS} bootstrap draws per architecture (default {DEFAULT_SAMPLES}, at most {MAX_SAMPLES:,})"
+        )
     if args.samples > MAX_SAMPLES:
         raise UserError(f"--samples {args.samples}: at most {MAX_SAMPLES:,} bootstrap draws per architecture")
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None

@@ -43,6 +43,9 @@ from nas.models.sizes import reached, resize
 
 #: the interval: the 5th to 95th percentile of the bootstrap's predictions
 LOW, HIGH = 0.05, 0.95
+#: the fewest usable bootstrap draws behind an interval or a p(best): with fewer, no draw lies beyond the
+#: 5th or 95th percentile (20 puts one in twenty beyond each), and p(best) moves in steps over 5%
+MIN_DRAWS = 20
 #: a family is fitted when its runs cover this many sizes (the form has five coefficients)
 MIN_SIZES = 3
 #: without --target-flops: this many times the most compute one measured point used
@@ -132,6 +135,11 @@ class Family:
     @property
     def no_interval(self) -> str | None:
         """Why a fitted family has no interval (its bootstrap could not vary), else None."""
+        if self.fit is not None and self.draws and len(self.draws) < MIN_DRAWS:
+            return (
+                f"{len(self.draws)} bootstrap draw(s) cannot place a 5th or 95th percentile (at least "
+                f"{MIN_DRAWS}; --samples, default 200)"
+            )
         if self.fit is None or self.draws:
             return None
         runs, kept = len({p.run for p in self.points}), min(RESAMPLE_SIZES, len(self.sizes))
@@ -168,8 +176,11 @@ class Family:
 
 
 def interval(draws: Sequence[float]) -> tuple[float | None, float | None]:
-    """The LOW and HIGH percentiles of the bootstrap's ``draws``; (None, None) without draws."""
-    return (percentile(draws, LOW), percentile(draws, HIGH)) if draws else (None, None)
+    """The LOW and HIGH percentiles of the bootstrap's ``draws``; (None, None) with fewer than
+    :data:`MIN_DRAWS` finite draws (too few to place either percentile: no interval, rather than one of
+    zero width that excludes its own prediction)."""
+    usable = [d for d in draws if math.isfinite(d)]
+    return (percentile(usable, LOW), percentile(usable, HIGH)) if len(usable) >= MIN_DRAWS else (None, None)
 
 
 def _edge(n: float, n_range: tuple[float, float]) -> str | None:
@@ -261,7 +272,7 @@ def _p_best(fams: Sequence[Family], preds: dict[str, dict[str, Any]]) -> None:
     names = [f.name for f in fams if f.name in preds]
     if not names:
         return
-    if any(not preds[k]["draws"] for k in names):
+    if any(len(preds[k]["draws"]) < MIN_DRAWS for k in names):  # too few to say a share of draws
         for k in names:
             preds[k]["p_best"] = None
         return

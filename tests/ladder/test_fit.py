@@ -126,7 +126,7 @@ def test_a_compute_optimal_size_at_the_edge_of_the_sizes_searched_is_said_to_be_
     report = {
         "target": {"flops": 1e18, "size": None, "given": True},
         "interval": (0.05, 0.95),
-        "samples": 1,
+        "samples": 200,
         "ranking": ["a"],
         "families": [{"name": "a", "role": "finalist", "fit": {}, "prediction": {**edge, "p_best": 1.0}}],
     }
@@ -196,3 +196,28 @@ def test_a_family_without_an_interval_says_so_everywhere_it_is_reported(tmp_path
     png = tmp_path / "ladder.png"
     plot(report, plan_output(str(png), "--report"))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_too_few_draws_give_no_interval_and_no_p_best_rather_than_a_zero_width_one() -> None:
+    """`--samples 1` printed "5th to 95th percentile" intervals of zero width that excluded their own
+    prediction, and p(best) 1.00 for an architecture ranked second: below MIN_DRAWS there is neither."""
+    from nas.ladder.report import MIN_DRAWS, _p_best, interval
+
+    assert interval([2.0]) == (None, None)
+    assert interval([2.0 + i / 100 for i in range(MIN_DRAWS - 1)]) == (None, None)
+    low, high = interval([2.0 + i / 100 for i in range(MIN_DRAWS)])
+    assert low is not None and high is not None and 2.0 < low < high < 2.0 + (MIN_DRAWS - 1) / 100
+    # non-finite draws (a failed refit) do not count towards the minimum
+    assert interval([math.inf] * 5 + [2.0] * (MIN_DRAWS - 1)) == (None, None)
+
+    def fam(name: str) -> Family:
+        f = Family.__new__(Family)
+        f.name = name
+        return f
+
+    few = {"a": {"draws": [2.0]}, "b": {"draws": [1.9]}}
+    _p_best([fam("a"), fam("b")], few)
+    assert few["a"]["p_best"] is None and few["b"]["p_best"] is None
+    enough = {"a": {"draws": [2.0] * MIN_DRAWS}, "b": {"draws": [1.9] * MIN_DRAWS}}
+    _p_best([fam("a"), fam("b")], enough)
+    assert enough["a"]["p_best"] == 0.0 and enough["b"]["p_best"] == 1.0

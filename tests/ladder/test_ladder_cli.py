@@ -198,6 +198,9 @@ def _exit(argv: list[str]) -> int:
         (["--scale", "0"], "--scale 0: must be a number > 0"),
         (["--sizes", "0.125,1,100"], "each value must be in [1e-06, 64], got 100"),
         (["--samples", "100000000"], "--samples 100000000: at most 10,000 bootstrap draws"),  # filled memory
+        # one draw gave zero-width "5th to 95th percentile" intervals excluding their own prediction
+        (["--samples", "1"], "--samples 1: the report's 5th-95th percentile intervals and p(best) need at least 20"),
+        (["--samples", "19"], "need at least 20 bootstrap draws"),
         (["--scale", "-inf"], "--scale -inf: must be a number > 0"),  # argparse took -inf for an option
     ],
 )
@@ -238,7 +241,7 @@ def test_a_ladder_of_too_many_runs_is_refused_before_its_runs_exist(searched, ca
 def test_a_ladder_study_is_no_search_to_ladder_or_confirm(searched, capsys):
     root, url = searched
     if "s-ladder" not in {s.study_name for s in optuna.get_all_study_summaries(url)}:
-        assert main(_ladder(url, "s", "--samples", "5", "--json")) == 0
+        assert main(_ladder(url, "s", "--samples", "20", "--json")) == 0
         capsys.readouterr()
     for command in (
         _ladder(url, "s-ladder", "--no-train"),
@@ -256,7 +259,7 @@ def test_a_larger_scale_makes_room_for_the_rungs_of_a_short_study(tmp_path, corp
     """A study of 2 steps cannot place the ladder's rungs at 1x, but at --scale 8 every run has them: the
     ladder used to check the study's space at 1x with its rungs and refuse, blaming the study's spec."""
     url = _search(tmp_path, corpus_dir, "short", "budget: {steps: 2}\n")
-    flags = ["--top", "1", "--sizes", "0.42,1,3.4", "--samples", "5"]
+    flags = ["--top", "1", "--sizes", "0.42,1,3.4", "--samples", "20"]
     assert _exit(_ladder(url, "short", *flags)) == 2
     assert "give a larger --scale" in capsys.readouterr().err
     assert main(_ladder(url, "short", *flags, "--scale", "8")) == 0
