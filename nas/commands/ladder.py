@@ -175,7 +175,8 @@ def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...
     if args.samples < MIN_DRAWS:
         raise UserError(
             f"--samples {args.samples}: the report's 5th-95th percentile intervals and p(best) need at least "
-            f"{MIN_DRAWS} bootstrap draws per architecture (default {DEFAULT_SAMPLES}, at most {MAX_SAMPLES:,})"
+            f"{MIN_DRAWS} bootstrap draws per architecture (default {DEFAULT_SAMPLES}, at most "
+            f"{MAX_SAMPLES:,})"
         )
     if args.samples > MAX_SAMPLES:
         raise UserError(f"--samples {args.samples}: at most {MAX_SAMPLES:,} bootstrap draws per architecture")

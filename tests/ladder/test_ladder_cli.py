@@ -199,7 +199,7 @@ def _exit(argv: list[str]) -> int:
         (["--sizes", "0.125,1,100"], "each value must be in [1e-06, 64], got 100"),
         (["--samples", "100000000"], "--samples 100000000: at most 10,000 bootstrap draws"),  # filled memory
         # one draw gave zero-width "5th to 95th percentile" intervals excluding their own prediction
-        (["--samples", "1"], "--samples 1: the report's 5th-95th percentile intervals and p(best) need at least 20"),
+        (["--samples", "1"], "--samples 1: the report's 5th-95th percentile intervals and p(best) need at"),
         (["--samples", "19"], "need at least 20 bootstrap draws"),
         (["--scale", "-inf"], "--scale -inf: must be a number > 0"),  # argparse took -inf for an option
     ],

@@ -196,7 +196,7 @@ def test_a_search_continued_in_a_copy_of_its_directory_never_touches_the_origina
 
     first, copy = tmp_path / "first", tmp_path / "copy"
 
-    def search(runs: Path, trials: int, k: int) -> None:  # the default storage: the database in the runs directory
+    def search(runs: Path, trials: int, k: int) -> None:  # the default storage: the database in runs
         assert main(["search", "--space", str(TINY_SPACE), "--study", "s", "--runs-dir", str(runs), "--data",
                      str(text_corpus), "--no-tensorboard", "--local", "--objective", "loss",
                      "--keep-weights", str(k), "--trials", str(trials)]) == 0  # fmt: skip

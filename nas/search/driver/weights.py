@@ -90,7 +90,9 @@ def record_of(t: FrozenTrial) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) and rec.get("file") and rec.get("sha256") else None
 
 
-def kept_file(rec: Mapping[str, Any], directory: str | os.PathLike[str] | None, *, recorded: bool = True) -> Path:
+def kept_file(
+    rec: Mapping[str, Any], directory: str | os.PathLike[str] | None, *, recorded: bool = True
+) -> Path:
     """Where a trial's kept weights are: the file of the recorded name in ``directory`` (the study's
     weights directory under the runs directory this command was given), else, with ``recorded``, the
     path recorded when it was written (a reader given another working directory).
