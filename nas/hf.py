@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from nas.errors import UserError
 from nas.models import ArchConfig
 from nas.models.ffn import ffn_width
 from nas.models.norms import RMS_EPS
+from nas.outputs import Reads
 from nas.plural import plural
 
 #: byte corpora: one id per byte value
@@ -421,6 +422,7 @@ def plan_dir(path: str, what: str, *, force: bool, keep: tuple[str, ...] = ()) -
                 f"{what} {path!r}: the export would replace {p / name}, the checkpoint it exports, even with "
                 "--force; give another directory"
             )
+    check_dir_reads(p, what, [("--checkpoint", k) for k in keep])
     if p.is_dir() and any(p.iterdir()) and not force:
         raise UserError(
             f"{what} {path!r} is a directory that holds files; give a new or empty one, or {HINT} "
@@ -428,6 +430,37 @@ def plan_dir(path: str, what: str, *, force: bool, keep: tuple[str, ...] = ()) -
         )
     check_writable_dir(p, what)  # the nearest existing ancestor: a link to nothing on the way, read-only
     return p
+
+
+#: the names an export may write besides ALWAYS_WRITTEN (a tokenizer's files, the bundled modeling code)
+MAY_WRITE = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "modeling_nas.py")
+
+
+def check_dir_reads(p: Path, what: str, reads: Reads = ()) -> None:
+    """Refuse, even with ``--force``, an export directory inside an input directory (a corpus: the export's
+    files would join it) or where a file it writes is an input file (a tokenizer, a checkpoint), checked
+    against ``reads`` and every input this process noted (:func:`nas.outputs.note_input`)."""
+    from nas.outputs import input_clash, noted_inputs
+
+    every = [*reads, *noted_inputs()]
+    for name in (*ALWAYS_WRITTEN, *MAY_WRITE):
+        clash = input_clash(p / name, every)
+        if clash is not None:
+            raise UserError(
+                f"{what} {str(p)!r}: {p / name} {clash}; an export never replaces or joins an input, even "
+                "with --force: give another directory"
+            )
+
+
+def check_written_reads(out: Path, names: Sequence[str]) -> None:
+    """The last check, with the names actually written: none is an input nor inside one."""
+    from nas.outputs import input_clash, noted_inputs
+
+    for name in names:
+        clash = input_clash(out / name, noted_inputs())
+        if clash is not None:
+            raise UserError(f"{out / name}: {clash}; an export never replaces or joins an input; nothing was "
+                            "written")  # fmt: skip
 
 
 def _same_file(a: Path, b: str | os.PathLike[str]) -> bool:
@@ -495,6 +528,7 @@ class written_dir:  # noqa: N801 (used as a context manager, like a function)
             umask = os.umask(0)
             os.umask(umask)
             names = sorted(f.name for f in self.tmp.iterdir())
+            check_written_reads(out, names)
             for name in names:
                 os.chmod(self.tmp / name, 0o666 & ~umask)  # what a plain open() gives
             if out.is_dir() and any(out.iterdir()):

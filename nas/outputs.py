@@ -46,6 +46,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from nas.errors import UserError
 from nas.interrupts import held
@@ -155,6 +156,93 @@ def sweep_partials(parent: Path) -> None:
             os.close(fd)
 
 
+#: (flag or what, path) of the files and directories a command reads
+Reads = Sequence[tuple[str, "str | os.PathLike[str] | None"]]
+
+#: every corpus, token directory, tokenizer, ... this process has read (resolved path -> how to name it): an
+#: output never replaces one nor goes inside one (:func:`note_input`); kept for the life of the process,
+#: so a write late in a command is checked against inputs read after its output was planned
+_INPUTS: dict[str, str] = {}
+
+
+def note_input(path: str | os.PathLike[str] | None, what: str) -> None:
+    """Record that this process reads ``path`` (a file or a directory) as ``what`` (``--data``, ``the
+    study's corpus``): every later :func:`plan_output` and :func:`write_output` refuses to write it or
+    inside it.  Called where corpora and tokenizers are loaded, so no command can forget one."""
+    if path is None:
+        return
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return
+    _INPUTS.setdefault(str(resolved), what)
+
+
+def noted_inputs() -> list[tuple[str, str]]:
+    """(what, path) of every input :func:`note_input` recorded in this process."""
+    return [(what, path) for path, what in _INPUTS.items()]
+
+
+def input_clash(out: Path, reads: Reads) -> str | None:
+    """How ``out`` (a file to write) clashes with an input of ``reads`` (flag, path), or None: it is that
+    input file, or lies inside that input directory (a new file in a corpus directory joins the corpus;
+    one of the same name replaces a document)."""
+    try:
+        target = out.expanduser().resolve()
+    except (OSError, RuntimeError):
+        return None
+    for flag, source in reads:
+        if source is None:
+            continue
+        src = Path(source).expanduser()
+        try:
+            if src.is_dir():
+                root = src.resolve()
+                if target == root or target.is_relative_to(root):
+                    return f"is inside {str(source)!r}, the {flag} directory this command reads"
+            elif src.exists() and out.exists() and os.path.samefile(out, src):
+                return f"is the {flag} file this command reads"
+        except OSError:
+            continue
+    return None
+
+
+def _refuse_input(shown: str, clash: str) -> UserError:
+    return UserError(
+        f"{shown}: {clash}; an output never replaces or joins an input, even with --force: choose another "
+        "path"
+    )
+
+
+def recorded_inputs(record: Any, whose: str) -> list[tuple[str, str]]:
+    """(what, path) of the corpus and tokenizer a record names (a study's ``data`` setting, a checkpoint's
+    or an architecture file's ``data``): the inputs a command that never loads them still must not write
+    into (a study's report beside its corpus, an export into the corpus it was trained on)."""
+    if not isinstance(record, dict):
+        record = {"corpus": record} if isinstance(record, str) else {}
+    out = []
+    for key in ("corpus", "tokenizer"):
+        value = record.get(key)
+        if isinstance(value, str) and os.sep in value:  # recorded resolved; a bare name is a built-in corpus
+            out.append((f"{whose} {key}", value))
+    return out
+
+
+def check_not_input(path: str | os.PathLike[str], what: str, reads: Reads = ()) -> None:
+    """Refuse ``path`` (given to ``what``) when it is an input of ``reads`` or of those noted so far, or
+    lies inside one: the check of :func:`plan_output`, for a command that learns what it reads after
+    planning (a study's corpus, a checkpoint's), made again before any work so a refusal costs nothing."""
+    clash = input_clash(Path(path), [*reads, *noted_inputs()])
+    if clash is not None:
+        raise _refuse_input(f"{what} {str(path)!r}", clash)
+
+
+def recheck(planned: Sequence[Planned], reads: Reads = ()) -> None:
+    """:func:`check_not_input` for each output planned earlier."""
+    for p in planned:
+        check_not_input(p.path, p.what, reads)
+
+
 @dataclasses.dataclass(frozen=True)
 class Planned:
     """An output path checked at the start, and what a write may replace there."""
@@ -162,6 +250,9 @@ class Planned:
     path: Path
     what: str  # the flag that named it, for messages: "--out", "--save"
     replaces: str | None  # SHA-256 of the file there at the start (this tool's, or forced); None: none was
+    #: checked against the inputs noted when written (a search's own kept weights are not: binary files
+    #: in its runs directory, which a text corpus leaves out, as it leaves out the study's database)
+    guard_inputs: bool = True
 
 
 def sha256_file(path: Path) -> str:
@@ -224,8 +315,9 @@ def plan_output(
     ``kept_weights``: the path is a search's own kept weights (:mod:`nas.search.driver.weights`); any
     other output in a search's weights directory is refused, even with ``force``.
 
-    ``reads``: (flag, path) of the files this command reads (``--arch``, ``--data``): an output is never
-    one of them, even with ``force`` (the command would replace what it is reading).
+    ``reads``: (flag, path) of the files and directories this command reads (``--arch``, ``--data``), beside
+    every input :func:`note_input` recorded: an output is never one of those files nor inside one of those
+    directories, even with ``force`` (the command would replace or add to what it is reading).
 
     ``example``: a file name to suggest when a directory is given (None: the command chose the
     name, as ``plot`` does).  Pass ``path`` as the user typed it: a trailing slash means a directory.
@@ -239,12 +331,9 @@ def plan_output(
                 f"{shown}: is an SQLite database (a study's storage, perhaps the one this command reads); "
                 "an output never replaces one, even with --force: choose another path"
             )
-    for flag, source in reads:
-        if source is not None and p.exists() and Path(source).exists() and os.path.samefile(p, source):
-            raise UserError(
-                f"{shown}: is the {flag} file this command reads; an output never replaces its own input, "
-                "even with --force: choose another path"
-            )
+    clash = input_clash(p, [*reads, *([] if kept_weights else noted_inputs())])
+    if clash is not None:
+        raise _refuse_input(shown, clash)
     if not kept_weights and kept_weights_dir(
         p.parent
     ):  # a finished trial's weights: the search's record, like its database
@@ -267,7 +356,7 @@ def plan_output(
             raise UserError(f"{shown}: the file exists and is not writable")
         replaces = sha256_file(p)
     check_writable_dir(p.parent, what, given=str(path))
-    return Planned(p, what, replaces)
+    return Planned(p, what, replaces, guard_inputs=not kept_weights)
 
 
 def kept_weights_dir(d: Path) -> bool:
@@ -325,6 +414,9 @@ def write_output(target: Planned | str | os.PathLike[str], write: Callable[[Path
     planned = target if isinstance(target, Planned) else None
     p = planned.path if planned is not None else Path(target)
     shown = f"{planned.what if planned is not None else 'output'} {str(p)!r}"
+    clash = input_clash(p, noted_inputs()) if planned is not None and planned.guard_inputs else None
+    if clash is not None:  # an input read after the output was planned (a corpus the study recorded)
+        raise _refuse_input(shown, clash)
     with partial(p.parent, p.name) as tmp:
         try:
             write(tmp)

@@ -219,6 +219,10 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
         "put it back as it was, or run a new search on this data"
     )
     check_data(study, data_record(data), why)
+    if getattr(args, "report", None):  # the study's corpus is known now: a report never goes into it
+        from nas.outputs import check_not_input
+
+        check_not_input(args.report, "--report")
     top = args.top or DEFAULT_TOP
     finals = finalists(study, top, numbers)
     if numbers is None and len(finals) < top:

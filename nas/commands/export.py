@@ -22,7 +22,7 @@ from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_empty, non_negative_int
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
-from nas.outputs import Planned, plan_output
+from nas.outputs import Planned, plan_output, recheck, recorded_inputs
 from nas.program import prog_name
 from nas.redact import mask_url
 from nas.search.reports.lookup import get_trial
@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("export: the following arguments are required: --out (the FILE.yaml to write)")
     out = plan_output(args.out, "--out", force=args.force, example="best.yaml")  # checked again when written
     study, url = open_study(args)
+    recheck([out], recorded_inputs(settings_of(study).get("data"), "the study's"))  # never into its corpus
     if args.confirmed:
         return _export_confirmed(study, url, out, args)
     trial = _complete_trial(study, args)
@@ -351,7 +352,7 @@ def _export_hf(args: argparse.Namespace) -> int:
     import time
 
     from nas.checkpoint import load_checkpoint
-    from nas.hf import plan_dir
+    from nas.hf import check_dir_reads, plan_dir
     from nas.hf_remote import check_exportable, export_hf
 
     if args.hf is None or args.checkpoint is None:
@@ -376,6 +377,7 @@ def _export_hf(args: argparse.Namespace) -> int:
     out = plan_dir(args.hf, "--hf", force=args.force, keep=(args.checkpoint,))
     start = time.perf_counter()
     doc = load_checkpoint(args.checkpoint)
+    check_dir_reads(out, "--hf", recorded_inputs(doc.get("data"), "the checkpoint's"))  # not into its corpus
     if getattr(args, "found", None):  # a search's kept trial (export --study S --best --hf)
         doc = {**doc, "found": args.found}
     check_exportable(doc["arch"], args.checkpoint)  # before any work: nothing written

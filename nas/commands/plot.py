@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
 
     targets = plan_plots(args.out, args.force)  # a user's own pareto.png is kept (nas.outputs)
     study, _ = open_study(args)
+    from nas.outputs import recheck, recorded_inputs
+    from nas.search.storage.records import settings_of
+
+    recheck(targets, recorded_inputs(settings_of(study).get("data"), "the study's"))  # never into its corpus
     paths = [str(p) for p in plot_study(study, targets, args.top)]
     print(json.dumps(paths, indent=2) if args.json else "\n".join(paths))
     return 0

@@ -89,6 +89,7 @@ def _check_spec(spec: str | os.PathLike[str] | None) -> None:
 def load_corpus(spec: str | os.PathLike[str] | None = None) -> AnyCorpus:
     """The corpus named by ``spec`` (see the module docstring); mistakes raise one-line UserErrors."""
     _check_spec(spec)
+    _note(spec)
     if task_of(spec) == "seq2seq":
         return load_parallel(spec)
     if spec is not None and str(spec) != DEFAULT_CORPUS:
@@ -99,6 +100,15 @@ def load_corpus(spec: str | os.PathLike[str] | None = None) -> AnyCorpus:
             except UserError as err:
                 raise _cache_hint(err, path) from None
     return load_text(spec)
+
+
+def _note(spec: str | os.PathLike[str] | None) -> None:
+    """Mark the corpus's file or directory as an input of this process: no output goes there
+    (:func:`nas.outputs.note_input`)."""
+    from nas.outputs import note_input
+
+    if spec is not None and str(spec) not in (DEFAULT_CORPUS, DEFAULT_PARALLEL):
+        note_input(spec, "corpus")
 
 
 def _cache_hint(err: UserError, path: Path) -> UserError:
