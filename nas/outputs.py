@@ -68,10 +68,30 @@ def causes(err: BaseException | None) -> Iterator[BaseException]:
         err = err.__cause__ or err.__context__
 
 
+#: how Rust's std::io names "no room" in the errors of libraries written in Rust (safetensors' save_file
+#: raises a SafetensorError whose text is all that is left of the OS error: "... StorageFull ...
+#: (os error 28)"); errno: the number the words stand for
+_RUST_NO_ROOM = {
+    "StorageFull": errno.ENOSPC,
+    "FileTooLarge": errno.EFBIG,
+    "QuotaExceeded": errno.EDQUOT,
+    **{f"os error {n}": n for n in _NO_ROOM},
+}
+
+
 def no_room(err: BaseException | None) -> OSError | None:
     """The "no room" OSError (full disk, quota, file-size limit) behind ``err``, if there is one:
-    libraries wrap it (torch.save in a RuntimeError, SQLAlchemy in its own errors)."""
-    return next((e for e in causes(err) if isinstance(e, OSError) and e.errno in _NO_ROOM), None)
+    libraries wrap it (torch.save in a RuntimeError, SQLAlchemy in its own errors, safetensors in an error
+    that keeps only its words)."""
+    for e in causes(err):
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            return e
+    for e in causes(err):
+        text = str(e)
+        for words, number in _RUST_NO_ROOM.items():
+            if words in text:
+                return OSError(number, os.strerror(number))
+    return None
 
 
 #: the end of every temporary file or directory a writer of this tool makes beside what it writes

@@ -388,3 +388,25 @@ def test_a_ctrl_c_as_the_file_is_moved_into_place_waits_until_it_is_recorded(
         write_output(plan_output(path, "--out"), lambda tmp: tmp.write_text("new\n"))
     assert path.read_text() == "new\n" and nas.outputs.written_here(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="RLIMIT_FSIZE is POSIX")
+def test_a_full_disk_while_writing_safetensors_is_one_line_not_a_traceback(study, tmp_path):
+    """safetensors (Rust) keeps only the words of the OS error ("... (os error 27)"): it was a traceback,
+    for `train --save X.safetensors` and for `export --hf` (transformers writes model.safetensors)."""
+    (tmp_path / "a.yaml").write_text(ARCH)
+    model = tmp_path / "m.safetensors"
+    argv = ["train", "--arch", str(tmp_path / "a.yaml"), "--data", study["data"], "--budget.steps", "1",
+            "--threads", "1", "--save", str(model)]  # fmt: skip
+    done = _limited(tmp_path, 20_000, argv)  # the checkpoint is larger than 20 kB
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr and "no room to write it" in err[-1], err
+    assert not model.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".m")]
+    assert main(argv) == 0  # with room, the same command
+    out = tmp_path / "hf"
+    done = _limited(tmp_path, 20_000, ["export", "--checkpoint", str(model), "--hf", str(out)])
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr and len(err) == 1 and "no room left to write" in err[0], err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".hf")]
