@@ -65,7 +65,7 @@ def save_checkpoint(
     arch = arch if arch is not None else model.arch  # type: ignore[assignment]
     assert isinstance(arch, ArchConfig)
     target = path.path if isinstance(path, Planned) else Path(path)
-    if target.name.endswith(SAFETENSORS):
+    if target.name.lower().endswith(SAFETENSORS):  # model.SAFETENSORS is one too
         tensors, header = _safetensors_parts(model, arch, extra)
 
         def save(tmp: Path) -> None:
@@ -141,6 +141,13 @@ def _read_safetensors(p: Path) -> dict[str, Any]:
             state = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open is no dict)
     except Exception as err:  # safetensors raises its own SafetensorError for a damaged file
         raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__}); {_VALID}") from None
+    if header.get("format") != json.dumps(FORMAT):
+        # Hugging Face's model.safetensors (metadata {"format": "pt"} at most): weights without an
+        # architecture, which this tool cannot rebuild a model from
+        raise CheckpointError(
+            f"{p}: safetensors weights without nas-lm's metadata (a Hugging Face or other tool's weights "
+            f"file?): no architecture to rebuild a model from; {_VALID}"
+        )
     doc: dict[str, Any] = {}
     for key, text in header.items():
         try:
@@ -154,6 +161,11 @@ def _read_safetensors(p: Path) -> dict[str, Any]:
         if kept not in state or not isinstance(aliases, list):
             raise CheckpointError(f"{p}: its metadata 'tied' names {kept!r}, which it does not hold")
         for alias in aliases:
+            if str(alias) in state:  # an alias never silently replaces a tensor the file also holds
+                raise CheckpointError(
+                    f"{p}: its metadata 'tied' makes {alias!r} an alias of {kept!r}, but the file also holds "
+                    f"{alias!r} itself (edited?)"
+                )
             state[str(alias)] = state[kept]
     doc["state_dict"] = state
     return doc
@@ -178,7 +190,8 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         doc = _read_safetensors(p)
     else:
         try:
-            doc = torch.load(p, map_location="cpu", weights_only=True)
+            with open(p, "rb") as f:  # a file object: torch 2.13 takes a name ending .safetensors for one
+                doc = torch.load(f, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises several types for a file that is not a checkpoint
             kind = type(err).__name__
             raise CheckpointError(f"{p}: not a readable checkpoint ({kind}); {_VALID}") from None
@@ -195,7 +208,14 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         check_fits(arch)  # a tampered size would allocate before load_state_dict could refuse it
     except ConfigError as err:
         raise err.at("arch").in_file(str(p)) from None
+    recorded = (doc.get("metrics") or {}).get("arch_id")
+    if recorded is not None and recorded != arch.arch_id:  # the metrics were measured on another model
+        raise CheckpointError(
+            f"{p}: its architecture (arch_id {arch.arch_id}) is not the one it was trained as (recorded "
+            f"{recorded}): its metadata was edited, so its weights and recorded loss belong to another model"
+        )
     model = build_model(arch)
+    _check_dtypes(p, doc["state_dict"], model.state_dict())
     try:
         model.load_state_dict(doc["state_dict"])
     except (RuntimeError, TypeError, KeyError, ValueError) as err:
@@ -204,6 +224,20 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(f"{p}: its weights do not match its architecture ({first})") from None
     model.eval()
     return {**doc, "arch": arch, "model": model}
+
+
+def _check_dtypes(p: Path, stored: Mapping[str, Any], expected: Mapping[str, torch.Tensor]) -> None:
+    """Refuse a stored tensor of another kind than the model's (integers for a float weight): loading
+    would convert it silently, and the model would compute with weights nobody trained."""
+    for name, want in expected.items():
+        got = stored.get(name)
+        if not isinstance(got, torch.Tensor):
+            continue  # missing or not a tensor: load_state_dict names it
+        if got.is_floating_point() != want.is_floating_point() or got.is_complex() != want.is_complex():
+            raise CheckpointError(
+                f"{p}: its tensor {name!r} is {str(got.dtype).removeprefix('torch.')}, where the model holds "
+                f"{str(want.dtype).removeprefix('torch.')} (edited, or not this tool's checkpoint)"
+            )
 
 
 def load_model(path: str | os.PathLike[str]) -> nn.Module:

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from nas.errors import UserError
@@ -79,6 +80,18 @@ def check_exportable(arch: ArchConfig, source: str) -> None:
             f"{source}: architecture {arch.arch_id} is a {arch.task} (encoder-decoder) model; --hf exports "
             "decoder-only language models (task: lm) only"
         )
+
+
+def check_finite(model: nn.Module, source: str) -> None:
+    """Refuse, in one line, weights holding NaN or infinity (a run that diverged, an edited file): the
+    export's self-check compares logits, and NaN logits equal nothing (it ended in a traceback)."""
+    for name, value in model.state_dict().items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise UserError(
+                f"{source}: its weight {name!r} holds {bad:,} NaN or infinite value(s) (a run that diverged, "
+                "or an edited file): there is no model to export"
+            )
 
 
 def instantiated_modules(model: nn.Module) -> list[str]:

@@ -112,3 +112,80 @@ def test_train_save_safetensors_records_the_run_and_refuses_a_second_save(
     assert len(err) == 1 and "--force" in err[0] and "--save" in err[0], err
     assert save.read_bytes() == before
     assert main([*argv, "--force"]) == 0
+
+
+def _edited(tmp_path: Path, case: str) -> Path:
+    """A checkpoint of ARCH changed as a hostile user (or another tool) would: see the cases below."""
+    from safetensors.torch import load_file, save_file
+
+    model = nas.build_model(ARCH)
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, model, metrics={"val_loss": 1.5, "arch_id": ARCH.arch_id})
+    with safe_open(str(path), framework="pt") as f:
+        meta = dict(f.metadata())
+    tensors = load_file(str(path))
+    if case == "integer-weight":
+        tensors["layers.0.ffn.fc_in.weight"] = tensors["layers.0.ffn.fc_in.weight"].round().to(torch.int32)
+    elif case == "alias-over-a-stored-tensor":
+        tensors["lm_head.weight"] = torch.zeros_like(tensors["tok_emb.weight"])
+    elif case == "edited-architecture":  # still builds and loads (same shapes): a deeper rope base
+        arch = json.loads(meta["arch"])
+        arch["rope_base"] = 500_000.0 if arch.get("rope_base") != 500_000.0 else 10_000.0
+        meta["arch"] = json.dumps(arch)
+    elif case == "hugging-face-weights":
+        meta = {"format": "pt"}
+    save_file(tensors, str(path), metadata=meta)
+    return path
+
+
+@pytest.mark.parametrize(
+    "case, said",
+    [
+        ("integer-weight", "'layers.0.ffn.fc_in.weight' is int32, where the model holds float32"),
+        (
+            "alias-over-a-stored-tensor",
+            "makes 'lm_head.weight' an alias of 'tok_emb.weight', but the file also",
+        ),
+        ("edited-architecture", "is not the one it was trained as (recorded"),
+        ("hugging-face-weights", "safetensors weights without nas-lm's metadata (a Hugging Face"),
+    ],
+)
+def test_the_loader_does_not_trust_the_file(tmp_path: Path, capsys, case: str, said: str) -> None:
+    """Each loaded silently before: integers cast to floats, a tied alias over a stored tensor, an edited
+    architecture whose recorded loss belongs to another model, and a Hugging Face weights file was "not
+    JSON (edited?)"."""
+    path = _edited(tmp_path, case)
+    with pytest.raises(nas.CheckpointError, match=None) as caught:
+        load_checkpoint(path)
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+    out = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(path), "--hf", str(out)]) == 2  # as the export meets it
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err and not out.exists()
+
+
+def test_the_format_is_chosen_by_the_suffix_whatever_its_case_and_read_by_content(tmp_path: Path) -> None:
+    model = nas.build_model(ARCH)
+    upper = tmp_path / "m.SAFETENSORS"
+    save_checkpoint(upper, model)
+    with safe_open(str(upper), framework="pt") as f:  # safetensors, as the name says (a torch zip before)
+        assert "tok_emb.weight" in set(f.keys())
+    torch_file = tmp_path / "torch.safetensors"  # a torch file under a safetensors name: read by content
+    save_checkpoint(tmp_path / "m.pt", model)
+    torch_file.write_bytes((tmp_path / "m.pt").read_bytes())
+    for p in (upper, torch_file):
+        assert load_checkpoint(p)["arch"] == ARCH
+
+
+def test_a_checkpoint_with_a_nan_weight_is_refused_by_the_export_in_one_line(tmp_path: Path, capsys) -> None:
+    """The export's self-check compared NaN logits and raised a RuntimeError traceback."""
+    model = nas.build_model(ARCH)
+    with torch.no_grad():
+        model.state_dict()["layers.1.attn.qkv.weight"][0, :3] = float("nan")
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, model, metrics={"val_loss": 1.5})
+    out = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(path), "--hf", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'layers.1.attn.qkv.weight' holds 3 NaN or infinite value(s)" in err
+    assert not out.exists()

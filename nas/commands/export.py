@@ -353,7 +353,7 @@ def _export_hf(args: argparse.Namespace) -> int:
 
     from nas.checkpoint import load_checkpoint
     from nas.hf import check_dir_reads, plan_dir
-    from nas.hf_remote import check_exportable, export_hf
+    from nas.hf_remote import check_exportable, check_finite, export_hf
 
     if args.hf is None or args.checkpoint is None:
         missing = "--hf DIR" if args.hf is None else "--checkpoint FILE"
@@ -381,6 +381,7 @@ def _export_hf(args: argparse.Namespace) -> int:
     if getattr(args, "found", None):  # a search's kept trial (export --study S --best --hf)
         doc = {**doc, "found": args.found}
     check_exportable(doc["arch"], args.checkpoint)  # before any work: nothing written
+    check_finite(doc["model"], args.checkpoint)
     done = export_hf(doc, out, args.checkpoint, force=args.force)
     llama = done["llama"]
     seconds = time.perf_counter() - start
