@@ -53,7 +53,57 @@ def arch_from_hf_config(raw: Mapping[str, Any]) -> dict[str, Any]:
             f"got {type(arch).__name__}",
             "nas_arch",
         )
+    check_mirrors(raw, dict(arch))
     return dict(arch)
+
+
+#: the sizes an exported config.json states beside ``nas_arch`` for generic tools: key -> ArchConfig field
+MIRRORS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layers",
+    "num_attention_heads": "n_heads",
+    "max_position_embeddings": "max_len",
+    "tie_word_embeddings": "tie_embeddings",
+}
+
+
+def check_mirrors(raw: Mapping[str, Any], arch: Mapping[str, Any]) -> None:
+    """Refuse a config whose top-level sizes disagree with the ``nas_arch`` it carries (an edited width):
+    one of the two was changed by hand, and reading either would build a model the file does not say."""
+    from nas.models import ArchConfig
+
+    try:
+        built = ArchConfig.from_dict(arch)
+    except ConfigError as err:
+        raise err.at("nas_arch") from None
+    for key, field_name in MIRRORS.items():
+        if key in raw and raw[key] != getattr(built, field_name):
+            raise ConfigError(
+                f"is {raw[key]!r}, but the nas_arch it was exported with has {field_name} "
+                f"{getattr(built, field_name)!r} (edited?): make them agree, or remove one",
+                key,
+            )
+
+
+#: the keys of a Llama config.json the engine reads (or refuses when they ask what it cannot build)
+READ = (
+    "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "layer_types", "head_dim", "max_position_embeddings",
+    "rms_norm_eps", "rope_theta",
+    "rope_parameters", "rope_scaling", "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act",
+    "sliding_window", "use_sliding_window", "attention_dropout", "pretraining_tp", "quantization_config",
+)  # fmt: skip
+#: keys that change nothing the engine builds: token ids, dtypes, bookkeeping, generation and output settings
+HARMLESS = (
+    "architectures", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+    "transformers_version", "_name_or_path", "initializer_range", "use_cache", "return_dict",
+    "output_attentions", "output_hidden_states", "_attn_implementation", "attn_implementation", "auto_map",
+    "is_decoder", "is_encoder_decoder", "chunk_size_feed_forward", "id2label", "label2id", "problem_type",
+    "tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
+    "finetuning_task", "max_window_layers",
+)  # fmt: skip
+LLAMA_KEYS = frozenset((*READ, *HARMLESS))
 
 
 def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,19 +117,65 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
             "model_type",
         )
 
+    unknown = sorted(str(k) for k in raw if k not in LLAMA_KEYS and not str(k).startswith("nas_"))
+    if unknown:
+        raise ConfigError(
+            f"is a key the engine cannot build nor knows to be harmless (read: {', '.join(sorted(READ))}; "
+            "ignored: the ids, dtypes and bookkeeping transformers writes); remove it if it changes nothing",
+            unknown[0],
+        )
+
     def number(key: str, default: Any = None, within: Mapping[str, Any] = raw, path: str = "") -> Any:
         value = yaml_number(within.get(key, default), keep_non_finite=True)  # JSON's 1e-05 read as YAML 1.1
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"must be a number, got {value!r}", path or key)
         return value
 
-    d, heads = int(number("hidden_size")), int(number("num_attention_heads"))
-    n_layers = int(number("num_hidden_layers"))
-    kv = int(number("num_key_value_heads", heads))
+    def whole(key: str, default: Any = None) -> int:
+        """A count: a whole number (32.0 is 32, as transformers reads it; 32.7 is refused, not cut)."""
+        value = number(key, default)
+        if not float(value).is_integer():
+            raise ConfigError(f"must be a whole number, got {value!r}", key)
+        return int(value)
+
+    def flag(key: str, default: bool) -> bool:
+        """true or false: a string "false" is no false (bool() made it true)."""
+        value = raw.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(f"must be true or false, got {value!r}", key)
+        return value
+
+    d, heads = whole("hidden_size"), whole("num_attention_heads")
+    n_layers = whole("num_hidden_layers")
+    kv = whole("num_key_value_heads", heads)
     refusals = [
         (raw.get("rope_scaling") not in (None, {}), "rope_scaling", "rope scaling is not offered"),
-        (bool(raw.get("attention_bias", False)), "attention_bias", "the engine's attention has no biases"),
-        (bool(raw.get("mlp_bias", False)), "mlp_bias", "the engine's FFNs have no biases"),
+        (flag("attention_bias", False), "attention_bias", "the engine's attention has no biases"),
+        (flag("mlp_bias", False), "mlp_bias", "the engine's FFNs have no biases"),
+        (
+            raw.get("sliding_window") is not None or flag("use_sliding_window", False),
+            "sliding_window" if raw.get("sliding_window") is not None else "use_sliding_window",
+            "the engine's Transformer++ attends over all of its context (sliding_window is another block)",
+        ),
+        (
+            float(number("attention_dropout", 0.0)) != 0.0,
+            "attention_dropout",
+            "the engine trains without dropout",
+        ),
+        (whole("pretraining_tp", 1) != 1, "pretraining_tp", "the engine's projections are single matrices"),
+        (
+            raw.get("quantization_config") is not None,
+            "quantization_config",
+            "the engine builds full-precision weights",
+        ),
+        (
+            raw.get("layer_types") is not None
+            and (not isinstance(raw["layer_types"], list) or set(raw["layer_types"]) - {"full_attention"}),
+            "layer_types",
+            "every layer of the engine's Transformer++ is full attention",
+        ),
         (raw.get("hidden_act", "silu") != "silu", "hidden_act", "the engine's SwiGLU gates with SiLU"),
         (
             raw.get("head_dim") not in (None, d // max(heads, 1)),
@@ -96,7 +192,7 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
         if refused:
             raise ConfigError(f"{raw.get(key)!r} cannot be built: {why}", key)
     rope_base = _rope_base(raw, number)
-    width = int(number("intermediate_size"))
+    width = whole("intermediate_size")
     # the plainest mult whose SwiGLU width (ffn_width) is the config's: Transformer++'s mult 4 gives 341
     # at d 128, and so does 341 x 3 / 256 = 3.996 (another arch_id)
     exact = width * 3 / (2 * d)
@@ -108,17 +204,20 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
         )
     mult = fits[0]
     attention: Any = "mha" if kv == heads else {"type": "mha", "kv_heads": kv}
-    return {
-        "vocab_size": int(number("vocab_size")),
+    out = {
+        "vocab_size": whole("vocab_size"),
         "d_model": d,
         "n_heads": heads,
-        "max_len": int(number("max_position_embeddings")),
+        "max_len": whole("max_position_embeddings"),
         "pos_encoding": "rope",
         "rope_base": rope_base,
         "norm": "rmsnorm",
-        "tie_embeddings": bool(raw.get("tie_word_embeddings", False)),
+        "tie_embeddings": flag("tie_word_embeddings", False),
         "layers": {"repeat": n_layers, "attention": attention, "ffn": {"activation": "swiglu", "mult": mult}},
     }
+    if isinstance(raw.get("nas_arch"), Mapping):  # this tool's own Llama export: the two must agree
+        check_mirrors(raw, dict(raw["nas_arch"]))
+    return out
 
 
 def _rope_base(raw: Mapping[str, Any], number: Any) -> float:

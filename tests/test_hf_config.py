@@ -138,3 +138,55 @@ def test_the_engines_model_type_is_what_the_remote_code_export_writes() -> None:
     from nas.hf_modeling import MODEL_TYPE
 
     assert NAS_MODEL_TYPE == MODEL_TYPE
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "said"),
+    [
+        # values were coerced: "false" became true, 32.7 became 32
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings", "must be true or false, got 'false'"),
+        ({"attention_bias": "no"}, "attention_bias", "must be true or false"),
+        ({"hidden_size": 64.5}, "hidden_size", "must be a whole number, got 64.5"),
+        ({"num_hidden_layers": 2.7}, "num_hidden_layers", "must be a whole number"),
+        # keys the engine cannot build were dropped silently
+        ({"sliding_window": 16}, "sliding_window", "attends over all of its context"),
+        ({"use_sliding_window": True}, "use_sliding_window", "attends over all of its context"),
+        ({"attention_dropout": 0.1}, "attention_dropout", "trains without dropout"),
+        ({"layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "layer_types", "full"),
+        ({"quantization_config": {"bits": 4}}, "quantization_config", "full-precision"),
+        ({"moe_num_experts": 8}, "moe_num_experts", "a key the engine cannot build nor knows to be harmless"),
+    ],
+)
+def test_config_values_are_checked_not_coerced_and_unbuildable_keys_refused(
+    changes: dict, key: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, **changes)
+    assert main(["train", "--arch", str(path), "--budget.steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0] and said in err[0] and str(path) in err[0], err
+
+
+def test_values_transformers_reads_as_the_same_are_taken(tmp_path: Path) -> None:
+    """32.0 is 32 to transformers; false ids, dtypes and bookkeeping change nothing built."""
+    same = load_arch(_write(tmp_path, hidden_size=64.0, num_hidden_layers=3.0, attention_dropout=0.0,
+                            sliding_window=None, layer_types=["full_attention"] * 3, pretraining_tp=1,
+                            torch_dtype="bfloat16", transformers_version="4.57.6"))  # fmt: skip
+    assert same.arch_id == load_arch(_write(tmp_path)).arch_id
+
+
+@pytest.mark.parametrize("model_type", ["nas_lm", "llama"])
+def test_an_exports_config_whose_sizes_disagree_with_its_nas_arch_is_refused(
+    model_type: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An edited width in an export's own config.json was dropped silently (nas_lm read nas_arch only)."""
+    arch = load_arch(_write(tmp_path))
+    doc = {**LLAMA, "model_type": model_type, "nas_arch": arch.to_dict()}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    assert load_arch(path).arch_id == arch.arch_id  # agreeing: read
+    path.write_text(json.dumps({**doc, "hidden_size": 128, "intermediate_size": 256}))
+    assert main(["train", "--arch", str(path), "--budget.steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "hidden_size" in err[0] and "nas_arch it was exported with has d_model 64" in err[0]
+    )
