@@ -191,6 +191,12 @@ def byte_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=None)
 
 
+def published_which(which: str) -> str:
+    """:func:`tokenizer_for`'s line for the model card: the tokenizer's file name, not where it was."""
+    prefix = "a copy of "
+    return prefix + _last_name(which[len(prefix) :]) if which.startswith(prefix) else which
+
+
 def tokenizer_for(data: Mapping[str, Any] | None, vocab_size: int, source: str) -> tuple[Any, str]:
     """The tokenizer to ship, and a line saying which: the user's recorded ``tokenizer.json``, else
     the byte vocabulary for a byte corpus, else (token files) none."""
@@ -218,6 +224,41 @@ def tokenizer_for(data: Mapping[str, Any] | None, vocab_size: int, source: str) 
     if vocab_size == BYTE_VOCAB:
         return byte_tokenizer(), "byte-level (one id per byte value)"
     return None, f"none (the data were token ids, vocabulary {vocab_size:,}, with no tokenizer recorded)"
+
+
+#: the keys of a checkpoint's records whose values may be paths on the exporting machine
+_PATH_KEYS = {
+    "data": ("corpus", "tokenizer", "name"),
+    "metrics": ("corpus", "tokenizer"),
+    "found": ("storage", "checkpoint"),
+}
+
+
+def published(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` (a checkpoint, or the records of one) as it is published with a model (config.json, the
+    model card): each local path of its ``data`` (corpus, tokenizer) and ``found`` (a study's storage URL)
+    reduced to its last name, so nothing exported names a directory of the user's machine; the
+    fingerprints still identify the data."""
+    out = dict(doc)
+    for section, keys in _PATH_KEYS.items():
+        record = out.get(section)
+        if isinstance(record, Mapping):
+            out[section] = {
+                k: _last_name(v) if k in keys and isinstance(v, str) else v for k, v in record.items()
+            }
+    return out
+
+
+def _last_name(text: str) -> str:
+    """A path's or URL's last name: ``/home/me/runs/s/study.db`` -> ``study.db``, ``sqlite:////x/s.db`` ->
+    ``sqlite:///s.db``; a bare name (a built-in corpus) as it is."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    if "/" not in rest and os.sep not in rest:
+        return text
+    name = rest.rstrip("/").replace(os.sep, "/").rsplit("/", 1)[-1].split("?", 1)[0]
+    return f"{scheme}:///{name}" if sep else name
 
 
 def _found_text(found: Any) -> str:
@@ -363,7 +404,7 @@ def export_llama(doc: Mapping[str, Any], out: Path, source: str, *, force: bool 
     check_llama(arch, source)
     extra = {k: doc[k] for k in ("metrics", "data", "recipe", "budget", "found") if doc.get(k) is not None}
     tokenizer, which = tokenizer_for(doc.get("data"), arch.vocab_size, source)
-    hf = to_llama(model, extra)
+    hf = to_llama(model, published(extra))
     diff = logit_difference(model, hf)
     if not diff <= 1e-4:  # the export checks itself: a mapping bug never ships silently
         raise RuntimeError(f"the exported Llama's logits differ from the checkpoint's by {diff:.3g}")
@@ -375,7 +416,8 @@ def export_llama(doc: Mapping[str, Any], out: Path, source: str, *, force: bool 
         hf.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        (tmp / "README.md").write_text(model_card(arch, doc, source, which), encoding="utf-8")
+        (tmp / "README.md").write_text(model_card(arch, published(doc), source, published_which(which)),
+                                       encoding="utf-8")  # fmt: skip
     return {"max_logit_difference": diff, "tokenizer": which, "files": done.written}
 
 

@@ -365,7 +365,7 @@ def export_remote(doc: Mapping[str, Any], out: Path, source: str, *, force: bool
     the bundled engine modules, the tokenizer and README.md.  Returns what it wrote and measured."""
     from transformers.utils import logging as hf_logging
 
-    from nas.hf import logit_difference, model_card, tokenizer_for, written_dir
+    from nas.hf import logit_difference, model_card, published, published_which, tokenizer_for, written_dir
 
     model, arch = doc["model"], doc["arch"]
     check_exportable(arch, source)
@@ -383,14 +383,16 @@ def export_remote(doc: Mapping[str, Any], out: Path, source: str, *, force: bool
                 f"transformers' loader would copy {sorted(found)}, not the bundle {sorted(files)}"
             )
         with loaded(files) as module:
-            hf = remote_model(module, model, extra)
+            hf = remote_model(module, model, published(extra))
             diff = logit_difference(model, hf)
             if not diff <= 1e-5:  # the export checks itself: a bundling bug never ships silently
                 raise RuntimeError(f"the bundled model's logits differ from the checkpoint's by {diff:.3g}")
             hf.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        (tmp / "README.md").write_text(model_card(arch, doc, source, which, remote=True), encoding="utf-8")
+        (tmp / "README.md").write_text(
+            model_card(arch, published(doc), source, published_which(which), remote=True), encoding="utf-8"
+        )
     return {"max_logit_difference": diff, "tokenizer": which, "files": done.written, "code": sorted(files)}
 
 

@@ -314,3 +314,33 @@ def test_done_when_train_transformer_pp_then_export_loads_as_llama(tmp_path, mon
     idx = torch.randint(0, 256, (2, ours.arch.max_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (hf(input_ids=idx).logits - ours(idx)).abs().max().item() < 1e-5
+
+
+def test_what_is_published_with_a_model_names_no_local_directory() -> None:
+    """config.json's nas_data/nas_found and the model card carried the absolute paths of the corpus, the
+    tokenizer and the study's database; each is its last name now, fingerprints kept."""
+    from nas.hf import published, published_which
+
+    doc = {
+        "data": {
+            "corpus": "/home/me/corpora/web",
+            "name": "/home/me/corpora/web",
+            "fingerprint": "sha256:1",
+            "tokenizer": "/home/me/tok/tokenizer.json",
+        },  # fmt: skip
+        "metrics": {"corpus": "/home/me/corpora/web", "val_loss": 1.5},
+        "found": {"study": "s", "storage": "sqlite:////home/me/runs/s/study.db", "trial": 3},
+        "recipe": {"lr": 0.003},
+    }
+    out = published(doc)
+    assert "/home/me" not in repr(out)
+    assert out["data"] == {
+        "corpus": "web",
+        "name": "web",
+        "fingerprint": "sha256:1",
+        "tokenizer": "tokenizer.json",
+    }
+    assert out["found"]["storage"] == "sqlite:///study.db" and out["metrics"]["val_loss"] == 1.5
+    assert published({"data": {"corpus": "shakespeare"}})["data"]["corpus"] == "shakespeare"  # a built-in
+    assert published_which("a copy of /home/me/tok/tokenizer.json") == "a copy of tokenizer.json"
+    assert doc["data"]["corpus"] == "/home/me/corpora/web"  # the checkpoint's own record is left as it is

@@ -261,6 +261,13 @@ def test_export_best_hf_writes_the_kept_model_as_a_llama_without_training(llama_
     found = json.loads((out / "config.json").read_text(encoding="utf-8"))["nas_found"]
     assert (found["study"], found["trial"]) == ("s", best.number)
     assert found["search_loss"] == pytest.approx(best.values[0])
+    # nothing published with the model names a directory of this machine (the database, the corpus, the
+    # tokenizer): they were in config.json's nas_found and nas_data and in the model card
+    for f in out.iterdir():
+        if f.suffix in (".json", ".md", ".py"):
+            text = f.read_text(encoding="utf-8")
+            assert str(tmp_path) not in text and str(tmp_path.parent) not in text, f.name
+    assert found["storage"] == "sqlite:///s.db"
 
 
 def test_a_trial_without_kept_weights_is_refused_in_one_line_naming_train(llama_study, capsys, monkeypatch):
