@@ -223,6 +223,20 @@ def cases() -> list[Any]:
     probes[probes.index("--evaluator") + 1 : probes.index("--evaluator") + 1] = ["probes@5"]
     case("search-probes-recipe-flag", [*probes, "--recipe.lr", "0.01"], ("recipe.lr", "probes evaluator"))
     case("search-probes-steps-flag", [*probes, "--steps", "30"], ("--steps", "probes evaluator"))
+    # one rule over every setting that has a condition (issue 46): a proxy trains nothing; a cooldown
+    # shapes wsd's only, whether typed or written in the file
+    case("search-proxy-recipe-flag", search("--recipe.lr", "0.01"),
+         ("recipe.lr", "proxy:params evaluator trains nothing"))  # fmt: skip
+    case("search-proxy-rungs-flag", search("--recipe.schedule", "wsd", "--budget.rungs", "0.5"),
+         ("budget.rungs", "trains nothing"))  # fmt: skip
+    trains = [a for a in search() if a not in ("--evaluator", "proxy:params")]
+    case("search-cooldown-under-cosine", [*trains, "--recipe.cooldown_frac", "0.3"],
+         ("recipe.cooldown_frac", "recipe.schedule is cosine", "change nothing"))  # fmt: skip
+    case("train-cooldown-flag-under-cosine", [*TRAIN, "--recipe.cooldown_shape", "1-sqrt"],
+         ("recipe.cooldown_shape", "shapes wsd's cooldown only, and recipe.schedule is cosine"))  # fmt: skip
+    case("train-cooldown-in-the-file-under-cosine", TRAIN_BAD,
+         ("recipe.cooldown_frac", "recipe.schedule is cosine", "bad.yaml"),
+         {"bad.yaml": ARCH + "recipe: {cooldown_frac: 0.4}\n"})  # fmt: skip
     case(
         "search-local-fractional-cpus",
         search("--cpus-per-trial", "1.5"),

@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evaluators.result import measure_of
 from nas.commands.common import data_or_default, non_empty
@@ -16,6 +16,7 @@ from nas.program import prog_name
 from nas.shipped import shipped_spaces, space_path
 from nas.spec import Spec
 from nas.spec.flags import add_spec_flags, apply_flags, flag_texts, overrides
+from nas.spec.spec import refuse_unused
 from nas.validate import check_study_name
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
             )
             spec, space = load_spec(resolve_space_path("seq2seq"), replaced)
             spec = apply_flags(spec, args)
-    _refuse_unused_flags(spec, given)
+    refuse_unused(spec, given, spec.source or None)  # a setting whose condition the spec does not meet
     if args.study is None:  # the space's name names the study: an error points at the file
         try:
             check_study_name(space.name, "name")
@@ -178,22 +179,6 @@ def _check_demo_study(settings: RunContext) -> None:
             f"{why}; continue that one with `{prog_name()} search --study {settings.study}`, or run the demo "
             "in another directory (or with --runs-dir DIR)"
         ) from None
-
-
-def _refuse_unused_flags(spec: Spec, given: dict[str, dict[str, Any]]) -> None:
-    """A recipe or budget flag under the probes evaluator changes nothing (each probe task trains with
-    its own fixed recipe and steps, so scores compare across studies): refused, not recorded as if used."""
-    from nas.spec.sections import named
-
-    if not str(spec.search.evaluator or "").startswith("probes"):
-        return
-    for section in ("recipe", "budget"):
-        for name in given.get(section) or {}:
-            raise UserError(
-                f"{named(section, name)}: the probes evaluator trains every task with its own fixed recipe "
-                "and steps (docs/probes.md), so it would change nothing; drop it (the probes' steps: "
-                "--evaluator probes@STEPS)"
-            )
 
 
 def _stored_spec(args: argparse.Namespace) -> Spec | None:

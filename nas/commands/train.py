@@ -44,6 +44,7 @@ from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
 from nas.spec.flags import add_spec_flags, apply_flags, blame_flag, flag_texts, overrides
 from nas.spec.sections import DataSpec
+from nas.spec.spec import refuse_unused
 from nas.spec.training import Budget, TrainRecipe
 from nas.validate import MAX_THREADS, check_number, check_writable_dir
 
@@ -116,6 +117,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
     except ConfigError as err:
         raise err.in_file(source) from None
     spec = apply_flags(spec, args)
+    refuse_unused(spec, overrides(args), source)  # a cooldown under a cosine schedule, a flag's or the file's
     return doc["arch"], spec, data
 
 

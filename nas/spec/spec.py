@@ -121,6 +121,62 @@ class Spec:
         return dataclasses.replace(self, **changes)
 
 
+#: settings that apply only under another: (section, field) -> (what it needs, whether the spec has it)
+_ONLY_UNDER_WSD = ("cooldown_frac", "cooldown_shape")
+
+
+def unused_settings(
+    spec: Spec, given: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[tuple[str, str, str]]:
+    """(setting, why it changes nothing, what to do instead) for every setting given whose condition the
+    spec does not meet: the one rule every command applies before it runs, refusing each in one line
+    rather than recording it as if it had been used.
+
+    ``given``: the flags typed (section -> field -> value).  A flag counts whenever typed; a file's value
+    counts where it contradicts the same section (a cooldown under a cosine schedule), not where another
+    section makes it idle (a file's recipe under ``--evaluator probes``: one file may serve several
+    evaluators).
+    """
+    given = given or {}
+    typed = {(section, name) for section, fields in given.items() for name in fields}
+    out: list[tuple[str, str, str]] = []
+    evaluator = str(spec.search.evaluator or "lm")
+    idle = None
+    if evaluator.startswith("probes"):
+        idle = (
+            "the probes evaluator trains every task with its own fixed recipe and steps (docs/probes.md)",
+            "the probes' steps: --evaluator probes@STEPS",
+        )
+    elif evaluator.split(":", 1)[0] in ("proxy", "sleep"):
+        idle = (f"the {evaluator} evaluator trains nothing", "")
+    if idle is not None:
+        out += [(named(sec, name), *idle) for sec, name in sorted(typed) if sec in ("recipe", "budget")]
+    if spec.recipe.schedule != "wsd":
+        defaults = TrainRecipe()
+        for name in _ONLY_UNDER_WSD:
+            if ("recipe", name) in typed or getattr(spec.recipe, name) != getattr(defaults, name):
+                why = f"shapes wsd's cooldown only, and recipe.schedule is {spec.recipe.schedule}"
+                if named("recipe", name) not in {k for k, *_ in out}:
+                    out.append((named("recipe", name), why, "or set --recipe.schedule wsd"))
+    return out
+
+
+def refuse_unused(
+    spec: Spec, given: Mapping[str, Mapping[str, Any]] | None = None, source: str | None = None
+) -> None:
+    """Raise a one-line UserError for the first of :func:`unused_settings`; one the flags did not set is
+    blamed on ``source``, the file it came from."""
+    unused = unused_settings(spec, given)
+    if not unused:
+        return
+    setting, why, instead = unused[0]
+    typed = {named(sec, name) for sec, fields in (given or {}).items() for name in fields}
+    where = f"{source}: " if source and setting not in typed else ""
+    raise UserError(
+        f"{where}{setting}: {why}, so it would change nothing; drop it" + (f" ({instead})" if instead else "")
+    )
+
+
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists and scalars are leaves."""
     if not isinstance(data, Mapping) or not data:
