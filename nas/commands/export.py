@@ -242,7 +242,10 @@ def _kept_checkpoint(study: Any, trial: Any, url: str, args: argparse.Namespace,
         spec = stored_spec(study)
         k = spec.resources.keep_weights if spec is not None else 0
         why = f"its weights were not kept (the search ran with resources.keep_weights {k})"
-        if k:
+        if k and len(study.directions) > 1:  # several objectives: only the Pareto front is kept, at most K
+            why = (f"its weights were not kept (not on the Pareto front as it finished; the search keeps at "
+                   f"most {k} of the front, resources.keep_weights)")  # fmt: skip
+        elif k:
             why = f"its weights were not kept (not among the best {k} as it finished, resources.keep_weights)"
     else:
         path = kept_file(rec, weights_dir(args.runs_dir, name, url))

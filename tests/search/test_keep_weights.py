@@ -153,7 +153,7 @@ def test_keep_2_keeps_exactly_the_two_best_and_deletes_the_dropped(
     assert f"deleted {len(dropped)} that dropped out of the best 2" in line
 
 
-def test_with_two_objectives_only_pareto_front_trials_are_kept(tmp_path, text_corpus):
+def test_with_two_objectives_only_pareto_front_trials_are_kept(tmp_path, text_corpus, capsys):
     assert main(_argv(tmp_path, text_corpus, "--local", "--trials", "6", "--keep-weights", "3")) == 0
     study = _study(tmp_path)
     front = sorted(
@@ -161,6 +161,13 @@ def test_with_two_objectives_only_pareto_front_trials_are_kept(tmp_path, text_co
         key=lambda t: (t.values[0], t.number),
     )
     assert _files(_weights_dir(tmp_path)) == {f"trial_{t.number}.safetensors" for t in front[:3]}
+    # a trial off the front is said to be off the front (it read "not among the best 3" with a front of 1)
+    off = next(t for t in trained(study) if t.number not in {f.number for f in study.best_trials})
+    capsys.readouterr()
+    argv = ["export", "--study", "s", "--storage", f"sqlite:///{tmp_path}/s.db", "--runs-dir",
+            str(tmp_path / "runs"), "--trial", str(off.number), "--hf", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 2
+    assert "not on the Pareto front as it finished" in capsys.readouterr().err
 
 
 def test_continuing_with_another_k_follows_it_and_0_deletes_nothing(tmp_path, text_corpus, capsys):
