@@ -80,6 +80,31 @@ def _trials(study: optuna.Study, state: TrialState) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False, states=(state,)) if not is_infeasible(t)]
 
 
+#: where a Pareto point's label may go (offset in points from the point): the one farthest from every
+#: other point drawn is taken, so a label never sits on another trial's point when it need not
+_LABEL_OFFSETS = ((4, 4), (4, -11), (-16, 4), (-16, -11), (6, -3), (-20, -3))
+
+
+def _label_front(fig: Figure, ax: Any, front: Sequence[tuple[float, float, int]],
+                 points: Sequence[tuple[float, float]]) -> None:  # fmt: skip
+    """Write ``#N`` beside each front point, on the side farthest from the other points."""
+    import numpy as np
+
+    FigureCanvasAgg(fig).draw()  # settle the layout, so data -> pixel transforms are the final ones
+    pixels = ax.transData.transform(np.asarray(points, dtype=float)) if points else np.zeros((0, 2))
+    per_point = fig.dpi / 72
+    for x, y, n in front:
+        at = ax.transData.transform((x, y))
+        others = pixels[np.hypot(*(pixels - at).T) > 0.5] if len(pixels) else pixels
+
+        def clearance(offset: tuple[int, int], at: Any = at, others: Any = others) -> float:
+            centre = at + np.array([offset[0] + 6, offset[1] + 3]) * per_point  # about the label's middle
+            return float(np.hypot(*(others - centre).T).min()) if len(others) else 0.0
+
+        best = max(_LABEL_OFFSETS, key=clearance)
+        ax.annotate(f"#{n}", (x, y), textcoords="offset points", xytext=best, fontsize=8)
+
+
 def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> Path:
     """Validation loss against forward FLOPs/token; the front is a step line through its trials.
 
@@ -118,11 +143,10 @@ def plot_pareto(study: optuna.Study, path: Planned | str | os.PathLike[str]) -> 
             zorder=3,
             label=f"Pareto front ({len(front)})",
         )
-        for x, y, n in front:
-            ax.annotate(f"#{n}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
         xs = [p[0] for p in done] + [p[0] for p in pruned]
         if min(xs) > 0 and max(xs) / min(xs) > 10:
             ax.set_xscale("log")
+        _label_front(fig, ax, front, [(p[0], p[1]) for p in done + pruned])
     ax.set_xlabel("forward FLOPs per token")
     ax.set_ylabel(_ylabel(m))
     ax.set_title(f"{study.study_name}: {value} vs compute")
@@ -215,7 +239,7 @@ def plot_blocks(study: optuna.Study, path: Planned | str | os.PathLike[str], top
     title = (
         f"attention block by layer among the top {plural(len(ranked), 'trial')} "
         f"by {'loss' if m.lm else m.column}"
-        + (" (layers counted from the top: -1 is the last)" if top_down else "")
+        + ("\n(layers counted from the top: -1 is the last)" if top_down else "")
     )
     _stacked(ax1, [att[s] for s in slots], labels, title)
     activations = [act[s] for s in slots]

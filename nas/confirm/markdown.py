@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,21 @@ def _save(fig: Figure, target: Planned) -> Path:
     return write_output(target, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
 
 
+def spaced(values: Sequence[float], most: int = 6, log: bool = True) -> list[float]:
+    """At most about ``most`` of the sorted ``values``, at least a ``1/most`` of their span apart (in log
+    space on a log axis), the first and the last kept: tick labels that do not print over each other
+    (every measured compute as a tick did, with a few architectures at a few scales)."""
+    if len(values) <= 2:
+        return list(values)
+    f = (lambda v: math.log(v)) if log else (lambda v: v)
+    gap = (f(values[-1]) - f(values[0])) / most
+    kept = [values[0]]
+    for v in values[1:-1]:
+        if f(v) - f(kept[-1]) >= gap and f(values[-1]) - f(v) >= gap:
+            kept.append(v)
+    return [*kept, values[-1]]
+
+
 def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Planned]) -> list[Path]:
     """``targets``: where ``STEM_compute.png`` (loss vs training compute, min-max bars) and
     ``STEM_deltas.png`` (paired deltas) go (:func:`nas.commands.confirm.plan_report`)."""
@@ -227,9 +243,11 @@ def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Pla
         ax.set_xscale("linear")
     if xs_all and xs_all[-1] < 10 * xs_all[0]:  # under a decade: log minor labels overlap
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xticks(xs_all, [f"{x:.4g}" for x in xs_all], rotation=30, ha="right", fontsize=7)
+        ticks = spaced(xs_all, log=ax.get_xscale() == "log")
+        ax.set_xticks(ticks, [f"{x:.3g}" for x in ticks], rotation=30, ha="right", fontsize=7)
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (mean over seeds, min-max bars)")
+    ax.set_title(f"{report.get('study', '')}: validation loss vs training compute".lstrip(": "), fontsize=10)
     ax.legend(fontsize=8)
     out.append(_save(fig, targets[0]))
     if baselines:
@@ -247,10 +265,12 @@ def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Pla
                 capsize=4,
                 color=colour.get(r["name"]),
             )
-            labels.append(f"{r['name']}\n{r['scale']:g}x")
+            labels.append(f"{r['name']} {r['scale']:g}x")  # one line: slanted, two lines fall apart
         ax.axhline(0, color="grey", linewidth=1)
         # names such as synth_factorized_random are wider than a slot: slanted, they do not overlap
         ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(f"loss minus {baselines[0]}'s, same seed (mean, min-max)")
+        title = f"{report.get('study', '')}: each run against {baselines[0]}, trained with the same seed"
+        ax.set_title(title.lstrip(": "), fontsize=10)
         out.append(_save(fig, targets[1]))
     return out
