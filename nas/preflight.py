@@ -22,7 +22,7 @@ from nas.cost import check_fits, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
 from nas.search.space.candidate import over_caps
-from nas.search.space.combinations import one_layer_archs
+from nas.search.space.combinations import cheapest_lm_archs, one_layer_archs
 from nas.search.space.load import SearchSpace
 from nas.spec.sections import named
 from nas.spec.training import Budget, TrainRecipe
@@ -201,6 +201,15 @@ def check_search(
             least = [min(least[0], cost.params), min(least[1], cost.fwd_flops_per_token)]
             if cheapest is None or cost.train_flops_per_token < cheapest[0].train_flops_per_token:
                 cheapest = (cost, seq_len)
+        if space.encoder is None and cheapest is not None and space.layer_choices.at:
+            # whole candidates, each position from its own menu: the stand-ins above put the cheapest
+            # layer of any menu everywhere, so a `layers.at` menu over the caps went unseen
+            def measure(a: ArchConfig) -> tuple[float, float]:
+                return _measures(a, recipe)
+
+            whole = [measure(a) for a in cheapest_lm_archs(space, corpus.vocab_size, measure)]
+            if whole:
+                least = [min(p for p, _ in whole), min(f for _, f in whole)]
         over = over_caps(space.constraints, int(least[0]), least[1]) if cheapest is not None else []
         if over:  # every trial would be told "over cap" and none trained
             raise ConfigError(f"no candidate of the space meets them: the smallest has {'; '.join(over)}; "
@@ -215,6 +224,12 @@ def check_search(
                     plan_rungs(budget, recipe, steps)
     except ConfigError as err:
         raise ConfigError(err.message, _space_path(err.path, space, corpus), space.source) from None
+
+
+def _measures(arch: ArchConfig, recipe: TrainRecipe) -> tuple[float, float]:
+    """What the space's caps compare: parameters and forward FLOPs per token."""
+    c = compute(arch, recipe.seq_len or arch.max_len)
+    return float(c.params), float(c.fwd_flops_per_token)
 
 
 def _space_path(path: str, space: SearchSpace, corpus: Any) -> str:

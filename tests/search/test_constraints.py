@@ -79,3 +79,41 @@ def test_infeasible_trials_stay_out_of_every_result_view(tmp_path, capsys):
     rc = main(["export", "--study", "s", "--storage", storage, "--trial", "1", "--out", str(out)])
     assert rc == 2 and not out.exists()
     assert "INFEASIBLE (over cap" in capsys.readouterr().err
+
+
+AT_SPACE = """
+name: atcap
+globals: {d_model: 32, n_heads: 2, n_layers: 2, max_len: 64}
+layers:
+  attention: {mha: {}}
+  ffn: {activation: relu, mult: 2}
+  at:
+    - layers: -1
+      attention: %s
+constraints: {%s}
+"""
+
+
+@pytest.mark.parametrize(
+    ("block", "cap", "refused"),
+    [
+        ("synth_random", "max_params: 30000", True),  # the last layer's only choice: every candidate is over
+        ("synth_random", "max_params: 40000", False),  # the same candidates under a cap they meet
+        ("[synth_random, mha]", "max_params: 30000", False),  # the position may still choose mha
+        ("synth_random", "max_flops_per_token: 50000", True),
+    ],
+)
+def test_a_per_position_menu_that_breaks_the_caps_is_refused_at_once(tmp_path, capsys, block, cap, refused):
+    """The caps were checked against the main menu only: a `layers.at` menu whose every choice breaks
+    them was accepted, and every trial was told INFEASIBLE."""
+    space = tmp_path / "space.yaml"
+    space.write_text(AT_SPACE % (block, cap))
+    argv = ["search", "--space", str(space), "--evaluator", "proxy:params", "--trials", "1", "--local",
+            "--runs-dir", str(tmp_path / "runs"), "--no-tensorboard"]  # fmt: skip
+    assert main(argv) == (2 if refused else 0)
+    err = capsys.readouterr().err
+    if refused:
+        assert err.count("\n") == 1 and "no candidate of the space meets them: the smallest has" in err
+        assert not (tmp_path / "runs").exists()  # nothing made
+    else:
+        assert "no candidate" not in err

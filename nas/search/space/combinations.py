@@ -162,6 +162,47 @@ def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchCon
                 continue
 
 
+def cheapest_lm_archs(space: SearchSpace, vocab_size: int, cost: Any) -> Iterator[ArchConfig]:
+    """A language-model space's cheapest candidates, whole: for each combination of the non-size globals
+    and each depth, the candidate whose every layer is the cheapest its position offers, once by each
+    measure ``cost(arch) -> tuple`` returns (parameters, FLOPs: the cheapest by one need not be by the
+    other).  A position an ``layers.at`` entry covers draws from that entry's menu, so a per-position menu
+    whose every choice breaks the caps is seen (:func:`one_layer_archs` stands every layer in for the
+    cheapest layer of any menu, and missed it)."""
+    fixed = {k: min(p.values()) for k, p in space.globals.items() if k in SIZE_KEYS}
+    others = {k: p for k, p in space.globals.items() if k not in SIZE_KEYS and k != "n_layers"}
+    choices = space.layer_choices
+    for g in product(others):
+        base = {**fixed, **g, "vocab_size": vocab_size}
+        memo: dict[str, tuple[float, ...] | None] = {}
+
+        def one(
+            layer: dict[str, Any], base: dict[str, Any] = base, memo: Any = memo
+        ) -> tuple[float, ...] | None:
+            key = repr(layer)
+            if key not in memo:
+                try:
+                    memo[key] = tuple(cost(ArchConfig.from_dict({**base, "layers": [layer]})))
+                except ConfigError:  # a combination check_combinations had no time to try
+                    memo[key] = None
+            return memo[key]
+
+        for n in sorted({int(v) for v in space.globals["n_layers"].values()}):
+            options = []
+            for i in range(n):
+                menu = choices.menu(i, n, "layers")
+                menu_choices = LayerChoices(False, menu.attention, menu.blocks, menu.activation, menu.mult)
+                options.append([layer for layer in _layer_combos(menu_choices) if one(layer) is not None])
+            if any(not o for o in options):
+                continue
+            for k in range(len(one(options[0][0]) or ())):
+                chosen = [min(o, key=lambda layer, k=k: one(layer)[k]) for o in options]  # type: ignore[index]
+                try:
+                    yield ArchConfig.from_dict({**base, "layers": chosen})
+                except ConfigError:
+                    continue
+
+
 def _combination_error(
     err: ConfigError, raw_layer: dict[str, Any], stem: str, causes: list[str]
 ) -> ConfigError:
