@@ -94,6 +94,12 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
+def one_line(text: str) -> str:
+    """``text`` with every control character shown as an escape, newline and tab included: a name that
+    must stay on its line (a corpus's, read from a file)."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
 class _Redacting:
     """A text stream that redacts what is written to it and shows control characters as escapes
     (:func:`printable`), and passes everything else through."""

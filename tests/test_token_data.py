@@ -196,7 +196,12 @@ def _vocab_a_string(d: Path) -> str:
 
 def _bytes_per_token_negative(d: Path) -> str:
     (d / "meta.json").write_text('{"vocab_size": 1000, "dtype": "uint16", "bytes_per_token": -1}')
-    return "meta.json: bytes_per_token must be a positive number, got -1"
+    return "meta.json: bytes_per_token must be a number of bytes from 0.001 to 1e6 (the text one token"
+
+
+def _bytes_per_token_tiny(d: Path) -> str:  # printed "inf bits/byte"
+    (d / "meta.json").write_text('{"vocab_size": 1000, "dtype": "uint16", "bytes_per_token": 1e-300}')
+    return "bytes_per_token must be a number of bytes from 0.001 to 1e6 (the text one token stands for), got "
 
 
 def _byte_ends_a_directory(d: Path) -> str:  # it was skipped without a word (bits per byte from the average)
@@ -214,7 +219,8 @@ def _byte_ends_a_fifo(d: Path) -> str:
     [_no_meta, _unknown_dtype, _dtype_too_small, _id_out_of_range, _ragged_size, _empty_val, _no_train,
      _vocab_past_torch, _name_not_text, _train_a_directory, _byte_ends_fall, _byte_ends_flat, _meta_utf16,
      _meta_not_utf8, _meta_empty, _meta_cut_short, _meta_nested_deep, _meta_a_list, _meta_a_directory,
-     _vocab_a_string, _bytes_per_token_negative, _byte_ends_a_directory, _byte_ends_a_fifo],
+     _vocab_a_string, _bytes_per_token_negative, _bytes_per_token_tiny, _byte_ends_a_directory,
+     _byte_ends_a_fifo],
 )  # fmt: skip
 def test_bad_token_files_are_one_line_errors(tmp_path: Path, spoil) -> None:
     d = write_token_corpus(tmp_path / "tok")
@@ -577,3 +583,16 @@ def test_write_token_dir_takes_a_str_path_as_the_docs_write_it(tmp_path: Path, m
     corpus = load_corpus(tmp_path / "owt")
     assert corpus.vocab_size == 100
     assert json.loads((tmp_path / "owt" / "meta.json").read_text())["bytes_per_token"] == 4.0
+
+
+def test_a_meta_json_name_prints_on_one_line_and_keys_not_read_are_named(tmp_path: Path) -> None:
+    """A name with a newline was printed raw (a second line of output); a key this tool does not read was
+    ignored without a word."""
+    d = write_token_corpus(tmp_path / "tok")
+    meta = json.loads((d / "meta.json").read_text())
+    (d / "meta.json").write_text(json.dumps({**meta, "name": "web\ntext\x1b[2J", "tokenizer": "gpt2"}))
+    corpus = load_corpus(d)
+    line = corpus.describe()
+    assert "\n" not in line and "\x1b" not in line and line.startswith("web\\ntext\\x1b[2J: ")
+    assert "left out meta.json's 'tokenizer' (not read)" in line
+    assert "left out" not in load_corpus(write_token_corpus(tmp_path / "plain")).describe()

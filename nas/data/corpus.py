@@ -80,9 +80,10 @@ class Corpus:
             return line
         bpt = f", {self.bytes_per_token:.3g} bytes/token" if self.bytes_per_token else ""
         dtype = str(self.train.dtype).removeprefix("torch.")
+        unread = f"; left out {', '.join(self.left_out)}" if self.left_out else ""  # never silently
         return (
             f"{self.name}: {len(self.train):,} train tokens, {len(self.val):,} validation tokens, "
-            f"vocabulary {self.vocab_size:,}{bpt} (memory-mapped {dtype})"
+            f"vocabulary {self.vocab_size:,}{bpt} (memory-mapped {dtype}){unread}"
         )
 
     def batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:

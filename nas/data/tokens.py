@@ -37,6 +37,7 @@ from torch import Tensor
 
 from nas.data.corpus import Corpus, written_whole
 from nas.errors import UserError
+from nas.redact import one_line
 from nas.validate import MAX_DIM, not_a_file, read_json_file
 
 META = "meta.json"
@@ -59,6 +60,12 @@ META_VALID = (
 def is_token_dir(path: Path) -> bool:
     """A directory that holds (or is meant to hold) token files rather than text."""
     return path.is_dir() and any((path / name).exists() for name in (META, *FILES))
+
+
+#: the fewest bytes of text a token may stand for (a byte-level token is 1; below a thousandth, no text)
+MIN_BYTES_PER_TOKEN = 1e-3
+#: what meta.json may hold that this tool reads; any other key is named when the corpus is described
+META_KEYS = ("vocab_size", "dtype", "bytes_per_token", "name", "source")
 
 
 def read_meta(path: Path) -> dict[str, Any]:
@@ -85,8 +92,13 @@ def read_meta(path: Path) -> dict[str, Any]:
     if meta.get("name") is not None and not isinstance(meta["name"], str):  # printed and recorded as the name
         raise UserError(f"{meta_path}: name must be a string, got {meta['name']!r}")
     bpt = meta.get("bytes_per_token")
-    if bpt is not None and (isinstance(bpt, bool) or not isinstance(bpt, (int, float)) or not 0 < bpt < 1e6):
-        raise UserError(f"{meta_path}: bytes_per_token must be a positive number, got {bpt!r}")
+    if bpt is not None and (
+        isinstance(bpt, bool) or not isinstance(bpt, (int, float)) or not MIN_BYTES_PER_TOKEN <= bpt < 1e6
+    ):  # a tiny one (1e-300) made bits per byte infinite
+        raise UserError(
+            f"{meta_path}: bytes_per_token must be a number of bytes from {MIN_BYTES_PER_TOKEN:g} to 1e6 "
+            f"(the text one token stands for), got {bpt!r}"
+        )
     return meta
 
 
@@ -104,7 +116,9 @@ def load_token_dir(path: Path) -> Corpus:
     bpt = meta.get("bytes_per_token")
     return Corpus(
         val_byte_ends=_byte_ends(path / VAL_BYTES, len(parts[1])),
-        name=str(meta.get("name") or path),
+        # one line when printed: a newline or a terminal escape in the file's name is shown escaped
+        name=one_line(str(meta.get("name") or path)),
+        left_out=tuple(f"meta.json's {one_line(str(k))!r} (not read)" for k in meta if k not in META_KEYS),
         train=parts[0],
         val=parts[1],
         n_docs=0,
