@@ -487,10 +487,10 @@ def cases() -> list[Any]:
         search("--space", "{space}", "--study", "s", "--storage", "{url}", "--objective", "loss"),
         "--objective",
     )
-    case(  # the study scores by a proxy: a budget flag is refused as idle before the study is compared
+    case(
         "study-reused-with-another-budget",
         search("--space", "{space}", "--study", "s", "--storage", "{url}", "--steps", "9"),
-        ("--steps", "proxy:params evaluator trains nothing"),
+        ("--study", "budget"),
     )
     # -- train ----------------------------------------------------------------------------------
     case("train-arch-missing", ["train", "--arch", "nope.yaml"], "nope.yaml")

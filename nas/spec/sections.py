@@ -124,14 +124,7 @@ class DataSpec(Section):
     def from_dict(cls, raw: Any) -> DataSpec:
         if isinstance(raw, str):  # `data: PATH`, as architecture files write it
             return cls(corpus=raw)
-        # an exported record always holds its fingerprint: without one, `vocab_size:` or `name:` beside a
-        # corpus is no record but a key that would change nothing (it was dropped without a word)
-        if (
-            isinstance(raw, Mapping)
-            and "corpus" in raw
-            and "fingerprint" in raw
-            and set(raw) - {"corpus", "tokenizer"}
-        ):
+        if isinstance(raw, Mapping) and "corpus" in raw and set(raw) - {"corpus", "tokenizer"}:
             # an exported record (corpus, vocab_size, fingerprint, ...): what trains is corpus + tokenizer;
             # a key a record never has is a typo (tokenizr:), refused rather than dropped
             unknown = sorted(str(k) for k in set(raw) - set(DATA_RECORD_KEYS))

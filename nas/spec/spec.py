@@ -147,8 +147,6 @@ def unused_settings(
             "the probes evaluator trains every task with its own fixed recipe and steps (docs/probes.md)",
             "the probes' steps: --evaluator probes@STEPS",
         )
-    elif evaluator.split(":", 1)[0] in ("proxy", "sleep"):
-        idle = (f"the {evaluator} evaluator trains nothing", "")
     if idle is not None:
         out += [(named(sec, name), *idle) for sec, name in sorted(typed) if sec in ("recipe", "budget")]
     if spec.recipe.schedule != "wsd":
@@ -159,6 +157,24 @@ def unused_settings(
                 if named("recipe", name) not in {k for k, *_ in out}:
                     out.append((named("recipe", name), why, "or set --recipe.schedule wsd"))
     return out
+
+
+def proxy_notes(spec: Spec, given: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """Notes for recipe and budget flags typed for a search scored by a proxy (or ``sleep``): no trial of
+    it trains, but they are not idle: the study records them, and ``confirm`` and ``ladder`` train its
+    finalists with them.  Said, so that a flag is never taken silently for one that shapes the search."""
+    evaluator = str(spec.search.evaluator or "lm")
+    if evaluator.split(":", 1)[0] not in ("proxy", "sleep"):
+        return []
+    typed = [named(sec, name) for sec, fields in (given or {}).items() if sec in ("recipe", "budget")
+             for name in fields]  # fmt: skip
+    if not typed:
+        return []
+    return [
+        f"{', '.join(typed)}: the {evaluator} evaluator trains nothing, so no trial of this search uses "
+        f"{'it' if len(typed) == 1 else 'them'}; the study records {'it' if len(typed) == 1 else 'them'} "
+        "for confirm and ladder, which train its finalists so"
+    ]
 
 
 def refuse_unused(
