@@ -301,3 +301,28 @@ def test_a_probes_search_reports_its_score_and_a_proxy_search_no_tensorboard(tmp
         "Pareto front (proxy:params value (ln params) vs FLOPs/token)" in out or "Leaderboard (proxy" in out
     )
     assert "tensorboard:" not in out and not any(tmp_path.rglob("events.out.*"))
+
+
+def test_a_new_study_where_a_deleted_one_left_its_tensorboard_runs_is_refused(tmp_path, text_corpus, capsys):
+    """The database deleted, the runs directory left: a new study of that name wrote its trials' events
+    into the old trials' directories, mixed with the old ones."""
+    argv = ["search", "--space", str(TINY_SPACE), "--study", "s", "--runs-dir", str(tmp_path / "runs"),
+            "--data", str(text_corpus), "--trials", "1", "--local", "--budget.steps", "2"]  # fmt: skip
+    assert main(argv) == 0
+    tb = Path(tensorboard_dir(str(tmp_path / "runs"), "s", f"sqlite:///{tmp_path}/runs/s/study.db"))
+    old = sorted(p.name for p in tb.iterdir())
+    assert old and all(n.startswith("trial_") for n in old)
+    before = {p: p.stat().st_mtime_ns for p in tb.rglob("*") if p.is_file()}
+    for db in (tmp_path / "runs" / "s").glob("study.db*"):
+        db.unlink()
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds TensorBoard runs (trial_" in err and "deleted study" in err
+    assert {p: p.stat().st_mtime_ns for p in tb.rglob("*") if p.is_file()} == before  # nothing written
+    assert not list((tmp_path / "runs" / "s").glob("study.db*"))  # and no study made
+    # moved away, a new study starts; continued, it writes on into its own trials' runs
+    tb.rename(tmp_path / "old_tb")
+    assert main(argv) == 0
+    grown = [a if a != "1" else "2" for a in argv]  # --trials 2
+    assert main(grown) == 0 and len(list(tb.iterdir())) >= 2

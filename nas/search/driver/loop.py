@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 import optuna
@@ -61,6 +62,24 @@ from nas.search.storage.study import (
 
 #: metrics copied onto each trial's user attributes
 METRIC_KEYS = (*METRICS, *RUN_FIELDS)
+
+
+def check_no_stale_runs(tb_dir: str | None) -> None:
+    """Refuse a new study whose TensorBoard directory already holds trial runs: a deleted study of the
+    same name left them (its database removed, its runs directory not), and the new trials' events would
+    be written into its trials' directories, mixed with the old ones."""
+    if tb_dir is None:
+        return
+    try:
+        stale = sorted(p.name for p in Path(tb_dir).iterdir() if p.name.startswith("trial_"))
+    except OSError:  # not there yet (the usual case), or unreadable: the writer says so when it opens
+        return
+    if stale:
+        more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
+        raise UserError(
+            f"{tb_dir} holds TensorBoard runs ({stale[0]}{more}) of no trial of this new study (left by a "
+            "deleted study of the same name?); move them away, or give another --runs-dir or --study"
+        )
 
 
 class Resumable(UserError):
@@ -142,6 +161,8 @@ class Driver:
                     )
                     return study
             self.kept.check_files(study)  # before the pool and the study: a refusal leaves nothing behind
+            if study is None:
+                check_no_stale_runs(s.tb_dir)
             pool = self.pool_factory(s)  # starts Ray; a bad --address is refused before a study is created
             try:
                 for note in pool.notes:
