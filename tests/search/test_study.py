@@ -231,3 +231,28 @@ def test_a_requeued_trial_keeps_all_its_fixed_parameters() -> None:
     }
     assert params == {"arch": 3, "scale": 0.5, "seed": 1}
     assert again.user_attrs["requeued_from"] == trial.number
+
+
+def test_ctrl_c_during_the_first_trial_of_a_new_study_leaves_no_study(tmp_path, corpus, monkeypatch, capsys):
+    """It left a study holding one re-queued FAIL and its queued seeds, nothing finished; now nothing, and
+    the same command starts afresh.  A study with a finished trial is kept (the second half)."""
+    from nas.execution.local_pool import LocalPool
+
+    real = LocalPool.submit
+    calls: list[int] = []
+
+    def submit(self: LocalPool, *args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == stop_at[0]:
+            raise KeyboardInterrupt  # Ctrl-C while the trial is being started
+        real(self, *args, **kwargs)
+
+    stop_at = [1]
+    monkeypatch.setattr(LocalPool, "submit", submit)
+    assert search(tmp_path, corpus, "--trials", "3") == 130
+    assert optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db").get_all_studies() == []
+    calls.clear()
+    stop_at[0] = 2  # stopped during the second trial: the first finished, the study stays
+    assert search(tmp_path, corpus, "--trials", "3") == 130
+    states = [t.state for t in load(tmp_path).trials]
+    assert TrialState.COMPLETE in states

@@ -177,6 +177,13 @@ class Driver:
                     self.sampler = record_sampler(study, s)  # what ran, ``auto`` resolved
                     record_spec(study, s.spec)  # the spec of the latest run (only MUTABLE fields can differ)
                     self._search(study, pool, report)
+                except KeyboardInterrupt:
+                    # Ctrl-C or SIGTERM before this new study's first result: its running trial was
+                    # re-queued, but a study holding only that and its seeds is nothing to continue;
+                    # dropped, so the same command (or another) starts afresh
+                    if created and not self.CONFIRMATION:
+                        drop_if_empty(study)
+                    raise
                 except Exception as err:
                     # this run made it, nothing finished, and it failed (not a stop the user asked for, nor
                     # "no worker left", which re-queues for the same command): leave nothing behind
