@@ -256,3 +256,22 @@ def test_ctrl_c_during_the_first_trial_of_a_new_study_leaves_no_study(tmp_path, 
     assert search(tmp_path, corpus, "--trials", "3") == 130
     states = [t.state for t in load(tmp_path).trials]
     assert TrialState.COMPLETE in states
+
+
+def test_a_driver_that_loses_the_race_to_create_a_study_is_told_of_the_race(
+    tmp_path, corpus, monkeypatch, capsys
+):
+    """Two drivers start one new study at once; the second found no study, then the first made it: it was
+    told only that the study "exists already", as if it had been asked to make a study that was there."""
+    import nas.search.driver.loop as loop
+
+    assert search(tmp_path, corpus, "--trials", "1") == 0  # the winner's study
+    before = [(t.number, t.state) for t in load(tmp_path).trials]
+    monkeypatch.setattr(
+        loop, "load_existing_study", lambda settings, confirmation=False: None
+    )  # not there yet
+    capsys.readouterr()
+    assert search(tmp_path, corpus, "--trials", "2") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another driver created it while this one was starting" in err
+    assert [(t.number, t.state) for t in load(tmp_path).trials] == before  # the winner's study as it was

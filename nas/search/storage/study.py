@@ -241,7 +241,11 @@ def create_under_lease(
             return False
         old = optuna.load_study(study_name=name, storage=storage)
         if SETTINGS in old.user_attrs:
-            raise UserError(exists)
+            # this driver found no study when it started (else it would continue it): another made it since
+            raise UserError(
+                f"{exists}: another driver created it while this one was starting (two searches of one "
+                "study at once); it is left to that driver: run the same command again later to continue it"
+            )
         if maker is None or not _never_ran(old):
             raise UserError(
                 f"{exists} and was not made by this tool (it has no settings record); it is left "
