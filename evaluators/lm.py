@@ -49,6 +49,7 @@ from evaluators.trainlog import TrainLog, stderr_log
 from nas.data import load_corpus
 from nas.models import ArchConfig
 from nas.outputs import Planned
+from nas.plural import plural
 from nas.spec import DEFAULT_BUDGET
 from nas.spec.training import Budget, TrainRecipe
 
@@ -96,6 +97,13 @@ def train_lm(
     tlog = TrainLog(log, logdir)
     try:
         tlog.start(arch, plan, corpus.name, dev.type)
+        asked = recipe.eval_batches * plan.batch_size
+        if len(validation.x) < asked:  # never capped silently: the loss is over fewer windows than asked
+            tlog.say(
+                f"note: validation over {plural(len(validation.x), 'window')} of {seq_len} tokens, all the "
+                f"validation data holds (recipe.eval_batches {recipe.eval_batches} x batch {plan.batch_size} "
+                f"asked for {asked})"
+            )
         compile_error = None
         prep: Prepared | None = None
         try:

@@ -278,3 +278,18 @@ def test_a_flag_replaces_the_files_path_which_is_then_not_read(tmp_path: Path, m
     # without the flag the file's tokenizer is read: written for the working directory, it is refused
     err = capsys.readouterr().err
     assert "archs/a.yaml: data.tokenizer: t.json is read relative to this file's directory" in err
+
+
+def test_a_validation_capped_by_the_data_is_said(tmp_path, capsys) -> None:
+    """recipe.eval_batches x batch asked for more windows than the validation data holds: the loss was over
+    fewer, without a word."""
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("to be or not to be, that is the question. " * 80)  # 336 validation bytes
+    argv = ["train", "--arch", "vanilla", "--data", str(corpus), "--budget.steps", "1", "--threads", "1",
+            "--recipe.seq_len", "64"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "note: validation over 5 windows of 64 tokens, all the validation data holds" in err
+    assert "(recipe.eval_batches 8 x batch 16 asked for 128)" in err
+    assert main([*argv, "--recipe.eval_batches", "1", "--recipe.batch_size", "4"]) == 0
+    assert "note: validation" not in capsys.readouterr().err  # 4 windows asked, 5 there

@@ -23,6 +23,7 @@ from torch import Tensor
 from nas.data.batches import get_batch, validation_windows
 from nas.interrupts import held
 from nas.outputs import partial
+from nas.plural import plural
 
 DEFAULT_CORPUS = "shakespeare"
 DEFAULT_PARALLEL = "shakespeare-reversed"  # the built-in seq2seq task (nas.data.parallel)
@@ -69,9 +70,9 @@ class Corpus:
     def describe(self) -> str:
         """One line for logs: what was loaded and how much of it."""
         if self.is_bytes:
-            held = f"{len(self.val_docs)} held-out documents" if self.val_docs else "last 10% held out"
+            held = plural(len(self.val_docs), "held-out document") if self.val_docs else "last 10% held out"
             line = (
-                f"{self.name}: {self.n_docs} documents, {len(self.train):,} train bytes, "
+                f"{self.name}: {plural(self.n_docs, 'document')}, {len(self.train):,} train bytes, "
                 f"{len(self.val):,} validation bytes ({held})"
             )
             if self.left_out:  # never silently: each file left out, with why (the first few named)
