@@ -151,3 +151,27 @@ def test_a_probe_or_proxy_study_is_listed_by_its_own_value(cli, runs) -> None:
     assert lines[2].split()[:3] == ["trial", "ln", "params"] and "loss" not in "\n".join(lines[1:])
     rows = json.loads(cli("best", "--study", "proxy", "--runs-dir", runs, "--json")[1])
     assert [r["proxy_value"] for r in rows] == [9.0, 9.5] and "val_loss" not in rows[0]
+
+
+def test_by_layer_from_the_bottom_leaves_a_pinned_layer_out_of_the_free_layers_counts(tmp_path) -> None:
+    """`best --by-layer` counted a pinned last layer (mha) at index 1 of 2-layer trials among the free
+    layers at index 1 of 3-layer ones: the bottom-up rows now hold the free layers only."""
+    from nas.cli import main
+    from nas.search.reports.layers import by_layer
+
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: pinned\nglobals: {d_model: 32, n_heads: 2, n_layers: [2, 3], max_len: 16}\n"
+        "layers:\n  attention: {synth_dense: {}, synth_random: {}}\n  ffn: {activation: relu, mult: 2}\n"
+        "  at:\n    - layers: -1\n      attention: mha\n"
+    )
+    argv = ["search", "--space", str(space), "--evaluator", "proxy:params", "--trials", "8", "--local",
+            "--runs-dir", str(tmp_path / "runs"), "--sampler", "random", "--no-tensorboard"]  # fmt: skip
+    assert main(argv) == 0
+    study = optuna.load_study(study_name="pinned", storage=f"sqlite:///{tmp_path}/runs/pinned/study.db")
+    table = by_layer(study, top=8)
+    assert table["depths_vary"]
+    rows = {(r["gene"], r["layer"]): r for r in table["rows"]}
+    assert rows[("attention", "-1")]["sampled"] == {"mha": table["sampled"]}  # from the top: lined up
+    bottom = [r for r in table["rows"] if r["gene"] == "attention" and not r["layer"].startswith("-")]
+    assert bottom and all("mha" not in r["sampled"] for r in bottom)  # the pinned layer is not mixed in

@@ -60,12 +60,36 @@ def top_trials(study: optuna.Study, top: int) -> list[FrozenTrial]:
     return sorted(done, key=lambda t: t.values[0])[:top]
 
 
+def own_menus(study: optuna.Study) -> Any:
+    """``(i, n) -> bool``: whether layer ``i`` of an ``n``-layer LM candidate draws from a ``layers.at``
+    entry of its own (a pinned last layer), read from the study's kept spec; None when the study keeps no
+    spec or its space has no such entry."""
+    from nas.search.space.load import parse_space
+    from nas.search.storage.records import stored_spec
+
+    try:
+        spec = stored_spec(study)
+        space = parse_space(dict(spec.space), "<study>") if spec is not None else None
+    except Exception:  # noqa: BLE001 - an old or foreign study: counted as before
+        return None
+    if space is None or not space.layer_choices.at:
+        return None
+    choices = space.layer_choices
+    return lambda i, n: ".at" in choices.menu(i, n, "layers").attention_prefix
+
+
 def _count(
-    trials: Sequence[FrozenTrial], from_top: bool = False
+    trials: Sequence[FrozenTrial], from_top: bool = False, own: Any = None
 ) -> dict[tuple[tuple[int, int], str], Counter[str]]:
+    """Counts per (slot, gene).  ``own`` (:func:`own_menus`): counting from the bottom with depths that
+    vary, a layer drawn from a position's own menu is left out (a pinned last layer lands on index 1 of
+    a 2-layer and 2 of a 3-layer trial, among the free layers' counts); the count from the top has it."""
     counts: dict[tuple[tuple[int, int], str], Counter[str]] = {}
     for t in trials:
+        n = len((t.user_attrs.get("arch") or {}).get("layers") or [])
         for slot, block, activation in layer_choices(t, detail=True, from_top=from_top):
+            if own is not None and not from_top and slot[0] == 1 and own(slot[1], n):
+                continue
             for gene, name in zip(GENES, (block, activation), strict=True):
                 counts.setdefault((slot, gene), Counter())[name] += 1
     return counts
@@ -85,8 +109,9 @@ def by_layer(study: optuna.Study, top: int = 10) -> dict[str, Any]:
         tuple(len(t.user_attrs["arch"].get(k) or []) for k in ("encoder_layers", "layers")) for t in sampled
     }
     rows = []
+    own = own_menus(study) if len(depths) > 1 else None
     for from_top in (False, True) if len(depths) > 1 else (False,):
-        top_c, all_c = _count(best, from_top), _count(sampled, from_top)
+        top_c, all_c = _count(best, from_top, own), _count(sampled, from_top, own)
         seq2seq = any(slot[0] == 0 for slot, _ in all_c)
         rows += [
             {
@@ -114,7 +139,8 @@ def format_by_layer(table: dict[str, Any]) -> str:
     body = [[r["gene"], r["layer"], cell(r["top"]), cell(r["sampled"])] for r in table["rows"]]
     note = (
         "\nThe depth varies: layers are counted from the bottom (0 is the first) and then from the top "
-        "(-1 is the last), where a layer pinned at the top lines up whatever the depth."
+        "(-1 is the last), where a layer pinned at the top lines up whatever the depth; counted from the "
+        "bottom, a layer drawn from a position's own menu (layers.at) is left out."
         if table.get("depths_vary")
         else ""
     )
