@@ -79,6 +79,7 @@ class Fit:
     points: int = 0
     runs: int = 0
     rms_log: float = 0.0  # root-mean-square residual in log loss
+    share: str = "none"  # what it shares with the other architectures' fits (nas.ladder.joint)
 
     def loss(self, params: Any, tokens: Any) -> Any:
         return self.E + self.A / params**self.alpha + self.B / tokens**self.beta
@@ -107,13 +108,21 @@ class Layout:
         )
 
     def residuals(
-        self, theta: torch.Tensor, logn: torch.Tensor, logd: torch.Tensor, logl: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Residuals ``LSE(...) - log L`` (..., n) and their Jacobian (..., n, k) for parameters (..., k)."""
+        self,
+        theta: torch.Tensor,
+        logn: torch.Tensor,
+        logd: torch.Tensor,
+        logl: torch.Tensor,
+        jacobian: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Residuals ``LSE(...) - log L`` (..., n) and their Jacobian (..., n, k) for parameters (..., k)
+        (None when not ``jacobian``: the objective alone needs none)."""
         coef = theta[..., self.index]  # (..., n, 5)
         a, alpha, b, beta, e = coef.unbind(-1)
         terms = torch.stack((a - alpha * logn, b - beta * logd, e), -1)
         lse = torch.logsumexp(terms, -1)
+        if not jacobian:
+            return lse - logl, None
         p1, p2, p3 = torch.softmax(terms, -1).unbind(-1)  # d LSE / d term
         local = torch.stack([p1, -p1 * logn, p2, -p2 * logd, p3], -1)  # d LSE / d (a, alpha, b, beta, e)
         jac = torch.zeros(*coef.shape[:-1], self.k, dtype=theta.dtype)
@@ -143,7 +152,7 @@ def _huber(r: torch.Tensor, delta: float) -> torch.Tensor:
 def _objective(
     theta: torch.Tensor, data: tuple[torch.Tensor, ...], weights: torch.Tensor, layout: Layout, delta: float
 ) -> torch.Tensor:
-    r, _ = layout.residuals(theta, *data)
+    r, _ = layout.residuals(theta, *data, jacobian=False)
     return (weights * _huber(r, delta)).sum(-1)
 
 
@@ -166,6 +175,7 @@ def minimise(
     stalls = 0
     for _ in range(iterations):
         r, jac = layout.residuals(theta, *data)
+        assert jac is not None
         w = weights * torch.clamp(delta / r.abs().clamp_min(1e-300), max=1.0)  # IRLS weights
         grad = torch.einsum("...n,...nk->...k", w * r, jac)
         hess = (w.unsqueeze(-1) * jac).transpose(-1, -2) @ jac
@@ -206,7 +216,7 @@ def _data(points: Sequence[Point]) -> tuple[torch.Tensor, ...]:
     return t[:, 0].log(), t[:, 1].log(), t[:, 2].log()
 
 
-def _to_fit(theta: torch.Tensor, form: str, points: Sequence[Point], rms: float) -> Fit:
+def _to_fit(theta: torch.Tensor, form: str, points: Sequence[Point], rms: float, share: str = "none") -> Fit:
     a, alpha, b, beta, e = (float(v) for v in _unpack(theta, form))
     return Fit(
         math.exp(e),
@@ -218,6 +228,7 @@ def _to_fit(theta: torch.Tensor, form: str, points: Sequence[Point], rms: float)
         len(points),
         len({p.run for p in points}),
         rms,
+        share,
     )
 
 
@@ -235,7 +246,7 @@ def fit(points: Sequence[Point], form: str = "chinchilla") -> tuple[Fit, torch.T
     keep = torch.argsort(torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf)))[:_KEPT]
     theta, f = minimise(theta[keep], data, weights[keep], layout)
     best, distinct = best_optima(theta, f)
-    r, _ = layout.residuals(best, *data)
+    r, _ = layout.residuals(best, *data, jacobian=False)
     rms = float(r.pow(2).mean().sqrt())
     return _to_fit(best, form, points, rms), distinct
 
