@@ -123,7 +123,8 @@ def held_out(
     }
 
 
-def heldout_check(
+def run_check(
+    kind: str,
     study: optuna.Study,
     plan: LadderPlan,
     rows: Sequence[dict[str, Any]],
@@ -132,35 +133,22 @@ def heldout_check(
     samples: int,
     share: str = "none",
 ) -> dict[str, Any] | None:
-    """Hold out the largest size: fit the rest, predict its points, compare (None: too few sizes)."""
-    sizes = plan.sizes()
-    if len(sizes) < MIN_SIZES + 1:
-        return None
-    fams = _families(study, plan, rows, seq_len, form, samples, sizes[:-1], share)
-    return held_out(fams, rows, sizes[-1], sizes[:-1])
-
-
-def rollout_check(
-    study: optuna.Study,
-    plan: LadderPlan,
-    rows: Sequence[dict[str, Any]],
-    seq_len: int | None,
-    form: str,
-    samples: int,
-    share: str = "none",
-) -> dict[str, Any] | None:
-    """Fit the smallest k sizes (every k from MIN_SIZES to all but one) and predict every larger size:
-    one entry per (k, held-out size) in ``folds``, and the error, spread and coverage over all of them."""
+    """``heldout``: fit every size but the largest, predict the largest (:func:`held_out`'s result).
+    ``rollout``: fit the smallest k sizes (every k from MIN_SIZES to all but one), predict every larger
+    size: one :func:`held_out` per (k, held-out size) in ``folds``, and the error, spread and coverage over
+    all of them.  None when the ladder has too few sizes to hold one out."""
     sizes = plan.sizes()
     if len(sizes) < MIN_SIZES + 1:
         return None
     folds = []
-    for k in range(MIN_SIZES, len(sizes)):
+    for k in [len(sizes) - 1] if kind == "heldout" else range(MIN_SIZES, len(sizes)):
         fams = _families(study, plan, rows, seq_len, form, samples, sizes[:k], share)
         for held in sizes[k:]:
             one = held_out(fams, rows, held, sizes[:k])
             if one is not None:
                 folds.append(one)
+    if kind == "heldout":
+        return folds[0] if folds else None
     if not folds:
         return None
     inside = sum(f["coverage"]["inside"] for f in folds)

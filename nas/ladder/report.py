@@ -334,7 +334,7 @@ def build_report(
 
     ``check``: ``heldout`` or ``rollout`` (:mod:`nas.ladder.check`), or None; either gives the report a
     verdict on its own predictions."""
-    from nas.ladder.check import heldout_check, rollout_check, verdict
+    from nas.ladder.check import run_check, verdict
 
     plan = LadderPlan.from_dict(study.user_attrs.get(LADDER) or {})
     entries = {e.index: e for e in (Entry.from_dict(d) for d in study.user_attrs.get(ARCHS) or [])}
@@ -374,9 +374,9 @@ def build_report(
         )
     ranking = sorted(preds, key=lambda k: preds[k]["loss"])
     done = sum(r["state"] == "COMPLETE" for r in rows)
-    checks = {"heldout": heldout_check, "rollout": rollout_check}
-    checked = checks[check](study, plan, rows, seq_len, form, samples, share) if check in checks else None
-    v = verdict(check if check in checks else None, checked, families)
+    kind = check if check in ("heldout", "rollout") else None
+    checked = run_check(kind, study, plan, rows, seq_len, form, samples, share) if kind else None
+    v = verdict(kind, checked, families)
     for f in families:  # each prediction carries the verdict beside its p(best)
         if f["prediction"] is not None:
             f["prediction"]["verdict"] = v["status"]
@@ -403,7 +403,7 @@ def build_report(
         "families": families,
         "ranking": ranking,
         "crossovers": crossovers(fams, min(measured), target) if measured and target else [],
-        "check_kind": check if check in checks else None,
+        "check_kind": kind,
         "check": checked,
     }
 
