@@ -169,29 +169,33 @@ def run_check(
 
 def warnings(families: Sequence[dict[str, Any]]) -> list[str]:
     """What a reader of the predictions should know of the fits themselves: E at its bound (no loss
-    floor), an exponent at a bound, a compute-optimal size at the edge of the sizes searched."""
+    floor), an exponent at a bound, a compute-optimal size at the edge of the sizes searched.  Families
+    with the same fault and value (a shared E) are named together, in one line."""
     from nas.ladder.fit import MAX_EXPONENT
 
-    out = []
+    said: dict[str, list[str]] = {}
     for f in families:
         c, p = f.get("fit"), f.get("prediction")
         if not c:
             continue
+        faults = []
         low = min((m["loss"] for m in f.get("measured") or ()), default=None)
         if low is not None and c["E"] < E_BOUND * low:
-            out.append(
-                f"{f['name']}: E at its bound ({c['E']:.3g}, under {E_BOUND:.0%} of its lowest loss): the "
-                "fit has no loss floor, and its predictions fall without limit"
+            faults.append(
+                f"E at its bound ({c['E']:.3g}, under {E_BOUND:.0%} of the lowest loss): the fit has no loss "
+                "floor, and its predictions fall without limit"
             )
         for k in ("alpha", "beta"):
             if c[k] <= 1e-6 or c[k] >= MAX_EXPONENT - 1e-6:
-                out.append(f"{f['name']}: {k} at its bound ({c[k]:.3g}; kept in [0, {MAX_EXPONENT:g}])")
+                faults.append(f"{k} at its bound ({c[k]:.3g}; kept in [0, {MAX_EXPONENT:g}])")
         if p and p.get("edge"):
-            out.append(
-                f"{f['name']}: its compute-optimal size is at the {p['edge']} edge of the sizes searched "
-                "(the grid's edge): no optimum inside them"
+            faults.append(
+                f"the compute-optimal size is at the {p['edge']} edge of the sizes searched (the grid's "
+                "edge): no optimum inside them"
             )
-    return out
+        for fault in faults:
+            said.setdefault(fault, []).append(f["name"])
+    return [f"{', '.join(names)}: {fault}" for fault, names in said.items()]
 
 
 def verdict(

@@ -183,11 +183,15 @@ def test_a_prediction_its_check_contradicts_says_so_first_and_marks_its_p_best()
     assert "| 0.89 (not supported) |" in "\n".join(prediction_table(report))
     # the fits' own faults are named: E at its bound, an optimum at the grid's edge, an exponent at 0
     assert any("a: E at its bound" in line for line in lines[:8])
-    assert any("largest edge of the sizes searched" in line for line in lines[:8])
+    assert any("a: the compute-optimal size is at the largest edge" in line for line in lines[:8])
     assert any("a: beta at its bound" in line for line in lines[:8])
     fine = render(_report("supported"))
     assert "(not supported)" not in fine and "| 0.89 |" in fine
     assert warnings([{"name": "b", "fit": None}]) == []
+    # a floor shared at its bound is one fault of every architecture: said once, naming them all
+    fam = report["families"][0]
+    both = warnings([fam, {**fam, "name": "b", "prediction": None}])
+    assert sum("E at its bound" in w for w in both) == 1 and both[0].startswith("a, b: E at its bound")
 
 
 def test_one_architecture_fitted_under_a_share_is_its_own_fit() -> None:
