@@ -25,6 +25,8 @@ from nas.spec.flags import add_spec_flags
 
 DEFAULT_TOP = 1
 DEFAULT_SAMPLES = 200
+#: --share's default (docs/ladder.md, "Sharing": the synthetic measurement behind it)
+DEFAULT_SHARE = "E"
 #: the flags that choose a ladder's runs (``plan_flags`` writes them)
 PLAN_DESTS = ("trial", "top", "sizes", "seeds", "scale", "tokens", "rungs", "baseline", "baseline_shape")
 #: bootstrap draws are refitted as one batch per architecture, (draws x starts x points) tensors: 10**8
@@ -103,11 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_SAMPLES,
         help=f"bootstrap draws per architecture (default {DEFAULT_SAMPLES})",
     )
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help="also fit without the largest size and predict it: how well the ladder predicts",
-    )
+    _add_check_args(p)
     p.add_argument(
         "--no-train", action="store_true", help="report on the runs the ladder study holds; train nothing"
     )
@@ -126,6 +124,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     # the plan flags' defaults, as the parser has them (unused_plan_flags tells given flags from defaults)
     plan_defaults = {d: p.get_default(d) for d in PLAN_DESTS}
     p.set_defaults(func=run, plan_defaults=plan_defaults)
+
+
+def _add_check_args(p: argparse.ArgumentParser) -> None:
+    """--share and --check: how the ladder is fitted and how it checks its own predictions."""
+    from nas.ladder.check import CHECKS
+    from nas.ladder.joint import SHARES
+
+    p.add_argument(
+        "--share",
+        default=DEFAULT_SHARE,
+        metavar="{" + ",".join(SHARES) + "}",
+        help=f"what every architecture's fit shares, fitted jointly: {', '.join(SHARES)} (default "
+        f"{DEFAULT_SHARE}: one loss floor, the data's; each keeps its own A, B and exponents)",
+    )
+    p.add_argument(
+        "--check",
+        nargs="?",
+        const="heldout",
+        default=None,
+        metavar="{" + ",".join(CHECKS) + "}",
+        help="how the ladder checks its predictions on itself: heldout (plain --check, and the default with "
+        "4 sizes or more): fit without the largest size and predict it; rollout: fit the smallest k sizes "
+        "(every k >= 3) and predict every larger one; none: no check and no verdict",
+    )
+
+
+def check_kind(args: argparse.Namespace, sizes: int) -> str | None:
+    """The check to run: --check's, or (not given) heldout where ``sizes`` allow one; None for none."""
+    if args.check is None:
+        return "heldout" if sizes >= check_sizes() else None
+    return None if args.check == "none" else args.check
 
 
 def plan_report(args: argparse.Namespace) -> list[Planned]:
@@ -155,6 +184,8 @@ def _positive(value: float | None, flag: str, high: float | None = None) -> None
 def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...], list[int] | None]:
     """--sizes, --rungs and --trial as values; --scale and the targets checked.  Reads nothing."""
     from nas.confirm.plan import parse_list
+    from nas.ladder.check import CHECKS
+    from nas.ladder.joint import SHARES
     from nas.ladder.report import MIN_DRAWS
     from nas.models.sizes import MAX_SIZE
     from nas.spec.fields import fractions
@@ -180,8 +211,17 @@ def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...
         )
     if args.samples > MAX_SAMPLES:
         raise UserError(f"--samples {args.samples}: at most {MAX_SAMPLES:,} bootstrap draws per architecture")
+    _choice(args.share, "--share", SHARES)
+    if args.check is not None:
+        _choice(args.check, "--check", CHECKS)
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None
     return sizes, rungs, numbers
+
+
+def _choice(value: str, flag: str, valid: tuple[str, ...]) -> None:
+    # not argparse's choices: its refusal is a usage block, not one line naming the valid values
+    if value not in valid:
+        raise UserError(f"{flag} {value!r}: valid: {', '.join(valid)}")
 
 
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
@@ -237,7 +277,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     if runs > MAX_RUNS:
         raise UserError(f"--seeds {args.seeds}: {runs:,} runs; at most {MAX_RUNS:,} in one ladder")
     plan = dataclasses.replace(plan, seeds=tuple(range(seed0, seed0 + args.seeds)))
-    if args.check and not args.no_train and len(plan.sizes()) < check_sizes():
+    if args.check in ("heldout", "rollout") and not args.no_train and len(plan.sizes()) < check_sizes():
         raise UserError(check_needs(plan.sizes(), args.sizes))  # refused before training, not after it
     flat = plan.without_interval()
     if flat:  # each resample would be all the runs
@@ -262,7 +302,7 @@ def check_needs(sizes: list[float], flag: str | None) -> str:
     """Why ``--check`` has nothing to report on a ladder of ``sizes`` (``flag``: the ``--sizes`` typed)."""
     given = f"--sizes {flag} gives" if flag is not None else "the ladder study has"
     return (
-        f"--check holds out the largest size and fits the others, which needs {check_sizes()} distinct sizes "
+        f"--check holds out the larger sizes and fits the others, which needs {check_sizes()} distinct sizes "
         f"or more; {given} {len(sizes)} ({', '.join(f'{s:g}' for s in sizes)}): add a size"
     )
 
@@ -316,12 +356,16 @@ def _pairs(flags: str) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace) -> int:
     from nas.commands.stopping import sigterm_stops_the_driver
     from nas.confirm.runner import FLAGS
-    from nas.ladder import run_ladder
+    from nas.ladder import LADDER, LadderPlan, run_ladder
+    from nas.ladder.check import line
     from nas.ladder.markdown import plot, render
     from nas.ladder.report import build_report
 
     outputs = plan_report(args)
     settings, every, plan, url = build(args)
+    progress = sys.stderr if args.json else sys.stdout
+    for m in sorted(plan.members, key=lambda m: (m.family, m.size)):  # what each size is: its layers
+        print(f"ladder: {m.family} size {m.size:g} is {every[m.entry].arch.summary()}", file=progress)
     if args.no_train:
         study = _existing(settings.study, url)
         unused = unused_plan_flags(args, study.user_attrs.get(FLAGS) or "")
@@ -338,9 +382,10 @@ def run(args: argparse.Namespace) -> int:
                 args.study,
                 every,
                 plan,
-                out=sys.stderr if args.json else sys.stdout,
+                out=progress,
                 flags=plan_flags(args),
             )
+    sizes = LadderPlan.from_dict(study.user_attrs.get(LADDER) or {}).sizes()
     report = build_report(
         study,
         args.study,
@@ -349,10 +394,13 @@ def run(args: argparse.Namespace) -> int:
         args.target_size,
         args.form,
         args.samples,
-        args.check,
+        check_kind(args, len(sizes)),
+        args.share,
     )
-    if args.check and report["check"] is None:  # --no-train on a ladder of too few sizes to hold one out
+    if args.check not in (None, "none") and report["check"] is None:  # --no-train, too few sizes
         print(f"note: {check_needs(report['sizes'], None)}", file=sys.stderr)
+    # the verdict on the progress stream too: who reads only the console still sees it
+    print(f"ladder: {line(report['verdict'])}", file=progress)
     if outputs:
         image = plot(report, outputs[1])
         text = render(report, [image.name])

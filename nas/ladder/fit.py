@@ -79,6 +79,7 @@ class Fit:
     points: int = 0
     runs: int = 0
     rms_log: float = 0.0  # root-mean-square residual in log loss
+    share: str = "none"  # what it shares with the other architectures' fits (nas.ladder.joint)
 
     def loss(self, params: Any, tokens: Any) -> Any:
         return self.E + self.A / params**self.alpha + self.B / tokens**self.beta
@@ -87,30 +88,61 @@ class Fit:
         return dataclasses.asdict(self)
 
 
+class Layout:
+    """Where each point's five coefficients (a, alpha, b, beta, e) sit in a parameter vector of ``k``.
+
+    One family in the ``chinchilla`` form reads ``(a, alpha, b, beta, e)`` at 0..4; ``shared`` reads beta
+    from alpha's place.  A joint fit of several families (:mod:`nas.ladder.joint`) points every family's e
+    (and its exponents, when they are shared) at the same entry, so one objective fits them all.
+    ``exponents``: the entries kept in [0, MAX_EXPONENT]."""
+
+    def __init__(self, index: torch.Tensor, k: int, exponents: Sequence[int]) -> None:
+        self.index, self.k, self.exponents = index, k, tuple(exponents)
+
+    @classmethod
+    def single(cls, form: str, n: int) -> Layout:
+        """One family of ``n`` points in ``form``."""
+        row = [0, 1, 2, 1, 3] if form == "shared" else [0, 1, 2, 3, 4]
+        return cls(
+            torch.tensor([row] * n), 4 if form == "shared" else 5, (1,) if form == "shared" else (1, 3)
+        )
+
+    def residuals(
+        self,
+        theta: torch.Tensor,
+        logn: torch.Tensor,
+        logd: torch.Tensor,
+        logl: torch.Tensor,
+        jacobian: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Residuals ``LSE(...) - log L`` (..., n) and their Jacobian (..., n, k) for parameters (..., k)
+        (None when not ``jacobian``: the objective alone needs none)."""
+        coef = theta[..., self.index]  # (..., n, 5)
+        a, alpha, b, beta, e = coef.unbind(-1)
+        terms = torch.stack((a - alpha * logn, b - beta * logd, e), -1)
+        lse = torch.logsumexp(terms, -1)
+        if not jacobian:
+            return lse - logl, None
+        p1, p2, p3 = torch.softmax(terms, -1).unbind(-1)  # d LSE / d term
+        local = torch.stack([p1, -p1 * logn, p2, -p2 * logd, p3], -1)  # d LSE / d (a, alpha, b, beta, e)
+        jac = torch.zeros(*coef.shape[:-1], self.k, dtype=theta.dtype)
+        # entries read by several of a point's slots (shared: beta is alpha) sum their derivatives
+        jac.scatter_add_(-1, self.index.expand_as(local), local)
+        return lse - logl, jac
+
+    def clamp(self, theta: torch.Tensor) -> torch.Tensor:
+        out = theta.clone()
+        for i in self.exponents:
+            out[..., i] = out[..., i].clamp(0.0, MAX_EXPONENT)
+        return out
+
+
 def _unpack(theta: torch.Tensor, form: str) -> tuple[torch.Tensor, ...]:
-    """(a, alpha, b, beta, e) from the parameter tensor (``shared``: beta is alpha)."""
+    """(a, alpha, b, beta, e) from one family's parameter tensor (``shared``: beta is alpha)."""
     if form == "shared":
         a, alpha, b, e = theta.unbind(-1)
         return a, alpha, b, alpha, e
     return theta.unbind(-1)
-
-
-def _residuals(
-    theta: torch.Tensor, logn: torch.Tensor, logd: torch.Tensor, logl: torch.Tensor, form: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Residuals ``LSE(...) - log L`` (..., n) and their Jacobian (..., n, k) for parameters (..., k)."""
-    a, alpha, b, beta, e = (t.unsqueeze(-1) for t in _unpack(theta, form))
-    terms = torch.stack(
-        torch.broadcast_tensors(a - alpha * logn, b - beta * logd, e.expand_as(a - alpha * logn)), -1
-    )
-    lse = torch.logsumexp(terms, -1)
-    p = torch.softmax(terms, -1)  # d LSE / d term
-    p1, p2, p3 = p.unbind(-1)
-    if form == "shared":
-        jac = torch.stack([p1, -p1 * logn - p2 * logd, p2, p3], -1)
-    else:
-        jac = torch.stack([p1, -p1 * logn, p2, -p2 * logd, p3], -1)
-    return lse - logl, jac
 
 
 def _huber(r: torch.Tensor, delta: float) -> torch.Tensor:
@@ -118,24 +150,17 @@ def _huber(r: torch.Tensor, delta: float) -> torch.Tensor:
 
 
 def _objective(
-    theta: torch.Tensor, data: tuple[torch.Tensor, ...], weights: torch.Tensor, form: str, delta: float
+    theta: torch.Tensor, data: tuple[torch.Tensor, ...], weights: torch.Tensor, layout: Layout, delta: float
 ) -> torch.Tensor:
-    r, _ = _residuals(theta, *data, form)
+    r, _ = layout.residuals(theta, *data, jacobian=False)
     return (weights * _huber(r, delta)).sum(-1)
-
-
-def _clamp(theta: torch.Tensor, form: str) -> torch.Tensor:
-    out = theta.clone()
-    for i in (1,) if form == "shared" else (1, 3):
-        out[..., i] = out[..., i].clamp(0.0, MAX_EXPONENT)
-    return out
 
 
 def minimise(
     theta: torch.Tensor,
     data: tuple[torch.Tensor, ...],
     weights: torch.Tensor,
-    form: str,
+    layout: Layout,
     delta: float = HUBER_DELTA,
     iterations: int = 200,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,19 +169,20 @@ def minimise(
     Returns the parameters and each problem's objective."""
     k = theta.shape[-1]
     eye = torch.eye(k, dtype=theta.dtype)
-    theta = _clamp(theta, form)
-    f = _objective(theta, data, weights, form, delta)
+    theta = layout.clamp(theta)
+    f = _objective(theta, data, weights, layout, delta)
     lam = torch.full(f.shape, 1e-3, dtype=theta.dtype)
     stalls = 0
     for _ in range(iterations):
-        r, jac = _residuals(theta, *data, form)
+        r, jac = layout.residuals(theta, *data)
+        assert jac is not None
         w = weights * torch.clamp(delta / r.abs().clamp_min(1e-300), max=1.0)  # IRLS weights
         grad = torch.einsum("...n,...nk->...k", w * r, jac)
-        hess = torch.einsum("...n,...nk,...nl->...kl", w, jac, jac)
+        hess = (w.unsqueeze(-1) * jac).transpose(-1, -2) @ jac
         damp = lam[..., None, None] * (torch.diagonal(hess, dim1=-2, dim2=-1).unsqueeze(-1) * eye + eye)
         step = torch.linalg.solve(hess + damp, -grad.unsqueeze(-1)).squeeze(-1)
-        trial = _clamp(theta + step, form)
-        f_new = _objective(trial, data, weights, form, delta)
+        trial = layout.clamp(theta + step)
+        f_new = _objective(trial, data, weights, layout, delta)
         better = torch.isfinite(f_new) & (f_new < f)
         theta = torch.where(better.unsqueeze(-1), trial, theta)
         gain = torch.where(better, f - f_new, torch.zeros_like(f))
@@ -190,7 +216,7 @@ def _data(points: Sequence[Point]) -> tuple[torch.Tensor, ...]:
     return t[:, 0].log(), t[:, 1].log(), t[:, 2].log()
 
 
-def _to_fit(theta: torch.Tensor, form: str, points: Sequence[Point], rms: float) -> Fit:
+def _to_fit(theta: torch.Tensor, form: str, points: Sequence[Point], rms: float, share: str = "none") -> Fit:
     a, alpha, b, beta, e = (float(v) for v in _unpack(theta, form))
     return Fit(
         math.exp(e),
@@ -202,6 +228,7 @@ def _to_fit(theta: torch.Tensor, form: str, points: Sequence[Point], rms: float)
         len(points),
         len({p.run for p in points}),
         rms,
+        share,
     )
 
 
@@ -211,26 +238,33 @@ def fit(points: Sequence[Point], form: str = "chinchilla") -> tuple[Fit, torch.T
     if form not in FORMS:
         raise ValueError(f"unknown fit form {form!r}; valid: {', '.join(FORMS)}")
     data = _data(points)
+    layout = Layout.single(form, len(points))
     starts = _grid(form)
     weights = torch.ones(len(starts), len(points), dtype=torch.float64)
     # every start a few steps, then the most promising ones to convergence (the grid is 4,500 starts)
-    theta, f = minimise(starts, data, weights, form, iterations=_SCREEN_STEPS)
+    theta, f = minimise(starts, data, weights, layout, iterations=_SCREEN_STEPS)
     keep = torch.argsort(torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf)))[:_KEPT]
-    theta, f = minimise(theta[keep], data, weights[keep], form)
+    theta, f = minimise(theta[keep], data, weights[keep], layout)
+    best, distinct = best_optima(theta, f)
+    r, _ = layout.residuals(best, *data, jacobian=False)
+    rms = float(r.pow(2).mean().sqrt())
+    return _to_fit(best, form, points, rms), distinct
+
+
+def best_optima(theta: torch.Tensor, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best of the problems ``theta`` (K, k) with objectives ``f`` (K,), and up to RESAMPLE_STARTS of
+    the best that differ from each other (several basins: a bootstrap draw may fall into another)."""
     f = torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf))
     order = torch.argsort(f)
-    best = theta[order[0]]
-    r, _ = _residuals(best, *data, form)
-    rms = float(r.pow(2).mean().sqrt())
     distinct: list[torch.Tensor] = []
-    for i in order.tolist():  # the best optima that differ from each other (several basins)
+    for i in order.tolist():
         if not math.isfinite(float(f[i])):
             break
         if all(float((theta[i] - d).abs().max()) > 1e-3 for d in distinct):
             distinct.append(theta[i])
         if len(distinct) == RESAMPLE_STARTS:
             break
-    return _to_fit(best, form, points, rms), torch.stack(distinct)
+    return theta[order[0]], torch.stack(distinct) if distinct else theta[order[:1]]
 
 
 #: the distinct sizes a bootstrap resample must keep (all of them where the data has fewer): with one size
@@ -284,7 +318,8 @@ def bootstrap(
     weights = resample_weights(points, samples, generator)  # (S, n)
     data = _data(points)
     theta0 = starts.unsqueeze(0).expand(samples, *starts.shape).clone()  # (S, K, k)
-    theta, f = minimise(theta0, data, weights.unsqueeze(1).expand(-1, len(starts), -1), form)
+    layout = Layout.single(form, len(points))
+    theta, f = minimise(theta0, data, weights.unsqueeze(1).expand(-1, len(starts), -1), layout)
     f = torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf))
     best = theta[torch.arange(samples), torch.argmin(f, dim=1)]
     return [_to_fit(best[s], form, points, math.nan) for s in range(samples)]

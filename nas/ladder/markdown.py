@@ -36,6 +36,31 @@ def _beyond(b: dict[str, float], below: dict[str, float] | None = None) -> str:
     return ", ".join(parts) if parts else "inside"
 
 
+def _p_best(p: dict[str, Any]) -> str:
+    """p(best), marked where the ladder's own check contradicts the prediction (never bare there)."""
+    cell = _f(p["p_best"], 2)
+    return (
+        f"{cell} (not supported)" if p.get("verdict") == "not supported" and p["p_best"] is not None else cell
+    )
+
+
+def verdict_lines(report: dict[str, Any]) -> list[str]:
+    """The verdict the report leads with, and what the fits themselves warn of."""
+    from nas.ladder.check import line
+
+    v = report.get("verdict")
+    if not v:
+        return []
+    text = line(v)
+    lines = [
+        f"**{text[0].upper()}{text[1:]}.**"
+        if v["status"] == "not supported"
+        else f"{text[0].upper()}{text[1:]}."
+    ]
+    lines += [f"- {w}." for w in v["warnings"]]
+    return lines + [""]
+
+
 def prediction_table(report: dict[str, Any]) -> list[str]:
     t = report["target"]
     where = f"size {t['size']:g}" if t["size"] is not None else "the compute-optimal size of each fit"
@@ -58,7 +83,7 @@ def prediction_table(report: dict[str, Any]) -> list[str]:
         p = f["prediction"]
         lines.append(
             f"| {i} | {name} | {f['role']} | {p['loss']:.4f} | {_interval(p)} | "
-            f"{_f(p['p_best'], 2)} | {_si(p['params'])} | {_si(p['tokens'])} | "
+            f"{_p_best(p)} | {_si(p['params'])} | {_si(p['tokens'])} | "
             f"{_beyond(p['beyond'], p.get('below'))} |"
         )
     for f in report["families"]:
@@ -83,6 +108,7 @@ def fit_table(report: dict[str, Any]) -> list[str]:
         "",
         f"## Fits: loss = E + A / N^alpha + B / D^beta ({report['form']}; Huber on log-loss, many starts)",
         "",
+        *_free(report.get("fit")),
         "| architecture | runs | points | E | A | alpha | B | beta | rms (log) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -95,6 +121,29 @@ def fit_table(report: dict[str, Any]) -> list[str]:
             f"| {f['name']} | {c['runs']} | {c['points']} | {c['E']:.4g} | {c['A']:.4g} | {c['alpha']:.3f} | "
             f"{c['B']:.4g} | {c['beta']:.3f} | {c['rms_log']:.4f} |"
         )
+    return lines
+
+
+def _free(summary: dict[str, Any] | None) -> list[str]:
+    """The free parameters against the points, and what is shared (``--share``)."""
+    if not summary or not summary["architectures"]:
+        return []
+    shared = ", ".join(f"{k} = {v:.4g}" for k, v in summary["shared"].items())
+    how = f"shared by all: {shared}" if shared else "each architecture fitted alone"
+    return [
+        f"{summary['free_parameters']} free parameters against {summary['points']} points ({summary['runs']} "
+        f"runs, {summary['architectures']} architectures; --share {summary['share']}: {how}).",
+        "",
+    ]
+
+
+def size_lines(report: dict[str, Any]) -> list[str]:
+    """What each size of each architecture is (its shape and layers): one curve is one layer pattern."""
+    if not report.get("members"):
+        return []
+    lines = ["", "## Sizes: what each architecture is at each size", "", "| architecture | size | layers |"]
+    lines.append("|---|---:|---|")
+    lines += [f"| {m['family']} | {m['size']:g} | `{m['layers']}` |" for m in report["members"]]
     return lines
 
 
@@ -130,12 +179,7 @@ def check_table(check: dict[str, Any] | None) -> list[str]:
             f"{r['measured']:.4f} | {r['error']:+.4f} | {_f(r['seed_spread'])} |"
         )
     lines += [f"\n{r['family']}: no interval: {r['no_interval']}." for r in check["rows"] if r["no_interval"]]
-    spread = check["mean_seed_spread"]
-    lines += [
-        "",
-        f"Mean absolute error {check['mean_abs_error']:.4f}"
-        + (f", mean seed-to-seed spread {spread:.4f}." if spread is not None else " (one seed: no spread)."),
-    ]
+    lines += ["", _summary(check)]
     lines += ["", "| ranking by | Spearman | Kendall |", "|---|---:|---:|"]
     for key, v in check["rank_correlation"].items():
         cells = "- | -" if v is None else f"{_f(v['spearman'], 3)} | {_f(v['kendall'], 3)}"
@@ -143,11 +187,59 @@ def check_table(check: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _coverage(c: dict[str, Any]) -> str:
+    if c["share"] is None:
+        return "no intervals"
+    return f"{c['inside']}/{c['points']} ({c['share']:.0%})"
+
+
+def _summary(check: dict[str, Any]) -> str:
+    """Mean error, seed spread and coverage of a check, in one sentence."""
+    spread = check["mean_seed_spread"]
+    return (
+        f"Mean absolute error {check['mean_abs_error']:.4f}"
+        + (f", mean seed-to-seed spread {spread:.4f}" if spread is not None else " (one seed: no spread)")
+        + f"; the 5-95% intervals cover {_coverage(check['coverage'])} of the held-out losses "
+        "(an honest interval covers about 90%)."
+    )
+
+
+def rollout_table(check: dict[str, Any]) -> list[str]:
+    """``--check rollout``: one row per fit of the smallest k sizes and larger size it predicts."""
+    cheap = [k for k in check["folds"][0]["rank_correlation"] if k != "fit"]
+    lines = [
+        "",
+        "## Rollout: fitted on the smallest sizes, predicting every larger one",
+        "",
+        "Beyond: how far the held-out size is past the largest fitted one (parameters, compute), mean over "
+        "architectures. Spearman / Kendall of each order against the measured end losses; the fit's, then "
+        "those that cost no fit.",
+        "",
+        "| fitted sizes | held out | beyond (params) | beyond (compute) | mean abs error | seed spread | "
+        "coverage | fit | " + " | ".join(cheap) + " |",
+        "|---|---:|---:|---:|---:|---:|---|---|" + "---|" * len(cheap),
+    ]
+
+    def rho(v: dict[str, float] | None) -> str:
+        return "-" if v is None else f"{v['spearman']:.2f} / {v['kendall']:.2f}"
+
+    for f in check["folds"]:
+        r = f["rank_correlation"]
+        lines.append(
+            f"| {', '.join(f'{s:g}' for s in f['fitted_sizes'])} | {f['held_out_size']:g} | "
+            f"{f['beyond']['params']:.3g}x | {f['beyond']['compute']:.3g}x | {f['mean_abs_error']:.4f} | "
+            f"{_f(f['mean_seed_spread'])} | {_coverage(f['coverage'])} | {rho(r['fit'])} | "
+            + " | ".join(rho(r[k]) for k in cheap)
+            + " |"
+        )
+    means = ", ".join(f"{k} {_f(v, 2)}" for k, v in check["mean_spearman"].items())
+    return lines + ["", _summary(check), "", f"Mean Spearman over the rows: {means}."]
+
+
 def render(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     runs = report["runs"]
-    lines = [
-        f"{HEAD}{report['study']!r}",
-        "",
+    lines = [f"{HEAD}{report['study']!r}", "", *verdict_lines(report)]
+    lines += [
         f"Runs in study `{report['ladder_study']}`: sizes {', '.join(f'{s:g}' for s in report['sizes'])} "
         f"of each architecture (docs/ladder.md), seeds {', '.join(map(str, report['seeds']))}, size 1 on "
         f"{report['scale']:g}x the search's budget and every size on "
@@ -157,7 +249,10 @@ def render(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         "",
     ]
     lines += prediction_table(report) if report["ranking"] else ["No architecture could be fitted yet."]
-    lines += crossover_lines(report) + fit_table(report) + check_table(report["check"])
+    check = report["check"]
+    rollout = check is not None and report.get("check_kind") == "rollout"
+    lines += crossover_lines(report) + fit_table(report) + size_lines(report)
+    lines += rollout_table(check) if rollout else check_table(check)
     lines += [""] + [f"![{Path(p).stem}]({p})" for p in images]
     return "\n".join(lines).rstrip() + "\n"
 

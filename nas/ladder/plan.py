@@ -23,7 +23,7 @@ from typing import Any
 from nas.confirm.plan import SCALE_RANGE, Entry, Run, check_runs
 from nas.cost import compute
 from nas.errors import ConfigError, UserError
-from nas.models.sizes import reached, resize
+from nas.models.sizes import dropped, reached, resize
 from nas.spec.training import Budget, TrainRecipe
 
 LADDER = "ladder_plan"  # ladder study user attr: LadderPlan.to_dict()
@@ -158,6 +158,12 @@ def build_ladder(
                     f"{shapes[arch.arch_id]:g}"
                 )
                 continue
+            lost = dropped(e.arch, arch)
+            if lost:  # resize keeps every kind; a curve through two layer patterns would be no one's law
+                raise UserError(
+                    f"--sizes {size:g}: {e.name} would lose its layer(s) {', '.join(lost)} at that size "
+                    f"({arch.summary()}); a ladder fits one curve per layer pattern: give other sizes"
+                )
             run_scale = float(f"{scale * _budget_ratio(budget, base, compute(arch, seq_len), tokens):.6g}")
             if not SCALE_RANGE[0] <= run_scale <= SCALE_RANGE[1]:
                 raise UserError(f"--sizes {size:g}: {e.name} would train on {run_scale:g} times the budget")

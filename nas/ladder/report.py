@@ -5,10 +5,11 @@ architecture across its sizes): the measured points (each run's rungs and its
 end), the Chinchilla fit (:mod:`nas.ladder.fit`), and the prediction at the
 target: ``loss``, ``low``/``high`` (the 5th and 95th percentiles of the
 bootstrap), ``p_best`` (the share of bootstrap draws in which it is the lowest;
-each family's draws are independent, so draw ``i`` of every family is one joint
-draw), the compute-optimal parameters and tokens, and how far each is beyond
-what was trained.  ``check`` refits without the largest size and predicts it:
-how well such predictions hold, measured on the ladder itself.
+draw ``i`` of every family is one joint draw: independent draws, or one joint
+refit under ``--share``), the compute-optimal parameters and tokens, and how far
+each is beyond what was trained.  ``check`` (:mod:`nas.ladder.check`) refits
+without the larger sizes and predicts them: how well such predictions hold,
+measured on the ladder itself, and the ``verdict`` the report leads with.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from optuna.trial import TrialState
 
 from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, existing_runs
-from nas.confirm.stats import kendall, spearman
 from nas.confirm.summary import own_flops
 from nas.cost import compute
 from nas.ladder.fit import (
@@ -37,6 +37,7 @@ from nas.ladder.fit import (
     percentile,
     resamples_vary,
 )
+from nas.ladder.joint import free_parameters, joint_bootstrap, joint_fit
 from nas.ladder.plan import LADDER, LadderPlan
 from nas.models import ArchConfig
 from nas.models.sizes import reached, resize
@@ -108,7 +109,7 @@ def points_of(
 
 
 class Family:
-    """One architecture's fit, its bootstrap and its cost curve, ready to predict."""
+    """One architecture's points, its cost curve and (after :func:`fit_families`) its fit and bootstrap."""
 
     def __init__(
         self,
@@ -119,18 +120,12 @@ class Family:
         curve: CostCurve,
         arch: Any,
         seq_len: int,
-        form: str,
-        samples: int,
     ) -> None:
         self.name, self.role, self.label = name, role, label
         self.points, self.curve, self.arch, self.seq_len = list(points), curve, arch, seq_len
         self.sizes = sorted({p.params for p in points})
         self.fit: Fit | None = None
         self.draws: list[Fit] = []
-        if len(self.sizes) >= MIN_SIZES:
-            self.fit, starts = fit(points, form)
-            if resamples_vary(points):
-                self.draws = bootstrap(points, starts, form, samples)
 
     @property
     def no_interval(self) -> str | None:
@@ -250,7 +245,9 @@ def _families(
     form: str,
     samples: int,
     sizes: Sequence[float] | None = None,
+    share: str = "none",
 ) -> list[Family]:
+    """Every family of ``plan`` over its runs at ``sizes`` (every size when None), fitted."""
     entries = {e.index: e for e in (Entry.from_dict(d) for d in study.user_attrs.get(ARCHS) or [])}
     out = []
     for (name, role, label), arch in zip(plan.families, plan.bases, strict=False):
@@ -262,8 +259,46 @@ def _families(
             c = compute(entries[m.entry].arch, T)
             pairs.append((float(c.params), float(c.train_flops_per_token)))
         curve = CostCurve.through(pairs)
-        out.append(Family(name, role, label, points_of(rows, name, sizes), curve, base, T, form, samples))
+        out.append(Family(name, role, label, points_of(rows, name, sizes), curve, base, T))
+    fit_families(out, form, share, samples)
     return out
+
+
+def fit_families(fams: Sequence[Family], form: str, share: str, samples: int) -> None:
+    """Fit every family with runs at :data:`MIN_SIZES` sizes or more, one by one (``share="none"``) or
+    jointly sharing ``share`` (:mod:`nas.ladder.joint`), with their bootstrap draws (none for a family
+    whose resamples cannot vary: see :meth:`Family.no_interval`)."""
+    fitted = [f for f in fams if len(f.sizes) >= MIN_SIZES]
+    if share == "none" or len(fitted) < 2:  # a share among one architecture is its own fit
+        for f in fitted:
+            f.fit, starts = fit(f.points, form)
+            f.draws = bootstrap(f.points, starts, form, samples) if resamples_vary(f.points) else []
+        return
+    groups = [f.points for f in fitted]
+    fits, starts = joint_fit(groups, form, share)
+    draws = joint_bootstrap(groups, starts, form, share, samples)
+    for f, best, own in zip(fitted, fits, draws, strict=True):
+        f.fit, f.draws = best, own if resamples_vary(f.points) else []
+
+
+def fit_summary(fams: Sequence[Family], form: str, share: str) -> dict[str, Any]:
+    """The free parameters of the ladder's fits against the points they were fitted to, and the shared
+    coefficients' values."""
+    fitted = [f for f in fams if f.fit is not None]
+    shared = share if len(fitted) > 1 else "none"
+    values: dict[str, float] = {}
+    if fitted and shared != "none":
+        c = fitted[0].fit
+        assert c is not None
+        values = {"E": c.E} if shared == "E" else {"E": c.E, "alpha": c.alpha, "beta": c.beta}
+    return {
+        "share": share,
+        "shared": values,
+        "architectures": len(fitted),
+        "free_parameters": free_parameters(len(fitted), form, shared),
+        "points": sum(len(f.points) for f in fitted),
+        "runs": sum(len({p.run for p in f.points}) for f in fitted),
+    }
 
 
 def _p_best(fams: Sequence[Family], preds: dict[str, dict[str, Any]]) -> None:
@@ -284,92 +319,6 @@ def _p_best(fams: Sequence[Family], preds: dict[str, dict[str, Any]]) -> None:
         preds[k]["p_best"] = w / n if n else None
 
 
-def _check(
-    study: optuna.Study,
-    plan: LadderPlan,
-    rows: Sequence[dict[str, Any]],
-    seq_len: int | None,
-    form: str,
-    samples: int,
-) -> dict[str, Any] | None:
-    """Hold out the largest size: fit the rest, predict its end point (its tokens, per seed), compare.
-
-    Beside the fit's ranking, the rankings the other cheap predictors give: the largest fitted
-    size's own loss, size 1's loss (the search's shape), size 1's first rung (a hurdle's loss), and
-    the parameter count (more parameters ranked lower)."""
-    sizes = plan.sizes()
-    if len(sizes) < MIN_SIZES + 1:
-        return None
-    held, fitted = sizes[-1], sizes[:-1]
-    fams = _families(study, plan, rows, seq_len, form, samples, fitted)
-    out_rows = []
-    for fam in fams:
-        ends = [r for r in rows if r["family"] == fam.name and r["size"] == held and r["points"]]
-        if fam.fit is None or not ends:
-            continue
-        end = ends[0]["points"][-1]
-        n = float(ends[0]["params"])
-        measured = [r["points"][-1]["val_loss"] for r in ends]
-        d = float(end["tokens"])
-        predicted = float(fam.fit.loss(n, d))
-        draws = [float(f.loss(n, d)) for f in fam.draws]
-        low, high = interval(draws)
-
-        def own(size: float, rung: float = 1.0, name: str = fam.name) -> float | None:
-            vals = [
-                p["val_loss"]
-                for r in rows
-                if r["family"] == name and r["size"] == size
-                for p in r["points"]
-                if p["rung"] == rung
-            ]
-            return sum(vals) / len(vals) if vals else None
-
-        first_rung = min(
-            (p["rung"] for r in rows if r["family"] == fam.name for p in r["points"]), default=1.0
-        )
-        out_rows.append(
-            {
-                "family": fam.name,
-                "params": n,
-                "tokens": d,
-                "predicted": predicted,
-                "low": low,
-                "high": high,
-                "no_interval": fam.no_interval,
-                "measured": sum(measured) / len(measured),
-                "seed_spread": (max(measured) - min(measured)) if len(measured) > 1 else None,
-                "error": predicted - sum(measured) / len(measured),
-                "by": {
-                    "largest fitted size": own(fitted[-1]),
-                    "size 1": own(1.0) if 1.0 in fitted else None,
-                    "size 1, first rung": own(1.0, first_rung) if 1.0 in fitted else None,
-                    "parameter count": -n,
-                },
-            }
-        )
-    if not out_rows:
-        return None
-    measured = [r["measured"] for r in out_rows]
-    ranks: dict[str, Any] = {}
-    for key, values in [("fit", [r["predicted"] for r in out_rows])] + [
-        (k, [r["by"][k] for r in out_rows]) for k in out_rows[0]["by"]
-    ]:
-        if any(v is None for v in values) or len(values) < 3:
-            ranks[key] = None
-        else:
-            ranks[key] = {"spearman": spearman(values, measured), "kendall": kendall(values, measured)}
-    spreads = [r["seed_spread"] for r in out_rows if r["seed_spread"] is not None]
-    return {
-        "held_out_size": held,
-        "fitted_sizes": fitted,
-        "rows": out_rows,
-        "mean_abs_error": sum(abs(r["error"]) for r in out_rows) / len(out_rows),
-        "mean_seed_spread": sum(spreads) / len(spreads) if spreads else None,
-        "rank_correlation": ranks,
-    }
-
-
 def build_report(
     study: optuna.Study,
     source: str,
@@ -378,13 +327,19 @@ def build_report(
     target_size: float | None = None,
     form: str = "chinchilla",
     samples: int = 200,
-    check: bool = False,
+    check: str | None = None,
+    share: str = "none",
 ) -> dict[str, Any]:
-    """Everything a ladder reports, as plain data, from the ladder study and the plan it records."""
+    """Everything a ladder reports, as plain data, from the ladder study and the plan it records.
+
+    ``check``: ``heldout`` or ``rollout`` (:mod:`nas.ladder.check`), or None; either gives the report a
+    verdict on its own predictions."""
+    from nas.ladder.check import run_check, verdict
+
     plan = LadderPlan.from_dict(study.user_attrs.get(LADDER) or {})
     entries = {e.index: e for e in (Entry.from_dict(d) for d in study.user_attrs.get(ARCHS) or [])}
     rows = run_rows(study, plan, entries)
-    fams = _families(study, plan, rows, seq_len, form, samples)
+    fams = _families(study, plan, rows, seq_len, form, samples, share=share)
     measured = [p.flops for f in fams for p in f.points]
     target = target_flops or (DEFAULT_TARGET_FACTOR * max(measured) if measured else None)
     preds: dict[str, dict[str, Any]] = {}
@@ -419,10 +374,18 @@ def build_report(
         )
     ranking = sorted(preds, key=lambda k: preds[k]["loss"])
     done = sum(r["state"] == "COMPLETE" for r in rows)
+    kind = check if check in ("heldout", "rollout") else None
+    checked = run_check(kind, study, plan, rows, seq_len, form, samples, share) if kind else None
+    v = verdict(kind, checked, families)
+    for f in families:  # each prediction carries the verdict beside its p(best)
+        if f["prediction"] is not None:
+            f["prediction"]["verdict"] = v["status"]
     return {
+        "verdict": v,
         "study": source,
         "ladder_study": study.study_name,
         "form": form,
+        "fit": fit_summary(fams, form, share),
         "samples": samples,
         "interval": [LOW, HIGH],
         "sizes": plan.sizes(),
@@ -436,11 +399,22 @@ def build_report(
             "allocation": "at size" if target_size is not None else "compute-optimal per fit",
         },
         "runs": {"planned": len(rows), "complete": done, "rows": rows},
+        "members": members(plan, entries),
         "families": families,
         "ranking": ranking,
         "crossovers": crossovers(fams, min(measured), target) if measured and target else [],
-        "check": _check(study, plan, rows, seq_len, form, samples) if check else None,
+        "check_kind": kind,
+        "check": checked,
     }
+
+
+def members(plan: LadderPlan, entries: dict[int, Entry]) -> list[dict[str, Any]]:
+    """What each size of each architecture is: its shape and its layers (ArchConfig.summary)."""
+    out = []
+    for m in sorted(plan.members, key=lambda m: (m.family, m.size)):
+        arch = entries[m.entry].arch
+        out.append({"family": m.family, "size": m.size, "arch_id": arch.arch_id, "layers": arch.summary()})
+    return out
 
 
 def _curve(f: Family, lo: float, hi: float, steps: int = 25) -> dict[str, Any]:

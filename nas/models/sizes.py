@@ -15,6 +15,12 @@
   new layer ``i`` takes the layer of the original at the same relative depth,
   ``floor((i + 1/2) * L / L')``: its attention block with its options, its FFN
   activation and width multiplier;
+* **every kind of layer stays**: where ``L'`` would drop one (fewer layers than the
+  pattern's distinct layers, or a relative depth that skips one), the depth is the
+  smallest above ``L'`` that keeps every kind, and the width alone shrinks for the
+  rest, ``n_heads' = round(n_heads * sqrt(size * L / L'))``, so the parameters still
+  follow ``size``: a two-layer ``[A] [B]`` at size 1/8 stays two layers (``A``, ``B``),
+  narrower, never one ``B``;
 * everything global stays: context, vocabulary, positions, normalisation, tied
   embeddings, the task.
 
@@ -31,7 +37,7 @@ import math
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.models.config import ArchConfig, LayerConfig
+from nas.models.config import ArchConfig, LayerConfig, layer_summary
 from nas.plural import plural
 from nas.validate import check_number
 
@@ -70,13 +76,37 @@ def _relayer(
 ) -> list[LayerConfig]:
     """``depth`` layers, each the original's at the same relative depth, regrouped for ``new_heads``."""
     out = []
-    for i in range(depth):
-        source = layers[min(len(layers) - 1, math.floor((i + 0.5) * len(layers) / depth))]
-        raw = source.to_dict()
+    for i in _sources(len(layers), depth):
+        raw = layers[i].to_dict()
         if new_heads != old_heads:
             raw["attention"] = _regroup(raw["attention"], old_heads, new_heads)
         out.append(LayerConfig.from_dict(raw))
     return out
+
+
+def _sources(n: int, depth: int) -> list[int]:
+    """The layer of ``n`` each of ``depth`` new layers takes (the same relative depth)."""
+    return [min(n - 1, math.floor((i + 0.5) * n / depth)) for i in range(depth)]
+
+
+def _keeping(layers: tuple[LayerConfig, ...], depth: int) -> int:
+    """The smallest depth from ``depth`` up whose layers keep every distinct layer of ``layers`` (depth
+    ``len(layers)`` and above keep them all: each original layer is some new layer's source)."""
+    kinds = set(layers)
+    while depth < len(layers) and {layers[i] for i in _sources(len(layers), depth)} != kinds:
+        depth += 1
+    return depth
+
+
+def kinds(layers: tuple[LayerConfig, ...]) -> list[str]:
+    """The distinct layers of a stack, as the summary writes them (first appearance first)."""
+    return list(dict.fromkeys(layer_summary(layer) for layer in layers))
+
+
+def dropped(arch: ArchConfig, out: ArchConfig) -> list[str]:
+    """The layer kinds of ``arch`` that its resize ``out`` lacks (none under :func:`resize`'s rule)."""
+    have = set(kinds(out.layers)) | set(kinds(out.encoder_layers))
+    return [k for k in kinds(arch.layers) + kinds(arch.encoder_layers) if k not in have]
 
 
 def reached(arch: ArchConfig, out: ArchConfig) -> float:
@@ -104,12 +134,16 @@ def resize(arch: ArchConfig, size: float) -> ArchConfig:
     d_head = arch.d_model // arch.n_heads
     step = math.lcm(1, *_kv_groups([layer.to_dict() for layer in (*arch.layers, *arch.encoder_layers)],
                                    arch.n_heads))  # fmt: skip
-    heads = max(step, round(arch.n_heads * k / step) * step)
+    n, n_enc = len(arch.layers), len(arch.encoder_layers)
+    depth = _keeping(arch.layers, max(1, round(n * k)))
+    enc_depth = _keeping(arch.encoder_layers, max(1, round(n_enc * k))) if n_enc else 0
+    # the width follows the depth the pattern allows: parameters ~ layers x width^2 still grow by size
+    kept = depth == max(1, round(n * k)) and (not n_enc or enc_depth == max(1, round(n_enc * k)))
+    width = k if kept else math.sqrt(size * (n + n_enc) / (depth + enc_depth))
+    heads = max(step, round(arch.n_heads * width / step) * step)
     changes: dict[str, Any] = {"d_model": heads * d_head, "n_heads": heads}
-    depth = max(1, round(len(arch.layers) * k))
     changes["layers"] = tuple(_relayer(arch.layers, depth, arch.n_heads, heads))
     if arch.encoder_layers:
-        enc_depth = max(1, round(len(arch.encoder_layers) * k))
         changes["encoder_layers"] = tuple(_relayer(arch.encoder_layers, enc_depth, arch.n_heads, heads))
     try:
         return dataclasses.replace(arch, **changes)

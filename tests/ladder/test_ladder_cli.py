@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -202,6 +203,8 @@ def _exit(argv: list[str]) -> int:
         (["--samples", "1"], "--samples 1: the report's 5th-95th percentile intervals and p(best) need at"),
         (["--samples", "19"], "need at least 20 bootstrap draws"),
         (["--scale", "-inf"], "--scale -inf: must be a number > 0"),  # argparse took -inf for an option
+        (["--share", "A"], "--share 'A': valid: none, E, E,exponents"),
+        (["--check", "sideways"], "--check 'sideways': valid: heldout, rollout, none"),
     ],
 )
 def test_bad_flags_are_one_line_and_write_nothing(searched, capsys, flags, message):
@@ -275,7 +278,93 @@ def test_check_on_too_few_sizes_is_refused_before_training(searched, capsys):
     assert _exit([*_ladder(url, "s"), "--sizes", "0.42,1,3.4", "--check"]) == 2
     err = capsys.readouterr().err
     assert err == (
-        "error: --check holds out the largest size and fits the others, which needs 4 distinct sizes or "
+        "error: --check holds out the larger sizes and fits the others, which needs 4 distinct sizes or "
         "more; --sizes 0.42,1,3.4 gives 3 (0.42, 1, 3.4): add a size\n"
     )
     assert sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)) == before
+
+
+# the two below run last: they add a size to the module's ladder (the tests above report on its four)
+FIVE = "0.125,0.42,1,2,3.4"
+
+
+def test_a_shared_floor_and_a_rollout_check_end_to_end(searched, capsys):
+    """--share E --check rollout: one E for both architectures, the free parameters against the points,
+    every fit of the smallest k sizes predicting every larger size, with coverage and the orders that
+    cost no fit, a verdict at the top of the report and on the console, and what each size is."""
+    root, url = searched
+    report = root / "rollout.md"
+    argv = [*_ladder(url, "s", "--share", "E", "--check", "rollout", "--json", "--samples", "20")]
+    argv[argv.index("--sizes") + 1] = FIVE
+    assert main([*argv, "--report", str(report)]) == 0
+    io = capsys.readouterr()
+    out = json.loads(io.out)
+    assert len({f["fit"]["E"] for f in out["families"]}) == 1  # one floor, fitted jointly
+    assert {f["fit"]["share"] for f in out["families"]} == {"E"}
+    assert out["fit"] == {
+        "share": "E",
+        "shared": {"E": out["families"][0]["fit"]["E"]},
+        "architectures": 2,
+        "free_parameters": 1 + 2 * 4,
+        "points": 2 * 5 * 3,
+        "runs": 2 * 5,
+    }
+    check = out["check"]
+    assert out["check_kind"] == "rollout"
+    folds = [(f["fitted_sizes"], f["held_out_size"]) for f in check["folds"]]
+    assert folds == [([0.125, 0.42, 1.0], 2.0), ([0.125, 0.42, 1.0], 3.4), ([0.125, 0.42, 1.0, 2.0], 3.4)]
+    assert check["folds"][1]["beyond"]["params"] > check["folds"][0]["beyond"]["params"] > 1
+    # three sizes of one seed give no interval; four do: the coverage counts the points that have one
+    assert [f["coverage"]["points"] for f in check["folds"]] == [0, 0, 2 * 3]
+    assert check["coverage"]["points"] == 6 and 0 <= check["coverage"]["inside"] <= 6
+    for f in check["folds"]:
+        for r in f["rows"]:
+            assert r["by"]["largest fitted size"] is not None and r["by"]["size 1"] is not None
+    assert set(check["mean_spearman"]) >= {"fit", "largest fitted size", "size 1"}
+    verdict = out["verdict"]
+    assert verdict["check"] == "rollout" and verdict["status"] in ("supported", "not supported")
+    assert all(f["prediction"]["verdict"] == verdict["status"] for f in out["families"])
+    assert "ladder: prediction " in io.err  # the console line (stderr under --json)
+    assert "size 0.125 is d16 h2 L1: [mdha(k3) squared_relux2]" in io.err  # what each size is
+    text = report.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert "prediction" in lines[2].lower() and "rollout check" in lines[2]
+    assert "## Rollout: fitted on the smallest sizes" in text and "of the held-out losses" in text
+    assert "9 free parameters against 30 points (10 runs, 2 architectures; --share E: shared by all" in text
+    assert "| vanilla (d32 h4 L2 T16) | 0.125 | `d16 h2 L1: [mha relux4]` |" in text
+
+
+def test_a_ladder_whose_check_fails_says_so_at_the_top_and_marks_p_best(searched, capsys, monkeypatch):
+    """A ladder built to fail its check (its held-out fits predict 0.5 nats too high): the report and the
+    console say the prediction is not supported, before anything else, and p(best) carries the mark."""
+    import nas.ladder.check as check_module
+
+    real = check_module._families
+
+    def off(*args, **kwargs):
+        fams = real(*args, **kwargs)
+        for f in fams:
+            if f.fit is not None:
+                f.fit = dataclasses.replace(f.fit, E=f.fit.E + 0.5)
+                f.draws = [dataclasses.replace(d, E=d.E + 0.5) for d in f.draws]
+        return fams
+
+    monkeypatch.setattr(check_module, "_families", off)
+    root, url = searched
+    report = root / "failed.md"
+    argv = _ladder(url, "s", "--no-train", "--check", "rollout", "--samples", "20", "--report", str(report))
+    argv[argv.index("--sizes") + 1] = FIVE
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "ladder: prediction NOT SUPPORTED by this ladder (rollout check): the 5-95% intervals cover 0 of 6"
+        in out
+    )
+    lines = report.read_text(encoding="utf-8").splitlines()
+    assert lines[2].startswith("**Prediction NOT SUPPORTED by this ladder (rollout check)")
+    rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2 and all("(not supported)" in row for row in rows)
+    assert main([*argv[:-2], "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"]["status"] == "not supported"
+    assert all(f["prediction"]["verdict"] == "not supported" for f in data["families"])

@@ -125,3 +125,29 @@ def test_the_families_without_an_interval_are_known_from_the_plan_family_by_fami
     assert plan.sizes() == [0.5, 0.7, 1.0, 2.0] and plan.sizes("a") == [0.5, 1.0, 2.0]
     assert plan.without_interval() == ["a"]
     assert dataclasses.replace(plan, seeds=(0, 1)).without_interval() == []
+
+
+def test_a_size_that_would_lose_a_layer_kind_is_refused_before_training(monkeypatch) -> None:
+    """A ladder never fits one curve through two layer patterns: a member without one of its
+    architecture's kinds of layer (what the old size rule made of a two-layer winner at size 1/8) is
+    refused naming the size and what it would lose; the size rule itself keeps every kind."""
+    import nas.ladder.plan as plan_module
+
+    two = dataclasses.replace(
+        _entry(),
+        arch=dataclasses.replace(
+            _entry().arch, layers=(_entry("primer_ez").arch.layers[0], _entry().arch.layers[0])
+        ),
+    )
+    steps = Budget("steps", 200)
+    every, plan, _ = build_ladder([], [two], [0.125, 1.0, 3.0], (0,), 1.0, steps, RECIPE)
+    for m in plan.members:  # the rule: every size keeps both kinds
+        assert len(set(every[m.entry].arch.layers)) == 2
+
+    def one_layer(arch, size):  # the old rule at small sizes: the last layer alone
+        out = resize(arch, size)
+        return out if size >= 1 else dataclasses.replace(out, layers=out.layers[-1:])
+
+    monkeypatch.setattr(plan_module, "resize", one_layer)
+    with pytest.raises(UserError, match=r"--sizes 0.125: vanilla would lose its layer\(s\) .* at that size"):
+        build_ladder([], [two], [0.125, 1.0, 3.0], (0,), 1.0, steps, RECIPE)

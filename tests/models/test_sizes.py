@@ -34,7 +34,9 @@ def test_every_shipped_architecture_resizes_with_its_pattern_and_globals_kept(
     big = resize(arch, size)
     k = size ** (1 / 3)
     assert big.d_model // big.n_heads == arch.d_model // arch.n_heads  # head width kept
-    assert len(big.layers) == max(1, round(len(arch.layers) * k))
+    depth = max(1, round(len(arch.layers) * k))
+    # the depth rounds, or (shrinking) stops at the fewest layers that keep every kind of the pattern
+    assert len(big.layers) == depth or (size < 1 and len(big.layers) > depth)
     for key in ("max_len", "vocab_size", "pos_encoding", "norm", "tie_embeddings", "task", "rope_base"):
         assert getattr(big, key) == getattr(arch, key), key
     # the pattern at each relative depth: new layer i is the original's at floor((i + 1/2) L / L')
@@ -42,8 +44,7 @@ def test_every_shipped_architecture_resizes_with_its_pattern_and_globals_kept(
     assert new == [
         old[min(len(old) - 1, math.floor((i + 0.5) * len(old) / len(new)))] for i in range(len(new))
     ]
-    if size >= 1:
-        assert set(new) == set(old)  # growing never loses a kind of layer
+    assert set(new) == set(old)  # no size loses a kind of layer
     # parameters and FLOPs follow the formulas: the built model has the counted parameters
     model = nas.build_model(big)
     assert sum(p.numel() for p in model.parameters()) == nas.compute(big).params
@@ -77,3 +78,23 @@ def test_a_bad_size_is_refused_naming_what_is_valid() -> None:
     for bad in (0, -1, float("nan"), 1000):
         with pytest.raises(ConfigError, match="size"):
             resize(arch, bad)
+
+
+def test_a_small_size_keeps_every_kind_of_layer_and_shrinks_the_width_instead() -> None:
+    """The size rule turned a two-layer winner ``[synth_factorized_random] [synth_dense]`` into one
+    synth_dense layer at small sizes: its ladder fitted one curve through two architectures.  A size that
+    would drop a kind keeps the depth that holds every kind and takes the rest from the width."""
+    layers = [{"attention": {"type": "synth_factorized_random", "rank": 4}}, {"attention": "synth_dense"}]
+    arch = nas.ArchConfig.from_dict({"d_model": 128, "n_heads": 8, "max_len": 32, "layers": layers})
+    base = nas.compute(arch).non_embedding_params
+    for size in (0.125, 0.35):
+        small = resize(arch, size)
+        assert [layer.attention.type for layer in small.layers] == ["synth_factorized_random", "synth_dense"]
+        assert small.n_heads < round(8 * size ** (1 / 3))  # narrower than the cube-root rule's width
+        ratio = nas.compute(small).non_embedding_params / base
+        assert size / 1.6 < ratio < size * 1.6, (size, ratio)  # the parameters still follow the size
+    # a kind that only the relative depth would skip: one A then five B, at three layers (all B)
+    skewed = [{"attention": "mha"}] + [{"attention": "synth_dense"}] * 5
+    arch = nas.ArchConfig.from_dict({"d_model": 128, "n_heads": 8, "max_len": 32, "layers": skewed})
+    small = resize(arch, 0.125)  # the cube-root rule: 3 layers, sources 1, 3, 5
+    assert [layer.attention.type for layer in small.layers][0] == "mha" and len(small.layers) == 4
