@@ -23,8 +23,8 @@ from typing import Any
 import optuna
 
 from nas.confirm.stats import kendall, spearman
+from nas.ladder.families import MIN_SIZES, Family, _families, interval
 from nas.ladder.plan import LadderPlan
-from nas.ladder.report import MIN_SIZES, Family, _families, interval
 
 #: --check's kinds (``auto``: ``heldout`` where the ladder has sizes enough, else none)
 CHECKS = ("heldout", "rollout", "none")
