@@ -130,6 +130,25 @@ def test_tokenized_once_then_read_from_the_cache(tmp_path: Path, cache: Path) ->
     assert ingest.tokenize_records(shards, stream=err) != first
 
 
+def test_what_is_held_at_once_is_a_batch_whatever_the_corpus(tmp_path: Path, monkeypatch) -> None:
+    """Memory is bounded by the batch: the writer never holds more than BATCH_CHARS characters and one
+    record, and tokens reach the files batch by batch, not at the end."""
+    held, written = [], []
+    flush = ingest._Writer.flush
+
+    def watched(self) -> None:
+        held.append(self.chars)
+        flush(self)
+        written.append(sum(f.tell() for f in self.out.values()))
+
+    monkeypatch.setattr(ingest._Writer, "flush", watched)
+    monkeypatch.setattr(ingest, "BATCH_CHARS", 3000)
+    texts = documents(60)
+    ingest.tokenize_records(write_zst_shards(tmp_path / "s", texts), stream=io.StringIO())
+    assert len(held) > 10 and max(held) < 3000 + max(map(len, texts))
+    assert written == sorted(written) and 0 < written[0] < written[-1] / 10
+
+
 # -- bad records ---------------------------------------------------------------------------------
 
 GOOD = [{"text": t} for t in documents(7, n_words=30)]
