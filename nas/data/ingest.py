@@ -91,11 +91,15 @@ def tokenize_records(
         fix = f"{out} is this tool's cache of a tokenized corpus: delete it and run again"
         meta = read_json_file(out / META, fix)
         bad = meta.get("bad_records") if isinstance(meta, dict) else None
+        if bad and not isinstance(bad, dict):
+            raise UserError(f"{out / META}: bad_records is not an object; {fix}")
         if bad:  # tokenized before with on_bad_record: skip
             if on_bad_record == "refuse":
                 kind, first = next(iter(bad.items()))
-                raise UserError(f"{first['first']}: {what_is_bad(kind, text_field)} ({first['detail']}), and "
-                                f"{_count(bad)} bad record(s) in all; {_SKIP_HINT}")  # fmt: skip
+                what = what_is_bad(kind, text_field)
+                raise UserError(f"{first['first']}: {what} ({first['detail']}); {_count(bad)} bad "
+                                "record(s) in all, left out when it was tokenized with on_bad_record skip; "
+                                f"data.on_bad_record is refuse: fix them, or {_SKIP_HINT}")  # fmt: skip
             source["on_bad_record"] = "skip"
             stream.write(f"note: {spec}: skipped {_summary(bad, text_field)}\n")
         _set_source(out / META, meta, source, fix)
