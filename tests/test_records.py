@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -147,6 +148,29 @@ def test_what_is_held_at_once_is_a_batch_whatever_the_corpus(tmp_path: Path, mon
     ingest.tokenize_records(write_zst_shards(tmp_path / "s", texts), stream=io.StringIO())
     assert len(held) > 10 and max(held) < 3000 + max(map(len, texts))
     assert written == sorted(written) and 0 < written[0] < written[-1] / 10
+
+
+def test_a_parquet_file_is_read_a_row_group_at_a_time(tmp_path: Path) -> None:
+    """pyarrow's reader, left to its defaults, buffered every row group of the file before the first
+    batch: memory grew with the file.  Arrow's own allocations stay near one row group's column."""
+    import subprocess
+
+    rng = np.random.default_rng(0)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz      ", dtype=np.uint8)
+    texts = [letters[rng.integers(0, 32, 2000)].tobytes().decode() for _ in range(12_000)]  # 24 MB
+    path = write_parquet(tmp_path / "big.parquet", {"text": texts}, row_group_size=500)  # 1 MB groups
+    del texts
+    code = (
+        "import io, sys, pyarrow as pa\n"
+        "from nas.data.ingest import tokenize_records\n"
+        "tokenize_records(sys.argv[1], stream=io.StringIO())\n"
+        "print(pa.default_memory_pool().max_memory())\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert path.stat().st_size > 20e6 and int(out.stdout.split()[-1]) < path.stat().st_size / 2
 
 
 # -- bad records ---------------------------------------------------------------------------------
