@@ -88,6 +88,14 @@ def test_every_format_gives_the_same_tokens(tmp_path: Path, cache: Path) -> None
     assert len(entries(cache)) == len(paths) - 1
 
 
+def test_a_byte_order_mark_and_windows_line_ends_are_read_past(tmp_path: Path) -> None:
+    texts = documents(7)
+    plain = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in texts])
+    (tmp_path / "b.jsonl").write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    a, b = (load_corpus(resolve_data(str(tmp_path / n))) for n in ("a.jsonl", "b.jsonl"))
+    assert a.fingerprint == b.fingerprint
+
+
 def test_a_dataset_dict_reads_its_train_split(tmp_path: Path) -> None:
     import datasets
 

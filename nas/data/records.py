@@ -260,6 +260,8 @@ def _jsonl_records(shard: Path, field: str, where: str) -> Iterator[tuple[tuple[
                 yield (f"{where} line {n + 1}", Bad("truncated", f"cannot be decompressed ({err})")), 1.0
                 return
             lines = (tail + block).split(b"\n")
+            if n == 0 and lines[0].startswith(b"\xef\xbb\xbf"):  # a byte-order mark some editors write
+                lines[0] = lines[0][3:]
             tail = lines.pop()
             fraction = f.tell() / size
             for line in lines:
