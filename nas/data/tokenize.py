@@ -146,30 +146,46 @@ def _documents(part: Any) -> list[str]:
 
 
 def _encode(tokenizer: Any, doc: str, byte_ends: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
-    """``doc``'s ids, the UTF-8 bytes of ``doc`` up to the end of each token (never decreasing), and its
-    bytes.  The ends come from the tokenizer's offsets, which are in characters of ``doc``: a
-    token that is part of one character ends where that character does.  Without ``byte_ends`` (the
-    training text, whose ends nothing reads) the ends are empty and the bytes 0."""
-    pieces, start = [], 0
-    while start < len(doc):
-        end = doc.find("\n", start + _PIECE)
-        end = len(doc) if end < 0 else end + 1
-        pieces.append(doc[start:end])
-        start = end
+    """``doc``'s ids, the UTF-8 bytes of ``doc`` up to the end of each token, and its bytes
+    (:func:`encode_docs` of one document)."""
+    return encode_docs(tokenizer, [doc], byte_ends)[0]
+
+
+def encode_docs(
+    tokenizer: Any, docs: list[str], byte_ends: bool = True
+) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Per document: its ids, the UTF-8 bytes of it up to the end of each token (never decreasing), and
+    its bytes.  The documents go to the tokenizer in one batch, each cut in pieces of about a MiB at line
+    ends.  The ends come from the tokenizer's offsets, which are in characters: a token that is part of one
+    character ends where that character does.  Without ``byte_ends`` (training text, whose ends nothing
+    reads) the ends are empty and the bytes 0."""
+    pieces, owner = [], []
+    for k, doc in enumerate(docs):
+        start = 0
+        while start < len(doc):
+            end = doc.find("\n", start + _PIECE)
+            end = len(doc) if end < 0 else end + 1
+            pieces.append(doc[start:end])
+            owner.append(k)
+            start = end
     texts = [_tokenizer_text(p) for p in pieces]
     encoded = tokenizer.encode_batch(texts, add_special_tokens=False) if pieces else []
-    ids, ends, done = [], [], 0
-    for piece, e in zip(pieces, encoded, strict=True):
-        ids.append(np.asarray(e.ids, dtype=np.int64))
+    ids: list[list[np.ndarray]] = [[] for _ in docs]
+    ends: list[list[np.ndarray]] = [[] for _ in docs]
+    done = [0] * len(docs)
+    for k, piece, e in zip(owner, pieces, encoded, strict=True):
+        ids[k].append(np.asarray(e.ids, dtype=np.int64))
         if byte_ends:
             prefix = np.concatenate([[0], np.cumsum(_utf8_lengths(piece))])  # bytes before each character
             chars = np.asarray([b for _, b in e.offsets], dtype=np.int64).reshape(-1)
-            ends.append(done + prefix[np.minimum(chars, len(piece))])
-            done += int(prefix[-1])
+            ends[k].append(done[k] + prefix[np.minimum(chars, len(piece))])
+            done[k] += int(prefix[-1])
     none = np.zeros(0, np.int64)
-    if not ids:
-        return none, none, 0
-    return np.concatenate(ids), np.maximum.accumulate(np.concatenate(ends)) if ends else none, done
+    out = []
+    for i, e, n in zip(ids, ends, done, strict=True):
+        rising = np.maximum.accumulate(np.concatenate(e)) if e else none
+        out.append((np.concatenate(i), rising, n) if i else (none, none, 0))
+    return out
 
 
 def _tokenizer_text(piece: str) -> str:

@@ -96,12 +96,18 @@ class Section:
 DATA_RECORD_KEYS = (
     "corpus",
     "tokenizer",
+    "text_field",
+    "on_bad_record",
     "name",
     "vocab_size",
     "fingerprint",
     "tokenizer_fingerprint",
     "task",
 )
+
+
+#: the keys of a record that say how its corpus is read (the others say what it holds)
+_READ_KEYS = ("tokenizer", "text_field", "on_bad_record")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,19 +125,27 @@ class DataSpec(Section):
         None, "a Hugging Face tokenizer.json: tokenizes the text corpus once (cached); a relative path "
         "as data.corpus's",
         alias="--tokenizer", check=text, metavar="FILE")  # fmt: skip
+    text_field: str = field(
+        "text", "the field of each JSON Lines, Parquet or datasets record that holds its text", check=text,
+        metavar="NAME")  # fmt: skip
+    on_bad_record: str = field(
+        "refuse", "a record that gives no text (no such field, not a string, not UTF-8, empty, or in a "
+        "truncated shard): refuse stops the run naming the first; skip leaves such records out, counted",
+        check=one_of(("refuse", "skip")))  # fmt: skip
 
     @classmethod
     def from_dict(cls, raw: Any) -> DataSpec:
         if isinstance(raw, str):  # `data: PATH`, as architecture files write it
             return cls(corpus=raw)
-        if isinstance(raw, Mapping) and "corpus" in raw and set(raw) - {"corpus", "tokenizer"}:
-            # an exported record (corpus, vocab_size, fingerprint, ...): what trains is corpus + tokenizer;
+        if isinstance(raw, Mapping) and "corpus" in raw and set(raw) - {"corpus", *_READ_KEYS}:
+            # an exported record (corpus, vocab_size, fingerprint, ...): the corpus and how it is read train;
             # a key a record never has is a typo (tokenizr:), refused rather than dropped
             unknown = sorted(str(k) for k in set(raw) - set(DATA_RECORD_KEYS))
             if unknown:
-                raise ConfigError(f"unknown key; valid keys: corpus, tokenizer (an exported record also has "
-                                  f"{', '.join(DATA_RECORD_KEYS[2:])})", f"data.{unknown[0]}")  # fmt: skip
-            return cls(corpus=raw["corpus"], tokenizer=raw.get("tokenizer"))
+                also = ", ".join(DATA_RECORD_KEYS[4:])
+                valid = f"corpus, {', '.join(_READ_KEYS)} (an exported record also has {also})"
+                raise ConfigError(f"unknown key; valid keys: {valid}", f"data.{unknown[0]}")
+            return cls(corpus=raw["corpus"], **{k: raw[k] for k in _READ_KEYS if k in raw})
         return super().from_dict(raw)
 
 

@@ -41,6 +41,8 @@ def _other_value(section: str, name: str, default: Any, kind: type) -> Any:
         ("resources", "address"): "auto",
         ("data", "corpus"): "some/corpus.txt",
         ("data", "tokenizer"): "tok.json",
+        ("data", "text_field"): "content",
+        ("data", "on_bad_record"): "skip",
         ("recipe", "decay"): "weights_only",
         ("recipe", "schedule"): "wsd",
         ("recipe", "cooldown_frac"): 0.3,
