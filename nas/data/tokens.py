@@ -65,7 +65,7 @@ def is_token_dir(path: Path) -> bool:
 #: the fewest bytes of text a token may stand for (a byte-level token is 1; below a thousandth, no text)
 MIN_BYTES_PER_TOKEN = 1e-3
 #: what meta.json may hold that this tool reads; any other key is named when the corpus is described
-META_KEYS = ("vocab_size", "dtype", "bytes_per_token", "name", "source")
+META_KEYS = ("vocab_size", "dtype", "bytes_per_token", "name", "source", "records", "bad_records")
 
 
 def read_meta(path: Path) -> dict[str, Any]:
