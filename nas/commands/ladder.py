@@ -266,8 +266,8 @@ def refuse_mixing(ladder: Any, parametrization: str) -> None:
     if old != parametrization:
         raise UserError(
             f"--parametrization {parametrization} (or the study's recipe): ladder study "
-            f"{ladder.study_name!r} trained under {old}, and a ladder never mixes two parametrizations; continue it with --parametrization {old}, or "
-            "delete that study for a new ladder"
+            f"{ladder.study_name!r} trained under {old}, and a ladder never mixes two parametrizations; "
+            f"continue it with --parametrization {old}, or delete that study for a new ladder"
         )
 
 
