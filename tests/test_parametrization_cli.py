@@ -115,3 +115,14 @@ def test_a_completep_ladder_is_relative_to_size_1_and_never_mixes(searched: str,
         assert "trained under completep, and a ladder never mixes two parametrizations" in err
         assert err.count("\n") == 1 and "Traceback" not in err
     assert len(optuna.load_study(study_name="s-ladder", storage=searched).trials) == 6  # nothing added
+
+
+def test_a_grown_completep_checkpoint_is_not_exported_without_its_multipliers(
+    corpus_dir: Path, tmp_path: Path, capsys
+) -> None:
+    saved = tmp_path / "grown.safetensors"
+    _train(capsys, corpus_dir, "--size", "0.5", "--recipe.parametrization", "completep", "--save", str(saved))
+    assert _exit(["export", "--checkpoint", str(saved), "--hf", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "trained under completep away from its base shape" in err and err.count("\n") == 1
+    assert not (tmp_path / "hf").exists()
