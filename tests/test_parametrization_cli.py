@@ -126,3 +126,12 @@ def test_a_grown_completep_checkpoint_is_not_exported_without_its_multipliers(
     err = capsys.readouterr().err
     assert "trained under completep away from its base shape" in err and err.count("\n") == 1
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_seq2seq_search_under_completep_is_refused_before_any_trial(tmp_path: Path, capsys) -> None:
+    argv = ["search", "--space", "seq2seq", "--recipe.parametrization", "completep", "--study", "s",
+            "--storage", f"sqlite:///{tmp_path}/s.db", "--local", "--trials", "1"]  # fmt: skip
+    assert _exit(argv) == 2
+    err = capsys.readouterr().err
+    assert "recipe.parametrization: completep is for decoder-only models" in err and err.count("\n") == 1
+    assert not (tmp_path / "s.db").exists()

@@ -35,7 +35,7 @@ from nas.data import (
 )
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
-from nas.models.parametrization import shape_of, with_base
+from nas.models.parametrization import with_base
 from nas.models.sizes import MAX_SIZE, missed, reached, resize
 from nas.outputs import Planned, plan_output
 from nas.paths import in_file
@@ -240,7 +240,6 @@ def run(args: argparse.Namespace) -> int:
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
         arch = arch.with_vocab(corpus.vocab_size)
         check_training(arch, recipe, budget, corpus, device)
-        shape_of(arch, recipe)  # a parametrization the model cannot take (completep on seq2seq)
     except ConfigError as err:  # a flag's value is the flag's fault, not the file's
         raise blame_flag(err, spec, flag_texts(args)) or err.in_file(args.arch) from None
     if threads is not None and args.threads is None:

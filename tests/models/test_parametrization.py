@@ -229,3 +229,19 @@ def test_a_saved_completep_model_reloads_with_its_multipliers(tmp_path: Any) -> 
     loaded = load_model(path)
     assert loaded.logit_mult == 0.5
     torch.testing.assert_close(loaded(idx), prep.model(idx))
+
+
+def test_a_search_worker_scales_every_candidate_against_the_stated_base(corpus_dir: Any) -> None:
+    """A search's spec states one base shape in its recipe; the worker's evaluator (built from the spec's
+    plain data, as on a Ray worker) trains each candidate relative to it, whatever its own shape."""
+    from evaluators.lm import LMEvaluator
+    from nas.data import load_corpus
+    from nas.spec.training import Budget
+
+    settings = {"recipe": {**recipe("completep").to_dict(), "eval_batches": 1}, "device": "cpu", "threads": 1}
+    ev = LMEvaluator.from_settings({**settings, "data": load_corpus(str(corpus_dir))})
+    wide = ev.evaluate(arch("vanilla", 2 * BASE_WIDTH, BASE_DEPTH).with_vocab(256), Budget("steps", 1))
+    deep = ev.evaluate(arch("vanilla", BASE_WIDTH, 2 * BASE_DEPTH).with_vocab(256), Budget("steps", 1))
+    assert (wide.parametrization["width_mult"], wide.parametrization["depth_mult"]) == (2.0, 1.0)
+    assert (deep.parametrization["width_mult"], deep.parametrization["depth_mult"]) == (1.0, 2.0)
+    assert wide.parametrization["base_width"] == deep.parametrization["base_width"] == BASE_WIDTH
