@@ -40,7 +40,7 @@ def prepare_model(
     torch.manual_seed(recipe.seed)
     model = build_model(arch)
     # completep rescales standard's draws in place (nothing at the base shape), before the move
-    parametrization.apply(model, parametrization.shape_of(arch, recipe), len(arch.layers))
+    parametrization.apply(model, parametrization.shape_of(arch, recipe))
     model = model.to(device)
     model.train()
     forward: nn.Module = model

@@ -158,9 +158,8 @@ def shape_of(arch: Any, recipe: Any) -> Shape:
             "recipe.parametrization",
         )
     width, depth = base_shape(arch)
-    bw = recipe.base_width if recipe.base_width is not None else width
-    bd = recipe.base_depth if recipe.base_depth is not None else depth
-    return Shape(width / bw, depth / bd)
+    based = with_base(recipe, arch)
+    return Shape(width / based.base_width, depth / based.base_depth)
 
 
 def parametrization_record(arch: Any, recipe: Any) -> dict[str, Any]:
@@ -169,12 +168,11 @@ def parametrization_record(arch: Any, recipe: Any) -> dict[str, Any]:
     name = getattr(recipe, "parametrization", "standard")
     if name != "completep":
         return {"name": name}
-    shape = shape_of(arch, recipe)
-    width, depth = base_shape(arch)
+    shape, based = shape_of(arch, recipe), with_base(recipe, arch)
     return {
         "name": name,
-        "base_width": recipe.base_width if recipe.base_width is not None else width,
-        "base_depth": recipe.base_depth if recipe.base_depth is not None else depth,
+        "base_width": based.base_width,
+        "base_depth": based.base_depth,
         "width_mult": shape.width,
         "depth_mult": shape.depth,
     }
@@ -192,7 +190,7 @@ def set_multipliers(model: nn.Module, shape: Shape) -> None:
 
 
 @torch.no_grad()
-def apply(model: nn.Module, shape: Shape, n_layers: int) -> None:
+def apply(model: nn.Module, shape: Shape) -> None:
     """Rescale ``model``'s fresh standard initialisation to ``shape`` and set its multipliers.
 
     The draws are standard's (same RNG, same order), scaled in place: hidden x m^-1/2, a block's readout

@@ -146,7 +146,7 @@ def test_rules_per_kind_at_twice_the_width_and_depth() -> None:
     standard = nas.build_model(a)
     torch.manual_seed(0)
     model = nas.build_model(a)
-    apply(model, Shape(2.0, 2.0), 2 * BASE_DEPTH)
+    apply(model, Shape(2.0, 2.0))
     # init: hidden / sqrt(m); GPT-2's residual 1/sqrt(2L) taken at the base depth; embeddings, norms kept
     layer, ref = model.layers[0], standard.layers[0]
     torch.testing.assert_close(layer.attn.qkv.weight, ref.attn.qkv.weight / 2**0.5)
@@ -169,7 +169,7 @@ def test_a_blocks_readout_has_its_multiplier_folded_in() -> None:
     standard = nas.build_model(a)
     torch.manual_seed(0)
     model = nas.build_model(a)
-    apply(model, Shape(2.0, 1.0), BASE_DEPTH)
+    apply(model, Shape(2.0, 1.0))
     down, ref = model.layers[0].attn.gate_down.weight, standard.layers[0].attn.gate_down.weight
     torch.testing.assert_close(down, ref / 2)  # init x 1/m ...
     opt = make_optimizer(model, recipe("completep"), torch.device("cpu"))
