@@ -135,3 +135,16 @@ def test_a_seq2seq_search_under_completep_is_refused_before_any_trial(tmp_path: 
     err = capsys.readouterr().err
     assert "recipe.parametrization: completep is for decoder-only models" in err and err.count("\n") == 1
     assert not (tmp_path / "s.db").exists()
+
+
+def test_the_parametrization_flag_of_confirm_and_ladder_replaces_the_studys() -> None:
+    from nas.commands.confirm import with_parametrization
+    from nas.spec.training import TrainRecipe
+
+    stated = TrainRecipe(parametrization="completep", base_width=64, base_depth=2)
+    assert with_parametrization(stated, None) is stated  # the study's own
+    assert with_parametrization(stated, "completep") is stated
+    assert with_parametrization(stated, "standard") == TrainRecipe()  # a base shape means nothing there
+    assert with_parametrization(TrainRecipe(lr=1e-3), "completep") == TrainRecipe(
+        lr=1e-3, parametrization="completep"
+    )
