@@ -62,6 +62,11 @@ ARCHS = {
 }
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
 def lr_grid(centre: float, n: int) -> list[float]:
     """``n`` rates a factor 2 apart around ``centre``."""
     return [centre * 2.0 ** (k - n // 2) for k in range(n)]
@@ -93,6 +98,7 @@ def main() -> None:
     corpus = load_corpus(None)
     budget = Budget("steps", args.steps)
     rows = []
+    dropped: list[str] = []  # sizes whose layers lack a block of the pattern (the size rule's rounding)
     for arch_name in args.archs.split(","):
         base = ARCHS[arch_name]()
         for par in args.parametrizations.split(","):
@@ -129,6 +135,10 @@ def main() -> None:
                 arch = resize(base, size) if size != 1 else base
                 c = compute(arch, args.seq_len)
                 at = losses.get(size, {})
+                kinds = {layer.attention.type for layer in arch.layers}
+                first = par == args.parametrizations.split(",")[0]  # said once per architecture and size
+                if first and kinds != {layer.attention.type for layer in base.layers}:
+                    dropped.append(f"{arch_name} at size {size:g} has only {', '.join(sorted(kinds))} layers")
                 if len(at) < len(lrs):  # --cached-only: a size whose sweep is not finished is not reported
                     rows.append([arch_name, par, f"{size:g}", f"{arch.d_model}x{len(arch.layers)}",
                                  f"{c.non_embedding_params:,}", *["not measured"] * 5])  # fmt: skip
@@ -156,9 +166,17 @@ def main() -> None:
             "Validation loss in nats per byte-token; `inf`: diverged. *Grid steps*: how many x2 steps the "
             "size's best rate is from size 1's; *loss lost*: the size's loss at size 1's best rate minus its "
             "best loss on the grid. Not measured: seeds (one each, so differences of a few hundredths "
-            "between neighbouring rates may be noise), longer runs, and the full context and batch.\n\n"
+            "between neighbouring rates may be noise), longer runs, and the full context and batch. "
+            f"Every run's loss is kept in `{_shown(cache_path)}`: the command retrains only what it "
+            "lacks.\n\n"
             f"{table}\n"
         )
+        if dropped:
+            body += (
+                "\nThe size rule (nas.models.sizes) keeps the layer at each new layer's relative depth, so a "
+                f"small size can lose a block of the pattern: {'; '.join(dropped)} (that row measures a "
+                "different architecture).\n"
+            )
         write_section(SECTION, body)
 
 
