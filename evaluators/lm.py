@@ -48,6 +48,7 @@ from evaluators.step import TrainStep, compute_dtype
 from evaluators.trainlog import TrainLog, stderr_log
 from nas.data import load_corpus
 from nas.models import ArchConfig
+from nas.models.parametrization import parametrization_record, with_base
 from nas.outputs import Planned
 from nas.plural import plural
 from nas.spec import DEFAULT_BUDGET
@@ -88,6 +89,7 @@ def train_lm(
     """
     t_start = time.perf_counter()
     recipe = recipe if recipe is not None else TrainRecipe()
+    recipe = with_base(recipe, arch)  # completep's base, when unstated: this architecture (recorded below)
     budget = budget if budget is not None else DEFAULT_BUDGET
     corpus = load_corpus(corpus) if corpus is None or isinstance(corpus, (str, os.PathLike)) else corpus
     seq_len = check_arch_fits(arch, recipe, corpus)
@@ -131,6 +133,7 @@ def train_lm(
             compile_error=compile_error,
             seconds=elapsed,
             samples=samples,
+            parametrization=parametrization_record(arch, recipe),
         )
         tlog.finish(arch, recipe, budget, result, log_hparams)
     finally:

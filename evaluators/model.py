@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from evaluators.step import TrainStep
-from nas.models import ArchConfig, build_model
+from nas.models import ArchConfig, build_model, parametrization
 from nas.spec.training import TrainRecipe
 
 
@@ -38,7 +38,10 @@ def prepare_model(
 ) -> Prepared:
     """``build_model(arch)`` after seeding torch with ``recipe.seed``, on ``device``, in training mode."""
     torch.manual_seed(recipe.seed)
-    model = build_model(arch).to(device)
+    model = build_model(arch)
+    # completep rescales standard's draws in place (nothing at the base shape), before the move
+    parametrization.apply(model, parametrization.shape_of(arch, recipe))
+    model = model.to(device)
     model.train()
     forward: nn.Module = model
     seconds = 0.0

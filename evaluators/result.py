@@ -112,6 +112,9 @@ class Result:
     compile_seconds: float | None = _f(_RUN, None)  # torch.compile plus the first (compiling) step
     compile_error: str | None = _f(_RUN, None)  # why compiling failed and training ran eager
     vocab_size: int | None = _f(_RUN, None)
+    #: {name, base_width, base_depth, width_mult, depth_mult}: the recipe's parametrization and the base
+    #: shape its multipliers are relative to (nas.models.parametrization); None: a proxy's, or no model
+    parametrization: Mapping[str, Any] | None = _f(_RUN, None)
     #: seq2seq only: greedy decodings of the first validation pairs, [{"source", "target", "output"}]
     samples: list[dict[str, str]] | None = _f(_RUN, None)
     train_seconds: float | None = None  # the training clock: evaluation and compilation excluded

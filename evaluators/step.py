@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nas.models.parametrization import optimizer_groups
 from nas.spec.training import TrainRecipe
 
 
@@ -32,12 +33,20 @@ def make_optimizer(model: nn.Module, recipe: TrainRecipe, device: torch.device) 
         {"params": decay, "weight_decay": recipe.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    shape = getattr(_plain(model), "shape", None)
+    if shape is not None and not shape.is_base:  # completep away from its base: a group per lr/decay/eps
+        groups = optimizer_groups(_plain(model), {id(p) for p in decay}, recipe.weight_decay)
     return torch.optim.AdamW(
         [g for g in groups if g["params"]],
         lr=recipe.lr,
         betas=(recipe.beta1, recipe.beta2),
         fused=True,  # one kernel for all parameters, on CPU as on CUDA
     )
+
+
+def _plain(model: nn.Module) -> nn.Module:
+    """The module a ``torch.compile`` wrapper wraps (its attributes, such as ``shape``), else ``model``."""
+    return getattr(model, "_orig_mod", model)
 
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -79,8 +88,10 @@ class TrainStep:
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
 
     def set_lr(self, lr: float) -> None:
+        """The schedule's rate: each group's ``lr_scale`` times it (completep's per-kind rates; muP's
+        schedules scale each group relatively, never set it absolutely)."""
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
 
     def __call__(self, x: Tensor, y: Tensor) -> Tensor:
         loss = self.forward_loss(x, y)

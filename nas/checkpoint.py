@@ -216,6 +216,16 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     model = build_model(arch)
     _check_dtypes(p, doc["state_dict"], model.state_dict())
+    recipe = doc.get("recipe")
+    if isinstance(recipe, Mapping) and recipe.get("parametrization") == "completep":
+        # completep's multipliers are part of the function the weights compute: restored from the recipe
+        from nas.models.parametrization import set_multipliers, shape_of
+        from nas.spec.training import TrainRecipe
+
+        try:
+            set_multipliers(model, shape_of(arch, TrainRecipe.from_dict(dict(recipe))))
+        except ConfigError as err:
+            raise err.at("recipe").in_file(str(p)) from None
     try:
         model.load_state_dict(doc["state_dict"])
     except (RuntimeError, TypeError, KeyError, ValueError) as err:

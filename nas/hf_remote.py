@@ -403,6 +403,13 @@ def export_hf(doc: Mapping[str, Any], out: Path, source: str, *, force: bool = F
     from nas.hf import export_llama, not_a_llama
 
     check_exportable(doc["arch"], source)
+    shape = getattr(doc["model"], "shape", None)
+    if shape is not None and not shape.is_base:
+        raise UserError(
+            f"{source}: trained under completep away from its base shape (width x{shape.width:g}, depth "
+            f"x{shape.depth:g}): its residual and logit multipliers have no Hugging Face form here; export a "
+            "standard model, or one at its base shape"
+        )
     llama = not_a_llama(doc["arch"]) is None
     done = (export_llama if llama else export_remote)(doc, out, source, force=force)
     return {**done, "llama": llama}

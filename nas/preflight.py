@@ -21,6 +21,7 @@ from evaluators.budget import check_arch_fits, check_windows, plan_rungs, plan_s
 from nas.cost import check_fits, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.models.parametrization import shape_of
 from nas.search.space.candidate import over_caps
 from nas.search.space.combinations import cheapest_lm_archs, one_layer_archs
 from nas.search.space.load import SearchSpace
@@ -155,6 +156,7 @@ def check_training(arch: ArchConfig, recipe: TrainRecipe, budget: Budget, corpus
     except ConfigError as err:
         raise err.at("recipe" if err.path == "batch_size" else "arch") from None
     plan_training(budget, recipe, seq_len, corpus, arch, ())
+    shape_of(arch, recipe)  # a parametrization the model cannot take (completep on seq2seq)
 
 
 def check_search(
@@ -182,6 +184,7 @@ def check_search(
         costliest = None  # the largest candidate: the fewest steps under a FLOPs budget
         for arch, n_layers, n_encoder in one_layer_archs(space, largest=True):
             arch = arch.with_vocab(corpus.vocab_size)
+            shape_of(arch, recipe)  # completep on seq2seq: refused before any trial, not by each
             seq_len = recipe.seq_len or arch.max_len
             n = n_layers + n_encoder
             check_fits(arch, recipe.batch_size, seq_len, n_layers=n, limit=limit, where=where)

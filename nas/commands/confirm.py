@@ -25,6 +25,7 @@ from nas.plural import plural
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply_flags, overrides
 from nas.spec.sections import named
+from nas.spec.training import PARAMETRIZATIONS
 
 DEFAULT_TOP = 3
 DEFAULT_SEEDS = 3
@@ -100,6 +101,24 @@ def add_selection_args(p: argparse.ArgumentParser, top: int, verb: str) -> None:
         "so that a comparison isolates the blocks (finalists of one shape share them); own: the baselines "
         "as they are",
     )
+    p.add_argument(
+        "--parametrization",
+        choices=PARAMETRIZATIONS,
+        default=None,
+        help="train every run under this parametrization instead of the study's recipe.parametrization "
+        "(completep: relative to each architecture at size 1 unless the recipe states a base shape; "
+        "recorded in the study's recipe; docs/parametrization.md)",
+    )
+
+
+def with_parametrization(recipe: Any, name: str | None) -> Any:
+    """``recipe`` under the parametrization ``--parametrization`` names (None: the study's own); a base
+    shape the study's recipe states is kept for completep, dropped for standard (it means nothing there)."""
+    if name is None or name == recipe.parametrization:
+        return recipe
+    if name == "standard":
+        return dataclasses.replace(recipe, parametrization=name, base_width=None, base_depth=None)
+    return dataclasses.replace(recipe, parametrization=name)
 
 
 def _data_spec(record: Any) -> str | None:
@@ -294,7 +313,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(range(seed0, seed0 + args.seeds)),
         tuple(lrs),
     )
-    settings = settings_for(args, name, p, seed0)
+    recipe = with_parametrization(p.spec.recipe, args.parametrization)
+    settings = settings_for(args, name, p, seed0, recipe=recipe)
     print_notes(p.notes)
     return settings, every, plan, p.url
 

@@ -228,7 +228,13 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the ladder needs; writes nothing."""
     import optuna
 
-    from nas.commands.confirm import pick, print_notes, refuse_keep_weights, settings_for
+    from nas.commands.confirm import (
+        pick,
+        print_notes,
+        refuse_keep_weights,
+        settings_for,
+        with_parametrization,
+    )
     from nas.confirm.plan import MAX_RUNS, Entry, build_entries
     from nas.confirm.runner import ARCHS
     from nas.ladder.plan import build_ladder, ladder_study_name
@@ -248,7 +254,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             f"--study {args.study!r} has a seconds budget ({spec.budget}); a ladder scales tokens with "
             "parameters and places rungs at steps, so it needs a steps, tokens or flops budget"
         )
-    recipe = dataclasses.replace(spec.recipe, schedule="wsd")
+    chosen = with_parametrization(spec.recipe, args.parametrization)  # the study's, or --parametrization
+    recipe = dataclasses.replace(chosen, schedule="wsd")
     try:
         budget = Budget(spec.budget.kind, spec.budget.value, rungs)
         spec.replace(recipe=recipe, budget=budget)  # the spec's own checks (warmup + cooldown <= 1, ...)
@@ -266,10 +273,9 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     if args.no_train:  # refused here, before any note: a refusal is one line
         _existing(name, p.url)
     if study_exists(storage, name):
-        known = [
-            Entry.from_dict(d)
-            for d in optuna.load_study(study_name=name, storage=storage).user_attrs.get(ARCHS) or []
-        ]
+        ladder = optuna.load_study(study_name=name, storage=storage)
+        refuse_mixing(ladder, recipe.parametrization)
+        known = [Entry.from_dict(d) for d in ladder.user_attrs.get(ARCHS) or []]
     _, wanted, _ = build_entries([], p.finals, p.bases)
     # the plan at one seed first: the runs are counted before --seeds' tuple (and its runs) exist
     every, plan, notes = build_ladder(known, wanted, sizes, (seed0,), args.scale, budget, recipe, args.tokens)
@@ -289,6 +295,20 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
     print_notes(p.notes + notes)
     return settings, every, plan, p.url
+
+
+def refuse_mixing(ladder: Any, parametrization: str) -> None:
+    """Refuse to add runs of ``parametrization`` to a ladder study that trained under another: its fits
+    would mix two recipes (the study's recorded spec says which it trained under)."""
+    from nas.search.storage.records import SPEC
+
+    old = ((ladder.user_attrs.get(SPEC) or {}).get("recipe") or {}).get("parametrization", "standard")
+    if old != parametrization:
+        raise UserError(
+            f"--parametrization {parametrization} (or the study's recipe): ladder study "
+            f"{ladder.study_name!r} trained under {old}, and a ladder never mixes two parametrizations; "
+            f"continue it with --parametrization {old}, or delete that study for a new ladder"
+        )
 
 
 def check_sizes() -> int:

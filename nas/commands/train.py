@@ -35,6 +35,7 @@ from nas.data import (
 )
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
+from nas.models.parametrization import with_base
 from nas.models.sizes import MAX_SIZE, missed, reached, resize
 from nas.outputs import Planned, plan_output
 from nas.paths import in_file
@@ -231,9 +232,11 @@ def check_outputs(args: argparse.Namespace, data: tuple[str | None, str | None])
 
 def run(args: argparse.Namespace) -> int:
     arch, spec, data = resolve(args)
+    # completep's base shape, when unstated, is the architecture at size 1: taken before --size resizes it
+    recipe = with_base(spec.recipe, arch)
     if args.size is not None:
         arch = sized(arch, args.size)
-    recipe, budget, device = spec.recipe, spec.budget, spec.resources.device
+    budget, device = spec.budget, spec.resources.device
     threads = recorded_threads(args, device)
     paths = data_paths(args, data, arch)
     save = check_outputs(args, paths)

@@ -45,6 +45,9 @@ class Entry:
     search_loss: float | None = None  # its single-seed loss in the search
     #: a baseline rebuilt at a finalist's shape: the baseline's own name ("vanilla"; ``name`` adds the shape)
     label: str = ""
+    #: (d_model, layers) completep's multipliers are relative to when the recipe states none: a ladder
+    #: member's architecture at size 1; None: the entry's own shape
+    base: tuple[int, int] | None = None
 
     @property
     def arch_id(self) -> str:
@@ -68,6 +71,7 @@ class Entry:
             "search_trial": self.search_trial,
             "search_loss": self.search_loss,
             **({"label": self.label} if self.label else {}),
+            **({"base": list(self.base)} if self.base else {}),
         }
 
     @classmethod
@@ -80,6 +84,7 @@ class Entry:
             d.get("search_trial"),
             d.get("search_loss"),
             str(d.get("label") or ""),
+            tuple(d["base"]) if d.get("base") else None,  # type: ignore[arg-type]
         )
 
 

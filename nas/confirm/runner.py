@@ -102,9 +102,17 @@ class ConfirmDriver(Driver):
             ("summary", f"[{run_label(entry.name, run, s.spec.recipe.lr)}] {arch.summary()}"),
         ):
             trial.set_user_attr(key, value)
+        recipe = dataclasses.replace(s.spec.recipe, seed=run.seed, lr=run.lr)
+        if recipe.parametrization == "completep" and entry.base is not None:  # a ladder member: its size 1
+            width, depth = entry.base
+            recipe = dataclasses.replace(
+                recipe,
+                base_width=width if recipe.base_width is None else recipe.base_width,
+                base_depth=depth if recipe.base_depth is None else recipe.base_depth,
+            )
         payload = dataclasses.replace(
             trial_payload(s, study, trial, arch),
-            recipe=dataclasses.replace(s.spec.recipe, seed=run.seed, lr=run.lr).to_dict(),
+            recipe=recipe.to_dict(),
             budget=scaled_budget(s.spec.budget, run.scale).to_dict(),
         )
         pool.submit(trial.number, payload.to_dict())

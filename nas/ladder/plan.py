@@ -181,6 +181,7 @@ def build_ladder(
                     e.search_trial if one else None,
                     e.search_loss if one else None,
                     e.base_name,
+                    (e.arch.d_model, len(e.arch.layers)),  # completep's default base: size 1
                 )
                 by_id[arch.arch_id] = entry
                 every.append(entry)

@@ -48,6 +48,8 @@ def ffn_width(d_model: int, mult: float, activation: str = "relu") -> int:
 class FeedForward(nn.Module):
     """x -> W2 act(W1 x), or gated: W2 (act(W1 x) * W3 x) (``fc_in`` holds W1 then W3); no biases."""
 
+    param_kinds = {"fc_in.weight": "hidden", "fc_out.weight": "hidden"}  # d_model <-> mult x d_model
+
     def __init__(self, d_model: int, d_ff: int, activation: str) -> None:
         super().__init__()
         self.gated = activation in GATED

@@ -40,6 +40,9 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
 
 
 class Layer(nn.Module):
+    #: 1/r under completep (CompleteP's residual-branch multiplier, nas.models.parametrization); 1 otherwise
+    branch_mult = 1.0
+
     def __init__(self, dims: Dims, cfg: LayerConfig) -> None:
         super().__init__()
         block = ATTENTION.get(cfg.attention.type)
@@ -54,14 +57,22 @@ class Layer(nn.Module):
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         """``keep`` (B, T): an encoder layer's real tokens, which its attention alone may attend to."""
         h = self.ln_attn(x)
-        x = x + (self.attn(h) if keep is None else self.attn(h, keep))
+        y = self.attn(h) if keep is None else self.attn(h, keep)
+        if self.branch_mult != 1.0:  # skipped at 1: the standard model's graph, unchanged
+            y = y * self.branch_mult
+        x = x + y
         if self.ffn is not None:
-            x = x + self.ffn(self.ln_ffn(x))
+            y = self.ffn(self.ln_ffn(x))
+            x = x + (y * self.branch_mult if self.branch_mult != 1.0 else y)
         return x
 
 
 class TransformerLM(nn.Module):
     """Decoder-only LM built from an :class:`ArchConfig`; ``self.arch`` keeps the config."""
+
+    param_kinds = {"pos_emb": "embedding", "lm_head.weight": "readout"}  # tok_emb: nn.Embedding's own
+    #: 1/m under completep (muP's readout multiplier, tied head or not); 1 otherwise
+    logit_mult = 1.0
 
     def __init__(self, arch: ArchConfig) -> None:
         super().__init__()
@@ -82,7 +93,8 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def forward(self, idx: Tensor) -> Tensor:
-        return self.lm_head(self.hidden(idx))  # (B, T, vocab)
+        logits = self.lm_head(self.hidden(idx))  # (B, T, vocab)
+        return logits * self.logit_mult if self.logit_mult != 1.0 else logits
 
     def hidden(self, idx: Tensor) -> Tensor:
         """The final normalised states before the head, (B, T, C) (the compression probe pools them)."""

@@ -20,6 +20,8 @@ class RMSNorm(nn.Module):
     defaults eps to the dtype's machine epsilon, so it is not the reference's formula.
     """
 
+    param_kinds = {"weight": "vector"}
+
     def __init__(self, d: int, eps: float = RMS_EPS) -> None:
         super().__init__()
         self.eps = eps

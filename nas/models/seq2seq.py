@@ -36,6 +36,8 @@ from nas.models.norms import make_norm
 class CrossAttention(nn.Module):
     """Multi-head attention of decoder queries over encoder keys and values, padding masked."""
 
+    param_kinds = {"q_proj.weight": "hidden", "kv_proj.weight": "hidden", "out_proj.weight": "hidden"}
+
     def __init__(self, dims: Dims) -> None:
         super().__init__()
         d = dims.d_model
@@ -88,6 +90,9 @@ class Seq2SeqTransformer(nn.Module):
     ``pad_id`` (default: the vocabulary's third-from-last id, as
     ``nas.data.ParallelCorpus`` lays out its specials) marks source padding.
     """
+
+    # declared for the contract (every parameter has a kind); completep itself refuses seq2seq
+    param_kinds = {"enc_pos": "embedding", "dec_pos": "embedding", "lm_head.weight": "readout"}
 
     def __init__(self, arch: ArchConfig, pad_id: int | None = None) -> None:
         super().__init__()

@@ -22,6 +22,11 @@ DECAY_RULES = ("matrices", "weights_only")
 SCHEDULES = ("cosine", "wsd")
 #: Shapes of the wsd cooldown (Hägele et al. 2024): linear 1-t, 1-sqrt 1-sqrt(t).
 COOLDOWN_SHAPES = ("linear", "1-sqrt")
+#: How initialisation, learning rates and multipliers follow the model's shape (nas.models.parametrization,
+#: docs/parametrization.md): standard (none do), completep (muP in width, CompleteP in depth).
+PARAMETRIZATIONS = ("standard", "completep")
+#: Fields that may be None (decided by the architecture); the others' checks always run.
+_OPTIONAL = ("seq_len", "base_width", "base_depth")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +145,29 @@ class TrainRecipe:
         f"which parameters weight_decay applies to: {', '.join(DECAY_RULES)}",
         check=choice(DECAY_RULES),
     )
+    parametrization: str = field(
+        "standard",
+        f"how init, per-parameter learning rates and multipliers follow the shape: "
+        f"{', '.join(PARAMETRIZATIONS)} "
+        "(muP in width, CompleteP in depth, relative to base_width x base_depth; docs/parametrization.md)",
+        check=choice(PARAMETRIZATIONS),
+    )
+    base_width: int | None = field(
+        None,
+        "completep: the d_model every multiplier is relative to (default: the architecture's own at size 1)",
+        check=bounded(1, MAX_DIM, integer=True),
+    )
+    base_depth: int | None = field(
+        None,
+        "completep: the layer count every multiplier is relative to (default: the architecture's own at "
+        "size 1)",
+        check=bounded(1, MAX_DIM, integer=True),
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is not None or f.name != "seq_len":  # seq_len None: the architecture's max_len
+            if value is not None or f.name not in _OPTIONAL:  # None: the architecture's (max_len, shape)
                 f.metadata["check"](value, f"recipe.{f.name}")
         if self.schedule == "wsd" and self.warmup_frac + self.cooldown_frac > 1:
             raise ConfigError(
@@ -152,6 +175,14 @@ class TrainRecipe:
                 "exceed 1: the wsd cooldown would begin inside the warmup",
                 "recipe.cooldown_frac",
             )
+
+        for name in ("base_width", "base_depth"):
+            if getattr(self, name) is not None and self.parametrization == "standard":
+                raise ConfigError(
+                    "a base shape only applies under recipe.parametrization completep (standard has no "
+                    "multipliers); set --recipe.parametrization completep or leave it out",
+                    f"recipe.{name}",
+                )
 
     @classmethod
     def from_dict(cls, raw: Any) -> TrainRecipe:
@@ -168,7 +199,7 @@ class TrainRecipe:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         # defaults of the later fields are left out, so studies from before them still match
-        for name in ("decay", "schedule", "cooldown_frac", "cooldown_shape"):
+        for name in ("decay", "schedule", "cooldown_frac", "cooldown_shape", *_LATER):
             if out[name] == _DEFAULTS[name]:
                 del out[name]
         return out
@@ -182,4 +213,6 @@ def rungs_need_wsd(schedule: str) -> str:
     )
 
 
+#: fields added with the parametrizations: left out at their defaults, as the ones above
+_LATER = ("parametrization", "base_width", "base_depth")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainRecipe)}

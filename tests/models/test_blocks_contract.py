@@ -39,6 +39,7 @@ from nas.models.attention.base import AttentionBlock
 from nas.models.attention.hyena import HyenaOperator
 from nas.models.attention.mdha import MultiDConvHeadAttention
 from nas.models.ffn import GATED, FeedForward, ffn_width
+from nas.models.parametrization import KINDS, parameter_kinds
 
 CONV_BWD = torch.ops.aten.convolution_backward
 #: blocks whose ``conv_weight`` is a causal depthwise convolution (``mdha.causal_depthwise_conv``)
@@ -283,6 +284,40 @@ def test_model_param_count_equals_compute(variant: Variant, top: dict) -> None:
     model = variant.model(n_layers=2, **top)
     n = sum(p.numel() for p in model.parameters())
     assert n == nas.compute(model.arch).params
+
+
+# -- parameter kinds (recipe.parametrization: completep) ---------------------------------------------
+def test_every_block_parameter_declares_its_kind(variant: Variant) -> None:
+    """Each parameter is hidden, vector, embedding or readout (``param_kinds``): completep scales by it,
+    so an undeclared one fails here, naming itself (nas.models.parametrization)."""
+    kinds = parameter_kinds(variant.block())
+    assert set(kinds) == {name for name, _ in variant.block().named_parameters()}
+    assert set(kinds.values()) <= set(KINDS)
+
+
+@pytest.mark.parametrize(
+    "top",
+    [{}, {"tie_embeddings": False, "pos_encoding": "learned", "norm": "rmsnorm"}],
+    ids=["tied", "untied-learned-rms"],
+)
+def test_every_model_parameter_declares_its_kind(variant: Variant, top: dict) -> None:
+    kinds = parameter_kinds(variant.model(n_layers=2, **top))
+    assert kinds["tok_emb.weight"] == "embedding"
+    if top:
+        assert kinds["lm_head.weight"] == "readout" and kinds["pos_emb"] == "embedding"
+
+
+def test_completep_trains_every_block_at_twice_its_width(variant: Variant) -> None:
+    """A block's declared kinds are enough to build it under completep away from its base and train a step."""
+    from evaluators.model import prepare_model
+    from nas.spec.training import TrainRecipe
+
+    arch = variant.arch(n_layers=2)
+    recipe = TrainRecipe(batch_size=2, parametrization="completep", base_width=D_MODEL // 2, base_depth=1)
+    prep = prepare_model(arch, recipe, torch.device("cpu"))
+    prep.step.set_lr(1e-3)
+    loss = prep.step(tokens(MAX_LEN), tokens(MAX_LEN))
+    assert torch.isfinite(loss)
 
 
 # -- FLOPs ----------------------------------------------------------------------------------

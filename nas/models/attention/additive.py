@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, positive_int
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import HIDDEN, VECTOR
 
 #: Elements of the (B, H, c, T, d_a) tanh input one chunk of queries may hold: 64 MiB in float32
 #: on a CPU, four times that on a GPU, whose memory is larger and whose kernel launches cost more.
@@ -97,6 +98,7 @@ class AdditiveAttention(ValueAttention):
     mixable = True
     bidirectional = True
     has_dot_terms = False
+    param_kinds = {"w_q.weight": HIDDEN, "w_k.weight": HIDDEN, "v": VECTOR}  # v: (H, d_a, 1)
     short_option_names = {"d_a": "da"}
 
     def __init__(self, dims: Dims, opts: AdditiveOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:

@@ -90,6 +90,11 @@ class AttentionBlock(nn.Module, metaclass=ABCMeta):
     #: Names of this block's parameters that are not the weights of a linear map (logits,
     #: filters, biases); ``recipe.decay: weights_only`` leaves them out of weight decay.
     no_decay: ClassVar[tuple[str, ...]] = ()
+    #: The kind of each of the block's own parameters (names or fnmatch patterns relative to the block:
+    #: hidden, vector, embedding, readout), which ``recipe.parametrization: completep`` scales by
+    #: (nas.models.parametrization); merged with the bases' declarations.  An undeclared parameter fails
+    #: the contract suite.
+    param_kinds: ClassVar[Mapping[str, str]] = {}
     #: Short names of options in one-line summaries: {"kernel": "k"} gives ``mdha(k3)``.
     short_option_names: ClassVar[Mapping[str, str]] = {}
 
@@ -328,6 +333,8 @@ class ValueAttention(AttentionBlock):
     Subclasses implement ``scores`` (and may override ``forward`` with a faster,
     equivalent path); the value and output projections live here.
     """
+
+    param_kinds: ClassVar[Mapping[str, str]] = {"v_proj.weight": "hidden", "out_proj.weight": "hidden"}
 
     @abstractmethod
     def scores(self, x: Tensor) -> Tensor:

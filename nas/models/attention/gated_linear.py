@@ -28,6 +28,7 @@ from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec
 from nas.models.dims import Dims, Flops
 from nas.models.norms import RMSNorm
+from nas.models.parametrization import HIDDEN, READOUT, VECTOR
 
 GATES = ("data", "fixed")
 #: Positions per chunk of the parallel form (a power of two); shorter sequences take one chunk.
@@ -160,6 +161,13 @@ class GatedLinearAttention(AttentionBlock):
     Options = GatedLinearOptions
     bidirectional = False  # a causal recurrence: no encoder form (yet)
     has_dot_terms = False
+    param_kinds = {
+        "proj.weight": HIDDEN,
+        "out_proj.weight": HIDDEN,
+        "gate_down.weight": READOUT,
+        "gate_up.weight": VECTOR,
+        "gate_up.bias": VECTOR,
+    }  # gate_down: d_model -> a fixed rank, as logits are; gate_up: out of that rank
     short_option_names = {"gate": ""}  # gated_linear(data), gated_linear(fixed)
 
     @classmethod

@@ -28,6 +28,7 @@ from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, positive_int
 from nas.models.attention.mdha import causal_depthwise_conv
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import HIDDEN, VECTOR
 from nas.models.reference import causal_conv
 
 SHORT_KERNEL = 3  # taps of the short causal depthwise convolution (the reference's short_filter_order)
@@ -123,6 +124,13 @@ class HyenaOperator(AttentionBlock):
     Options = HyenaOptions
     bidirectional = False  # causal long convolutions: no encoder form (yet)
     has_dot_terms = False
+    param_kinds = {
+        "in_proj.weight": HIDDEN,
+        "out_proj.weight": HIDDEN,
+        "conv_weight": VECTOR,
+        "skip": VECTOR,
+        "filter_*": VECTOR,
+    }  # filters: fixed fan-in (docs/parametrization.md)
     short_option_names = {"order": "o", "filter_order": "f", "emb_dim": "e"}
     # The short filter (starts at the identity, as mdha's), the skip D and the filter network:
     # filters, not weight matrices of the model.

@@ -34,6 +34,7 @@ from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, FFNSpec, positive_int
 from nas.models.attention.mha import MHAOptions, MultiHeadAttention, kv_width
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import VECTOR
 from nas.models.reference import causal_conv
 
 
@@ -98,6 +99,7 @@ def conv_channels(dims: Dims, opts: MDHAOptions, with_values: bool = True) -> in
 class MultiDConvHeadAttention(MultiHeadAttention):
     bidirectional = True  # mha's forward: the causal flag drops the mask; the convolution stays causal
     has_dot_terms = True  # mha's dot_terms over its convolved queries and keys
+    param_kinds = {"conv_weight": VECTOR}  # a filter per channel: one growing dimension
     Options = MDHAOptions
     short_option_names = {"kernel": "k", "kv_heads": "kv", "centered": "centered="}
     no_decay = ("conv_weight",)  # a per-channel filter that starts at the identity, not a matrix

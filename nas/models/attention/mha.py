@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec, default_scale
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import HIDDEN
 from nas.models.reference import causal_attend, dot_logits, head
 
 
@@ -53,6 +54,7 @@ class MultiHeadAttention(AttentionBlock):
     mixable = True
     bidirectional = True
     has_dot_terms = True  # dot_terms: q k^T / sqrt(dh), which a mixture fuses
+    param_kinds = {"qkv.weight": HIDDEN, "out_proj.weight": HIDDEN}
     Options = MHAOptions
     short_option_names = {"kv_heads": "kv"}
 

@@ -28,6 +28,7 @@ from nas.models.attention.base import (
     ValueAttention,
 )
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import VECTOR
 from nas.models.reference import softmax
 
 
@@ -129,6 +130,7 @@ class Mixture(ValueAttention):
     Options = MixtureOptions
     bidirectional = True  # its components give logits only; the mask is applied here
     has_dot_terms = False  # not a mixture component itself
+    param_kinds = {"alpha_logits": VECTOR}  # the components declare their own
     #: False: always write the logits out (``unfused``); benchmarks/fused_mixture.py compares the two.
     fuse: bool = True
 

@@ -37,6 +37,7 @@ from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, AttentionBlock, BlockOptions, FFNSpec
 from nas.models.dims import Dims, Flops
 from nas.models.ffn import ACTIVATIONS, GATED, ffn_width
+from nas.models.parametrization import HIDDEN, VECTOR
 from nas.models.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
 from nas.models.reference import causal_attend, dot_logits, head, softmax
 
@@ -87,6 +88,16 @@ class MultiBranchAttention(AttentionBlock):
     replaces_ffn = True
     bidirectional = True
     has_dot_terms = False
+    param_kinds = {
+        "qkv.weight": HIDDEN,
+        "w_o": HIDDEN,
+        "w_in": HIDDEN,
+        "w_out": HIDDEN,
+        "kappa_logits": VECTOR,
+        "alpha_logits": VECTOR,
+        "norm_weight": VECTOR,
+        "norm_bias": VECTOR,
+    }
     # kappa/alpha logits and the branch LayerNorms are vectors: no rule decays them.
 
     @classmethod

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import HIDDEN, VECTOR
 from nas.models.reference import head
 
 
@@ -42,6 +43,7 @@ class DenseSynthesizer(ValueAttention):
     mixable = True
     bidirectional = True
     has_dot_terms = True  # dot_terms: relu(X W1) W2 is a product (plus the bias b2)
+    param_kinds = {"hidden.weight": HIDDEN, "hidden.bias": VECTOR, "w2": VECTOR, "b2": VECTOR}
     no_decay = ("b2",)  # the per-position logit bias (H, L)
 
     def __init__(self, dims: Dims, opts: BlockOptions, *, ffn: FFNSpec, with_values: bool = True) -> None:

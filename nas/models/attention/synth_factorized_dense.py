@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from nas.errors import ConfigError
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, positive_int
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import HIDDEN, VECTOR
 from nas.models.reference import head
 
 
@@ -44,6 +45,14 @@ class FactorizedDenseSynthesizer(ValueAttention):
     mixable = True
     bidirectional = True
     has_dot_terms = False
+    param_kinds = {
+        "hidden.weight": HIDDEN,
+        "hidden.bias": VECTOR,
+        "wa": VECTOR,
+        "ba": VECTOR,
+        "wb": VECTOR,
+        "bb": VECTOR,
+    }
     no_decay = ("ba", "bb")  # biases of A and B (bb starts at 1)
 
     def __init__(

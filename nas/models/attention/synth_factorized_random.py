@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention, positive_int
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import VECTOR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,7 @@ class FactorizedRandomSynthesizer(ValueAttention):
     mixable = True
     bidirectional = True
     has_dot_terms = False
+    param_kinds = {"R1": VECTOR, "R2": VECTOR}  # (H, L, k)
     no_decay = ("R1", "R2")  # factors of position-only logits
     static_scores = True
     short_option_names = {"rank": "r"}

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from nas.models.attention.base import ATTENTION, BlockOptions, FFNSpec, ValueAttention
 from nas.models.dims import Dims, Flops
+from nas.models.parametrization import VECTOR
 
 
 @ATTENTION.register("synth_random")
@@ -22,6 +23,7 @@ class RandomSynthesizer(ValueAttention):
     mixable = True
     bidirectional = True
     has_dot_terms = False
+    param_kinds = {"R": VECTOR}  # (H, L, L): one growing dimension, the heads
     static_scores = True
     trainable_logits = True
     no_decay = ("R",)  # logits: decay would pull the attention towards uniform
