@@ -42,10 +42,10 @@ def open_study(args: argparse.Namespace) -> tuple[optuna.Study, str]:
 
 def study_kind_note(study: optuna.Study) -> str | None:
     """What a study that is not a search's is (None: a search's)."""
-    from nas.search.storage.records import CONFIRM_OF, SETTINGS
+    from nas.search.storage.records import CONFIRM_OF, LADDER_PLAN, SETTINGS
 
     attrs = study.user_attrs
-    if CONFIRM_OF in attrs and "ladder_plan" in attrs:
+    if CONFIRM_OF in attrs and LADDER_PLAN in attrs:
         return (
             f"study {study.study_name!r} is the ladder of study {attrs[CONFIRM_OF]!r}: each trial is one "
             f"ladder run (an architecture at a size and seed); `{prog_name()} ladder --study "

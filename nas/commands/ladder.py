@@ -256,6 +256,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         )
     chosen = with_parametrization(spec.recipe, args.parametrization)  # the study's, or --parametrization
     recipe = dataclasses.replace(chosen, schedule="wsd")
+    if args.no_train:  # the runs the ladder study holds, as its plan records them: no plan flag is checked
+        return _as_recorded(args, p, recipe)
     try:
         budget = Budget(spec.budget.kind, spec.budget.value, rungs)
         spec.replace(recipe=recipe, budget=budget)  # the spec's own checks (warmup + cooldown <= 1, ...)
@@ -294,6 +296,28 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         )
     settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
     print_notes(p.notes + notes)
+    return settings, every, plan, p.url
+
+
+def _as_recorded(args: argparse.Namespace, p: Any, recipe: Any) -> tuple[Any, ...]:
+    """``--no-train``: the ladder study's own plan and architectures, and settings to report them with.
+    The plan flags' defaults are never checked against the study (a short study refused the default
+    --rungs and --scale, although --no-train trains nothing)."""
+    from nas.commands.confirm import print_notes, settings_for
+    from nas.confirm.plan import Entry
+    from nas.confirm.runner import ARCHS
+    from nas.ladder.plan import LADDER, LadderPlan, ladder_study_name
+    from nas.spec import Budget
+
+    name = ladder_study_name(args.study)
+    ladder = _existing(name, p.url)
+    if args.parametrization is not None:  # asked for one: the runs it reports must be under it
+        refuse_mixing(ladder, recipe.parametrization)
+    plan = LadderPlan.from_dict(ladder.user_attrs.get(LADDER) or {})
+    every = {e.index: e for e in (Entry.from_dict(d) for d in ladder.user_attrs.get(ARCHS) or [])}
+    budget = Budget(p.spec.budget.kind, p.spec.budget.value)
+    settings = settings_for(args, name, p, int(p.spec.recipe.seed), recipe=recipe, budget=budget)
+    print_notes(p.notes)
     return settings, every, plan, p.url
 
 

@@ -24,9 +24,10 @@ from nas.confirm.plan import SCALE_RANGE, Entry, Run, check_runs
 from nas.cost import compute
 from nas.errors import ConfigError, UserError
 from nas.models.sizes import dropped, reached, resize
+from nas.search.storage.records import LADDER_PLAN
 from nas.spec.training import Budget, TrainRecipe
 
-LADDER = "ladder_plan"  # ladder study user attr: LadderPlan.to_dict()
+LADDER = LADDER_PLAN  # ladder study user attr: LadderPlan.to_dict() (named once, in the storage records)
 DEFAULT_SIZES = "0.5,0.71,1,1.41,2"
 DEFAULT_RUNGS = "0.25,0.5"
 DEFAULT_SEEDS = 1

@@ -246,6 +246,18 @@ def test_a_ladder_study_is_no_search_to_ladder_or_confirm(searched, capsys):
     if "s-ladder" not in {s.study_name for s in optuna.get_all_study_summaries(url)}:
         assert main(_ladder(url, "s", "--samples", "20", "--json")) == 0
         capsys.readouterr()
+    # nor called a confirmation by the commands that refuse it, nor continued with search or confirm
+    for command, said in (
+        (["search", "--study", "s-ladder", "--storage", url, "--local"],
+         "is a ladder's runs of study 's' (made by `ladder`), not a search; continue it with `"),
+        (["export", "--study", "s-ladder", "--storage", url, "--best", "--hf", str(root / "hf")],
+         "is a ladder's runs, which keeps no weights"),
+        (["export", "--study", "s-ladder", "--storage", url, "--confirmed", "--out", str(root / "w.yaml")],
+         "is a ladder's runs; pass the search study 's'"),
+    ):  # fmt: skip
+        assert _exit(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and "confirmation" not in err and "confirm --" not in err
     for command in (
         _ladder(url, "s-ladder", "--no-train"),
         ["confirm", "--study", "s-ladder", "--storage", url],
@@ -269,6 +281,13 @@ def test_a_larger_scale_makes_room_for_the_rungs_of_a_short_study(tmp_path, corp
     ladder = optuna.load_study(study_name="short-ladder", storage=url)
     done = [t for t in ladder.trials if t.state == TrialState.COMPLETE]
     assert len(done) == 6 and {t.user_attrs["steps"] for t in done} >= {16}
+    # --no-train reports the study's runs: the plan flags' defaults (--scale 1) are not checked again
+    # against the study (it refused "give a larger --scale" though it trains nothing)
+    capsys.readouterr()
+    assert main(_ladder(url, "short", "--top", "1", "--sizes", "0.42,1,3.4", "--samples", "20", "--no-train",
+                        "--check", "none")) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    assert "give a larger --scale" not in captured.err and "ladder: " in captured.out
 
 
 def test_check_on_too_few_sizes_is_refused_before_training(searched, capsys):

@@ -52,6 +52,7 @@ def _other_value(section: str, name: str, default: Any, kind: type) -> Any:
         ("recipe", "beta2"): 0.9,
         ("recipe", "min_lr_ratio"): 0.5,
         ("recipe", "warmup_frac"): 0.2,
+        ("recipe", "parametrization"): "completep",
         ("resources", "gpus_per_trial"): 0.5,
     }
     if (section, name) in special:
@@ -98,6 +99,8 @@ def _spec_file(tmp_path: Path, section: str, name: str, value: Any) -> Path:
         raw["search"]["hurdles"] = [0.5]  # those apply to hurdles only
     if (section, name) in (("recipe", "cooldown_frac"), ("recipe", "cooldown_shape")):
         raw["recipe"]["schedule"] = "wsd"  # those shape wsd's cooldown only
+    if (section, name) in (("recipe", "base_width"), ("recipe", "base_depth")):
+        raw["recipe"]["parametrization"] = "completep"  # a base shape applies under completep only
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

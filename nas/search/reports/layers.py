@@ -62,20 +62,21 @@ def top_trials(study: optuna.Study, top: int) -> list[FrozenTrial]:
 
 def own_menus(study: optuna.Study) -> Any:
     """``(i, n) -> bool``: whether layer ``i`` of an ``n``-layer LM candidate draws from a ``layers.at``
-    entry of its own (a pinned last layer), read from the study's kept spec; None when the study keeps no
-    spec or its space has no such entry."""
-    from nas.search.space.load import parse_space
-    from nas.search.storage.records import stored_spec
+    entry of its own (a pinned last layer), read from the study's kept spec (torch-free: a read command
+    loads no block registry); None when the study keeps no spec or its space has no such entry."""
+    from nas.search.space.where import covers, parse_where
+    from nas.search.storage.records import SPEC
 
+    raw = study.user_attrs.get(SPEC)
+    layers = raw.get("layers") if isinstance(raw, dict) else None
+    entries = layers.get("at") if isinstance(layers, dict) else None
+    if not isinstance(entries, list) or not entries:
+        return None
     try:
-        spec = stored_spec(study)
-        space = parse_space(dict(spec.space), "<study>") if spec is not None else None
-    except Exception:  # noqa: BLE001 - an old or foreign study: counted as before
+        wheres = [parse_where(e.get("layers"), "at") for e in entries if isinstance(e, dict)]
+    except Exception:  # noqa: BLE001 - a spec this version cannot read: counted as before
         return None
-    if space is None or not space.layer_choices.at:
-        return None
-    choices = space.layer_choices
-    return lambda i, n: ".at" in choices.menu(i, n, "layers").attention_prefix
+    return lambda i, n: any(covers(pos, first, last, i, n) for pos, first, last in wheres)
 
 
 def _count(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
@@ -31,9 +31,9 @@ from nas.search.space.sampling import (
     BlockChoice,
     LayerChoices,
     Placement,
-    Position,
     SearchSpace,
 )
+from nas.search.space.where import parse_where, refuse_duplicates, refuse_unknown
 from nas.spec import SPEC_KEYS, Spec
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr, yaml_number
 from nas.yamlsafe import read_yaml
@@ -130,7 +130,7 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
             f"is an architecture file, not a search space; train it with `{prog_name()} train --arch "
             f"{source}`, or give --space a search space (a shipped one's name such as default)"
         )
-    _refuse_unknown(raw, TOP_KEYS, "")
+    refuse_unknown(raw, TOP_KEYS, "")
     task = raw.get("task", "lm")
     if task not in TASKS:
         raise ConfigError(f"unknown task {task!r}; valid: {', '.join(TASKS)}", "task")
@@ -156,7 +156,7 @@ def parse_space(raw: Any, source: str = "<space>") -> SearchSpace:
     seeds = raw.get("seed_archs", list(DEFAULT_SEED_ARCHS))
     if not isinstance(seeds, list) or any(s not in SEED_ARCHS for s in seeds):
         raise ConfigError(f"must be a list of known architectures: {', '.join(SEED_ARCHS)}", "seed_archs")
-    _refuse_duplicates(seeds, "seed_archs")
+    refuse_duplicates(seeds, "seed_archs")
     name = raw.get("name", os.path.splitext(os.path.basename(source))[0])
     if not isinstance(name, str):
         raise ConfigError(f"must be a string, got {name!r}", "name")
@@ -210,7 +210,7 @@ def _parse_layer_choices(l_raw: Any, path: str) -> LayerChoices:
     """One stack's choices (``layers`` or ``encoder``): share, attention blocks, FFN."""
     if not isinstance(l_raw, Mapping):
         raise ConfigError("must be a mapping with attention and ffn choices", path)
-    _refuse_unknown(l_raw, LAYER_KEYS, path)
+    refuse_unknown(l_raw, LAYER_KEYS, path)
     share = l_raw.get("share", False)
     if not isinstance(share, bool):
         raise ConfigError(
@@ -239,7 +239,7 @@ def _parse_at(raw: Any, path: str, share: bool) -> tuple[Placement, ...]:
         where = f"{path}.{j}"
         if not isinstance(entry, Mapping):
             raise ConfigError("must be a mapping with layers and attention and/or ffn", where)
-        _refuse_unknown(entry, AT_KEYS, where)
+        refuse_unknown(entry, AT_KEYS, where)
         if "layers" not in entry:
             raise ConfigError(
                 "is required: an index (-1: the last), a list of indices, or {from: .., to: ..} "
@@ -248,7 +248,7 @@ def _parse_at(raw: Any, path: str, share: bool) -> tuple[Placement, ...]:
             )
         if "attention" not in entry and "ffn" not in entry:
             raise ConfigError("gives nothing: name attention and/or ffn choices for these layers", where)
-        positions, first, last = _parse_where(entry["layers"], f"{where}.layers")
+        positions, first, last = parse_where(entry["layers"], f"{where}.layers")
         attention = blocks = activation = mult = None
         if "attention" in entry:
             attention, blocks = _parse_attention(entry["attention"], f"{where}.attention")
@@ -272,38 +272,6 @@ def _check_placements(choices: LayerChoices, depths: list[int], stem: str) -> No
 
 def _depths_text(depths: list[int]) -> str:
     return str(depths[0]) if len(depths) == 1 else f"{depths[0]} to {depths[-1]}"
-
-
-def _parse_where(raw: Any, path: str) -> tuple[tuple[Position, ...], Position, Position]:
-    """(positions, first, last) of an ``at`` entry's ``layers``."""
-    if isinstance(raw, Mapping):
-        _refuse_unknown(raw, ("from", "to"), path)
-        first = _position(raw.get("from", 0), f"{path}.from")
-        last = _position(raw.get("to", -1), f"{path}.to")
-        return (), first, last
-    items = raw if isinstance(raw, list) else [raw]
-    if not items:
-        raise ConfigError("an empty list names no layer", path)
-    positions = tuple(_position(p, path, share=False) for p in items)
-    _refuse_duplicates(list(positions), path)
-    return positions, 0, -1
-
-
-def _position(raw: Any, path: str, share: bool = True) -> Position:
-    """A layer index (negative: from the end) or, in a range, a share of the depth ``"P%"``."""
-    if isinstance(raw, str) and share and raw.endswith("%"):
-        try:
-            pct = float(raw[:-1])
-        except ValueError:
-            pct = -1.0
-        if 0 <= pct <= 100:
-            return raw
-        raise ConfigError(f"must be a share between 0% and 100%, got {raw!r}", path)
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        what = "an index (-1: the last layer)" + (" or a share of the depth such as '50%'" if share else "")
-        raise ConfigError(f"must be {what}, got {short_repr(raw)}", path)
-    check_number(raw, path, integer=True, low=-MAX_LAYERS, high=MAX_LAYERS - 1)
-    return raw
 
 
 def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
@@ -331,7 +299,7 @@ def _refuse_causal_only(choices: LayerChoices, path: str) -> None:
 def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
     if not isinstance(g_raw, Mapping):
         raise ConfigError("is required: a mapping of d_model, n_heads, n_layers, max_len, ...", "globals")
-    _refuse_unknown(g_raw, GLOBAL_KEYS, "globals")
+    refuse_unknown(g_raw, GLOBAL_KEYS, "globals")
     required = ["d_model", "n_heads", "n_layers", "max_len"]
     if task == "seq2seq":
         required.append("n_encoder_layers")
@@ -360,7 +328,7 @@ def _parse_globals(g_raw: Any, task: str) -> dict[str, Param]:
 def _parse_ffn(ffn_raw: Any, path: str) -> tuple[Param, Param]:
     if not isinstance(ffn_raw, Mapping):
         raise ConfigError("must be a mapping with activation and mult", path)
-    _refuse_unknown(ffn_raw, ("activation", "mult"), path)
+    refuse_unknown(ffn_raw, ("activation", "mult"), path)
     activation = Param.parse(ffn_raw.get("activation", "relu"), f"{path}.activation")
     for v in activation.values():
         ACTIVATIONS.get(v, f"{path}.activation")
@@ -373,7 +341,7 @@ def _parse_ffn(ffn_raw: Any, path: str) -> tuple[Param, Param]:
 def _parse_constraints(constraints: Any) -> dict[str, float]:
     if not isinstance(constraints, Mapping):
         raise ConfigError("must be a mapping of max_params and/or max_flops_per_token", "constraints")
-    _refuse_unknown(constraints, CONSTRAINT_KEYS, "constraints")
+    refuse_unknown(constraints, CONSTRAINT_KEYS, "constraints")
     out = {}
     for key, v in constraints.items():
         out[key] = float(check_number(yaml_number(v), f"constraints.{key}", low=0, low_open=True))
@@ -387,7 +355,7 @@ def _parse_attention(raw: Any, path: str) -> tuple[Param, dict[str, BlockChoice]
         raw = [raw]
     if isinstance(raw, list):
         if all(isinstance(n, str) for n in raw):
-            _refuse_duplicates(raw, path)
+            refuse_duplicates(raw, path)
             raw = {name: {} for name in raw}
     if not isinstance(raw, Mapping) or not raw:
         raise ConfigError(
@@ -436,17 +404,3 @@ def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     if not isinstance(raw[key], Mapping):
         raise ConfigError(f"must be a mapping, got {short_repr(raw[key])}", key)
     return raw[key]
-
-
-def _refuse_duplicates(names: Sequence[Any], path: str) -> None:
-    """A list of names is a set: a name given twice is a typo (numbers: ``Param.parse``)."""
-    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
-    if twice is not None:
-        raise ConfigError(f"lists {twice!r} twice", path)
-
-
-def _refuse_unknown(raw: Mapping[str, Any], valid: Sequence[str], path: str) -> None:
-    unknown = sorted(str(k) for k in set(raw) - set(valid))
-    if unknown:
-        where = f"{path}.{unknown[0]}" if path else unknown[0]
-        raise ConfigError(f"unknown key; valid keys: {', '.join(valid)}", where)

@@ -26,6 +26,7 @@ from nas.archfile import load_arch
 from nas.errors import ConfigError
 from nas.models import ATTENTION, ArchConfig, AttentionSpec, FFNSpec, LayerConfig
 from nas.search.space.params import Param, thaw
+from nas.search.space.where import Position, covers
 from nas.shipped import shipped_arch
 
 #: The known architectures a space may seed its study with (``seed_archs``), by shipped file name.
@@ -53,16 +54,6 @@ class BlockChoice:
     options: Mapping[str, Param]
 
 
-Position = int | str  # a layer index (negative: from the end) or a share of the depth, "50%"
-
-
-def _index(pos: Position, n: int) -> float:
-    """Where ``pos`` lies in a stack of ``n`` layers: an index, or the cut P/100 x n of a share."""
-    if isinstance(pos, str):
-        return float(pos[:-1]) / 100.0 * n
-    return pos if pos >= 0 else n + pos
-
-
 @dataclasses.dataclass(frozen=True)
 class Placement:
     """An ``at`` entry: layer positions that draw from their own menu (or a pinned choice).
@@ -83,11 +74,7 @@ class Placement:
     mult: Param | None = None
 
     def covers(self, i: int, n: int) -> bool:
-        if self.positions:
-            return any(_index(p, n) == i for p in self.positions)
-        last = _index(self.last, n)
-        below = i < last if isinstance(self.last, str) else i <= last
-        return _index(self.first, n) <= i and below
+        return covers(self.positions, self.first, self.last, i, n)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,19 @@ SPEC = "spec"  # study user attr: the experiment spec (nas.spec) of the study's 
 CONFIRM_OF = (
     "confirm_of"  # study user attr of a confirmation (made by `confirm`): the search study it confirms
 )
+#: study user attr of a ladder's runs (nas.ladder.plan.LADDER; named here so storage code can tell the two)
+LADDER_PLAN = "ladder_plan"
+
+
+def derived_kind(study: Any) -> tuple[str, str] | None:
+    """(what it is, the command that runs it) for a study ``confirm`` or ``ladder`` made; None for others:
+    ``("a ladder's runs", "ladder")`` or ``("a confirmation", "confirm")``."""
+    attrs = study.user_attrs
+    if CONFIRM_OF not in attrs:
+        return None
+    return ("a ladder's runs", "ladder") if LADDER_PLAN in attrs else ("a confirmation", "confirm")
+
+
 SAMPLER = "sampler"  # study user attr: the sampler (``auto`` resolved) the latest run of the study used
 #: what ``--sampler auto`` continues a study with that has no SAMPLER record: the default before the record
 UNRECORDED_SAMPLER = "nsga2"

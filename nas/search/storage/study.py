@@ -30,6 +30,7 @@ from nas.search.storage.records import (
     SETTINGS,
     SPEC,
     UNRECORDED_SAMPLER,
+    derived_kind,
     study_exists,
 )
 from nas.search.storage.urls import (
@@ -166,9 +167,10 @@ def load_existing_study(settings: StudyRun, confirmation: bool = False) -> optun
         study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler()
     )
     if CONFIRM_OF in study.user_attrs and not confirmation:  # fixed runs: sampling into it would corrupt it
+        what, command = derived_kind(study) or ("a confirmation", "confirm")
         raise UserError(
-            f"--study {settings.study!r} is the confirmation of study {study.user_attrs[CONFIRM_OF]!r} "
-            f"(made by `confirm`), not a search; continue it with `{prog_name()} confirm --study "
+            f"--study {settings.study!r} is {what} of study {study.user_attrs[CONFIRM_OF]!r} (made by "
+            f"`{command}`), not a search; continue it with `{prog_name()} {command} --study "
             f"{study.user_attrs[CONFIRM_OF]}`, or give a new --study name to search"
         )
     if SETTINGS not in study.user_attrs:
