@@ -249,7 +249,7 @@ def test_a_ladder_study_is_no_search_to_ladder_or_confirm(searched, capsys):
     # nor called a confirmation by the commands that refuse it, nor continued with search or confirm
     for command, said in (
         (["search", "--study", "s-ladder", "--storage", url, "--local"],
-         "is a ladder's runs of study 's' (made by `ladder`), not a search; continue it with `"),
+         "is the ladder of study 's' (made by `ladder`), not a search; continue it with `"),
         (["export", "--study", "s-ladder", "--storage", url, "--best", "--hf", str(root / "hf")],
          "is a ladder's runs, which keeps no weights"),
         (["export", "--study", "s-ladder", "--storage", url, "--confirmed", "--out", str(root / "w.yaml")],

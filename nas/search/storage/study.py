@@ -167,7 +167,8 @@ def load_existing_study(settings: StudyRun, confirmation: bool = False) -> optun
         study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler()
     )
     if CONFIRM_OF in study.user_attrs and not confirmation:  # fixed runs: sampling into it would corrupt it
-        what, command = derived_kind(study) or ("a confirmation", "confirm")
+        _, command = derived_kind(study) or ("a confirmation", "confirm")
+        what = "the ladder" if command == "ladder" else "the confirmation"
         raise UserError(
             f"--study {settings.study!r} is {what} of study {study.user_attrs[CONFIRM_OF]!r} (made by "
             f"`{command}`), not a search; continue it with `{prog_name()} {command} --study "
