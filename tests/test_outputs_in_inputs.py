@@ -124,53 +124,24 @@ def test_train_save_into_a_token_directory_is_refused(tmp_path, capsys):
     assert _state(tokens) == before
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        lambda url, c: [
-            "confirm",
-            "--study",
-            "s",
-            "--storage",
-            url,
-            "--local",
-            "--no-tensorboard",
-            "--report",
-            str(c / "doc_00.txt"),
-            "--force",
-        ],  # fmt: skip
-        lambda url, c: [
-            "ladder",
-            "--study",
-            "s",
-            "--storage",
-            url,
-            "--local",
-            "--no-tensorboard",
-            "--report",
-            str(c / "ladder.md"),
-            "--force",
-        ],  # fmt: skip
-        lambda url, c: [
-            "export",
-            "--study",
-            "s",
-            "--storage",
-            url,
-            "--best",
-            "--out",
-            str(c / "best.yaml"),
-            "--force",
-        ],  # fmt: skip
-        lambda url, c: ["plot", "--study", "s", "--storage", url, "--out", str(c), "--force"],
-    ],
-    ids=["confirm", "ladder", "export", "plot"],
-)
+def _into(kind: str, url: str, corpus: Path) -> list[str]:
+    """``kind``'s command line writing into the study's corpus directory, with --force."""
+    study = ["--study", "s", "--storage", url]
+    runs = ["--local", "--no-tensorboard", "--report"]
+    return {
+        "confirm": ["confirm", *study, *runs, str(corpus / "doc_00.txt")],
+        "ladder": ["ladder", *study, *runs, str(corpus / "ladder.md")],
+        "export": ["export", *study, "--best", "--out", str(corpus / "best.yaml")],
+        "plot": ["plot", *study, "--out", str(corpus)],
+    }[kind] + ["--force"]
+
+
+@pytest.mark.parametrize("command", ["confirm", "ladder", "export", "plot"])
 def test_a_report_export_or_plot_never_goes_into_the_studys_corpus(study, capsys, command):
     """None of these commands is given the corpus: the study recorded it, and that is enough."""
     root, url, corpus = study
     before = _state(corpus)
-    _refused(capsys, command(url, corpus), "corpus directory this command reads; an output never")
+    _refused(capsys, _into(command, url, corpus), "corpus directory this command reads; an output never")
     # plot and export never load the corpus: the study's record alone names it
     assert _state(corpus) == before
 
