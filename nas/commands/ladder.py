@@ -313,6 +313,14 @@ def _as_recorded(args: argparse.Namespace, p: Any, recipe: Any) -> tuple[Any, ..
     ladder = _existing(name, p.url)
     if args.parametrization is not None:  # asked for one: the runs it reports must be under it
         refuse_mixing(ladder, recipe.parametrization)
+    from nas.spec.flags import overrides
+    from nas.spec.sections import named
+
+    for field_name in sorted(overrides(args).get("resources") or {}):  # where runs would train: none do
+        raise UserError(
+            f"{named('resources', field_name)}: --no-train trains nothing, so it would change nothing; "
+            "drop it"
+        )
     plan = LadderPlan.from_dict(ladder.user_attrs.get(LADDER) or {})
     every = {e.index: e for e in (Entry.from_dict(d) for d in ladder.user_attrs.get(ARCHS) or [])}
     budget = Budget(p.spec.budget.kind, p.spec.budget.value)

@@ -64,20 +64,10 @@ def _search(root: Path, corpus: Path, study: str, budget: str = "") -> str:
 
 
 def _ladder(url: str, study: str, *extra: str) -> list[str]:
-    return [
-        "ladder",
-        "--study",
-        study,
-        "--storage",
-        url,
-        "--local",
-        "--no-tensorboard",
-        "--baseline",
-        "vanilla",
-        "--sizes",
-        SIZES,
-        *extra,
-    ]
+    # where runs train (--local, --no-tensorboard): refused with --no-train, which trains none
+    where = [] if "--no-train" in extra else ["--local", "--no-tensorboard"]
+    return ["ladder", "--study", study, "--storage", url, *where, "--baseline", "vanilla", "--sizes", SIZES,
+            *extra]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +204,18 @@ def test_bad_flags_are_one_line_and_write_nothing(searched, capsys, flags, messa
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert sorted(s.study_name for s in optuna.get_all_study_summaries(url)) == names
+
+
+@pytest.mark.parametrize("flag", [["--local"], ["--workers", "2"], ["--no-tensorboard"], ["--device", "cpu"]])
+def test_resource_flags_with_no_train_are_refused_as_changing_nothing(searched, capsys, flag):
+    """--no-train trains nothing: where runs would train was accepted silently."""
+    root, url = searched
+    if "s-ladder" not in {s.study_name for s in optuna.get_all_study_summaries(url)}:
+        assert main(_ladder(url, "s", "--samples", "20", "--json")) == 0
+    capsys.readouterr()
+    assert _exit([*_ladder(url, "s", "--no-train"), *flag]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--no-train trains nothing, so it would change nothing; drop it" in err
 
 
 def test_no_train_without_a_ladder_and_a_seconds_budget_are_refused(tmp_path, corpus_dir, capsys):
