@@ -159,3 +159,24 @@ def test_export_hf_never_goes_into_the_checkpoints_corpus(tmp_path, capsys):
         argv = ["export", "--checkpoint", str(checkpoint), "--hf", str(target), "--force"]
         _refused(capsys, argv, "the checkpoint's corpus directory this command reads")
     assert _state(corpus) == before
+
+
+@pytest.mark.parametrize("kind", ["parallel", "records"])
+def test_a_corpus_resolved_through_its_cache_is_an_input_too(tmp_path, kind):
+    """A parallel corpus through a tokenizer, and a records corpus, are read by resolve_data straight into
+    their token caches, never through load_corpus: their directories are inputs all the same."""
+    from nas.data import resolve_data
+
+    if kind == "parallel":
+        from token_corpus import train_tiny_bpe
+
+        corpus = write_parallel_corpus(tmp_path / "pairs", n_train=40, n_val=8)
+        resolve_data(str(corpus), str(train_tiny_bpe(tmp_path / "tok.json")))
+    else:
+        corpus = tmp_path / "records"
+        corpus.mkdir()
+        lines = [f'{{"text": "record {i} to be or not to be that is the question"}}' for i in range(12)]
+        (corpus / "part.jsonl").write_text("\n".join(lines) + "\n")
+        resolve_data(str(corpus))
+    with pytest.raises(UserError, match="an output never replaces or joins an input"):
+        plan_output(corpus / "report.md", "--report", force=True)
