@@ -176,7 +176,12 @@ def arch_from_llama_config(raw: Mapping[str, Any]) -> dict[str, Any]:
             "layer_types",
             "every layer of the engine's Transformer++ is full attention",
         ),
-        (raw.get("hidden_act", "silu") != "silu", "hidden_act", "the engine's SwiGLU gates with SiLU"),
+        # transformers' ACT2FN maps "swish" to the same SiLU
+        (
+            raw.get("hidden_act", "silu") not in ("silu", "swish"),
+            "hidden_act",
+            "the engine's SwiGLU gates with SiLU",
+        ),
         (
             raw.get("head_dim") not in (None, d // max(heads, 1)),
             "head_dim",

@@ -170,7 +170,8 @@ def test_values_transformers_reads_as_the_same_are_taken(tmp_path: Path) -> None
     """32.0 is 32 to transformers; false ids, dtypes and bookkeeping change nothing built."""
     same = load_arch(_write(tmp_path, hidden_size=64.0, num_hidden_layers=3.0, attention_dropout=0.0,
                             sliding_window=None, layer_types=["full_attention"] * 3, pretraining_tp=1,
-                            torch_dtype="bfloat16", transformers_version="4.57.6"))  # fmt: skip
+                            torch_dtype="bfloat16", transformers_version="4.57.6",
+                            hidden_act="swish"))  # fmt: skip
     assert same.arch_id == load_arch(_write(tmp_path)).arch_id
 
 
