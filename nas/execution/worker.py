@@ -1,8 +1,9 @@
 """What a worker does with one trial: plain dict in, plain dict out (no Ray, no Optuna, no search).
 
-The payload carries the evaluator's name and settings (architecture, recipe,
-budget, data, device, compile) as plain data, plus the hurdle thresholds the
-driver computed at launch.  When the search keeps weights (``resources.keep_weights``)
+The payload carries the evaluator's settings (architecture, recipe, budget,
+data) as plain data, the spec's sections (the evaluator and the prescreen in
+``search``, the device and compile in ``resources``), and the hurdle thresholds
+the driver computed at launch.  When the search keeps weights (``resources.keep_weights``)
 a trial that finished returns its model too, as safetensors checkpoint bytes
 under :data:`WEIGHTS`.  Every way a candidate can fail (divergence, out of
 memory, an exception inside a block) comes back as ``status: failed`` with a
@@ -58,16 +59,18 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
             out["missed_at"] = min(failed)
         return bool(failed)
 
-    resources = (payload.get("spec") or {}).get("resources") or {}
+    spec = payload.get("spec") or {}
+    search, resources = spec.get("search") or {}, spec.get("resources") or {}
     keep = bool(resources.get("keep_weights"))  # the search keeps its best trials' weights
+    # what the evaluators' from_settings read: the payload, and the spec's device and compile
+    settings = {**payload, "device": resources.get("device"), "compile": bool(resources.get("compile"))}
     try:
         arch = ArchConfig.from_dict(payload["arch"])
         budget = Budget.from_dict(payload["budget"])
-        evaluator = registry.build(
-            str(payload.get("evaluator") or "lm"), {**payload, "keep_checkpoint": keep}
-        )
-        if payload.get("prescreen"):
-            evaluator = Prescreened(registry.build(str(payload["prescreen"]), payload), evaluator)
+        name = str(search.get("evaluator") or "lm")
+        evaluator = registry.build(name, {**settings, "keep_checkpoint": keep})
+        if search.get("prescreen"):
+            evaluator = Prescreened(registry.build(str(search["prescreen"]), settings), evaluator)
         result = evaluator.evaluate(
             arch,
             budget,

@@ -23,7 +23,10 @@ ARCH = nas.ArchConfig.from_dict(
 )
 
 
-def payload(corpus: Path | None = None, **extra: Any) -> dict[str, Any]:
+def payload(
+    corpus: Path | None = None, *, evaluator: str = "lm", compile: bool = False, **extra: Any
+) -> dict[str, Any]:
+    """A trial's payload; the evaluator, the device and compile travel in its spec, as the driver's do."""
     recipe = {"batch_size": 2, "eval_batches": 1, "log_every": 2}
     data = str(corpus) if corpus else None
     return {
@@ -31,7 +34,7 @@ def payload(corpus: Path | None = None, **extra: Any) -> dict[str, Any]:
         "recipe": recipe,
         "budget": {"steps": 4},
         "data": data,
-        "device": "cpu",
+        "spec": {"search": {"evaluator": evaluator}, "resources": {"device": "cpu", "compile": compile}},
         **extra,
     }
 

@@ -31,8 +31,9 @@ def corpus() -> Any:
 
 def payload(arch: dict[str, Any], recipe: dict[str, Any], steps: int, **extra: Any) -> dict[str, Any]:
     return {
-        "arch": arch, "recipe": recipe, "budget": {"steps": steps}, "data": None, "device": "cuda",
-        "hurdles": [], "thresholds": {}, "logdir": None, "hparams": {}, "evaluator": "lm", **extra,
+        "arch": arch, "recipe": recipe, "budget": {"steps": steps}, "data": None,
+        "hurdles": [], "thresholds": {}, "logdir": None, "hparams": {},
+        "spec": {"search": {"evaluator": "lm"}, "resources": {"device": "cuda"}}, **extra,
     }  # fmt: skip
 
 

@@ -29,12 +29,11 @@ def sleep_payload(seconds: float) -> dict[str, Any]:
         "recipe": {"batch_size": 2},
         "budget": {"steps": 1},
         "data": None,
-        "device": "cpu",
         "hurdles": [],
         "thresholds": {},
         "logdir": None,
         "hparams": {},
-        "evaluator": f"sleep:{seconds}",
+        "spec": {"search": {"evaluator": f"sleep:{seconds}"}, "resources": {"device": "cpu"}},
     }
 
 

@@ -116,29 +116,14 @@ def test_payload_keys_are_what_the_worker_reads() -> None:
         recipe={"lr": 1e-3},
         budget={"steps": 4},
         data=None,
-        device="cpu",
         hurdles=[0.5],
         thresholds={"0.5": 3.0},
         logdir=None,
         hparams={"trial": 0},
-        evaluator="lm",
     )
     d = payload.to_dict()
-    assert list(d) == [
-        "arch",
-        "recipe",
-        "budget",
-        "data",
-        "device",
-        "hurdles",
-        "thresholds",
-        "logdir",
-        "hparams",
-        "evaluator",
-        "compile",
-        "prescreen",
-        "spec",
-    ]
+    keys = ["arch", "recipe", "budget", "data", "hurdles", "thresholds", "logdir", "hparams", "spec"]
+    assert list(d) == keys
     assert d["thresholds"] == {"0.5": 3.0} and d["arch"] == {"d_model": 16}
     assert TrialPayload.from_dict(d) == payload
 
@@ -162,6 +147,27 @@ def test_the_payload_names_files_from_any_working_directory(tmp_path: Path, monk
     payload = trial_payload(run, study, study.ask(), arch)
     assert payload.data == str(tmp_path / "text.txt")
     assert payload.logdir is not None and payload.logdir.startswith(str(tmp_path / "runs" / "s" / "tb"))
+
+
+def test_the_spec_travels_once_in_the_payload(tmp_path: Path, monkeypatch) -> None:
+    """The evaluator, the prescreen, compile and the device reach the worker in the payload's spec only:
+    no flat copy of them beside it, and the device there is the one the driver resolved."""
+    import optuna
+
+    from nas.models import ArchConfig
+    from nas.search.driver.payload import trial_payload
+
+    monkeypatch.chdir(tmp_path)
+    study = optuna.create_study()
+    arch = ArchConfig.from_dict(
+        {"d_model": 16, "n_heads": 2, "max_len": 16, "layers": [{"attention": "mha"}]}
+    )
+    for over, device in (({}, "cpu"), ({"gpus_per_trial": 1.0}, "cuda"), ({"device": "cpu"}, "cpu")):
+        payload = trial_payload(make(**over), study, study.ask(), arch).to_dict()
+        assert not {"evaluator", "compile", "prescreen", "device"} & set(payload), sorted(payload)
+        search, resources = payload["spec"]["search"], payload["spec"]["resources"]
+        assert search["evaluator"] == "lm" and search["prescreen"] is None
+        assert resources["compile"] is False and resources["device"] == device
 
 
 def test_over_caps_names_each_cap_broken() -> None:
