@@ -478,31 +478,15 @@ def plan_dir(path: str, what: str, *, force: bool, keep: tuple[str, ...] = ()) -
 MAY_WRITE = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "modeling_nas.py")
 
 
-def check_dir_reads(p: Path, what: str, reads: Reads = ()) -> None:
+def check_dir_reads(p: Path, what: str, reads: Reads = (), names: Sequence[str] = ()) -> None:
     """Refuse, even with ``--force``, an export directory inside an input directory (a corpus: the export's
-    files would join it) or where a file it writes is an input file (a tokenizer, a checkpoint), checked
-    against ``reads`` and every input this process noted (:func:`nas.outputs.note_input`)."""
-    from nas.outputs import input_clash, noted_inputs
+    files would join it) or where a file it writes (``names``: those written; by default every name an
+    export may write) is an input file (a tokenizer, a checkpoint): nas.outputs' rule
+    (:func:`nas.outputs.check_not_input`, against ``reads`` and every input this process noted)."""
+    from nas.outputs import check_not_input
 
-    every = [*reads, *noted_inputs()]
-    for name in (*ALWAYS_WRITTEN, *MAY_WRITE):
-        clash = input_clash(p / name, every)
-        if clash is not None:
-            raise UserError(
-                f"{what} {str(p)!r}: {p / name} {clash}; an export never replaces or joins an input, even "
-                "with --force: give another directory"
-            )
-
-
-def check_written_reads(out: Path, names: Sequence[str]) -> None:
-    """The last check, with the names actually written: none is an input nor inside one."""
-    from nas.outputs import input_clash, noted_inputs
-
-    for name in names:
-        clash = input_clash(out / name, noted_inputs())
-        if clash is not None:
-            raise UserError(f"{out / name}: {clash}; an export never replaces or joins an input; nothing was "
-                            "written")  # fmt: skip
+    for name in names or (*ALWAYS_WRITTEN, *MAY_WRITE):
+        check_not_input(p / name, f"{what} {str(p)!r}: the export's file", reads)
 
 
 def _same_file(a: Path, b: str | os.PathLike[str]) -> bool:
@@ -570,7 +554,7 @@ class written_dir:  # noqa: N801 (used as a context manager, like a function)
             umask = os.umask(0)
             os.umask(umask)
             names = sorted(f.name for f in self.tmp.iterdir())
-            check_written_reads(out, names)
+            check_dir_reads(out, "--hf", names=names)  # again, with the names written: nothing moved yet
             for name in names:
                 os.chmod(self.tmp / name, 0o666 & ~umask)  # what a plain open() gives
             if out.is_dir() and any(out.iterdir()):

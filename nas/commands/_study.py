@@ -42,16 +42,17 @@ def open_study(args: argparse.Namespace) -> tuple[optuna.Study, str]:
 
 def study_kind_note(study: optuna.Study) -> str | None:
     """What a study that is not a search's is (None: a search's)."""
-    from nas.search.storage.records import CONFIRM_OF, LADDER_PLAN, SETTINGS
+    from nas.search.storage.records import CONFIRM_OF, SETTINGS, derived_kind
 
     attrs = study.user_attrs
-    if CONFIRM_OF in attrs and LADDER_PLAN in attrs:
+    kind = derived_kind(study)
+    if kind is not None and kind[1] == "ladder":
         return (
             f"study {study.study_name!r} is the ladder of study {attrs[CONFIRM_OF]!r}: each trial is one "
             f"ladder run (an architecture at a size and seed); `{prog_name()} ladder --study "
             f"{attrs[CONFIRM_OF]} --no-train` summarises them"
         )
-    if CONFIRM_OF in attrs:
+    if kind is not None:
         return (
             f"study {study.study_name!r} is the confirmation of study {attrs[CONFIRM_OF]!r}: each trial is "
             f"one confirm run (an architecture at a scale and seed); `{prog_name()} confirm --study "

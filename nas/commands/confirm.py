@@ -387,16 +387,15 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     """
     from nas.confirm import CONFIRM_OF
     from nas.search.space.load import spec_of
-    from nas.search.storage.records import settings_of, stored_spec
+    from nas.search.storage.records import derived_kind, settings_of, stored_spec
     from nas.shipped import space_path
     from nas.spec import Budget, TrainRecipe
     from nas.yamlsafe import read_yaml
 
-    if CONFIRM_OF in study.user_attrs:
-        from nas.ladder.plan import LADDER
-
-        kind = "a ladder's runs" if LADDER in study.user_attrs else "a confirmation"
-        raise UserError(f"--study {name!r} is {kind}; pass the search study {study.user_attrs[CONFIRM_OF]!r}")
+    if (kind := derived_kind(study)) is not None:
+        raise UserError(
+            f"--study {name!r} is {kind[0]}; pass the search study {study.user_attrs[CONFIRM_OF]!r}"
+        )
     record = settings_of(study)
     missing = [k for k in ("space_file", "budget", "recipe", "objective") if k not in record]
     if missing:

@@ -200,9 +200,8 @@ def _export_kept(args: argparse.Namespace) -> int:
             "export --study S --hf DIR needs --best or --trial N (the trial whose kept weights to export)"
         )
     study, url = open_study(args)
-    if CONFIRM_OF in study.user_attrs:
-        what, _ = derived_kind(study) or ("a confirmation", "confirm")
-        raise UserError(f"--study {study.study_name!r} is {what}, which keeps no weights; {_REBUILD}")
+    if (kind := derived_kind(study)) is not None:
+        raise UserError(f"--study {study.study_name!r} is {kind[0]}, which keeps no weights; {_REBUILD}")
     trial = _complete_trial(study, args)
     path = _kept_checkpoint(study, trial, url, args, shlex.quote)
     # the very path of `export --checkpoint FILE --hf DIR`, given the kept file
@@ -281,9 +280,8 @@ def _confirm_run(study: Any, trial: Any, settings: dict[str, Any]) -> tuple[dict
 
     run = Run.from_params(trial.params or {})
     if run is None or "budget" not in settings:
-        what = (derived_kind(study) or ("a confirmation",))[0]
         raise UserError(
-            f"--trial {trial.number} of study {study.study_name!r} ({what} of "
+            f"--trial {trial.number} of study {study.study_name!r} ({derived_kind(study)[0]} of "  # type: ignore[index]
             f"{study.user_attrs[CONFIRM_OF]!r}) does not record its scale, seed and lr, so its budget and "
             f"seed are not known; export the confirmation's winner with `{prog_name()} export --study "
             f"{study.user_attrs[CONFIRM_OF]} --confirmed`"
@@ -298,10 +296,9 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
     from nas.confirm.runner import FLAGS
     from nas.confirm.winner import confirmed_winner, header_lines, open_confirmation, recipe_and_budget
 
-    if CONFIRM_OF in search.user_attrs:
-        what = (derived_kind(search) or ("a confirmation",))[0]
+    if (kind := derived_kind(search)) is not None:
         raise UserError(
-            f"--study {search.study_name!r} is {what}; pass the search study "
+            f"--study {search.study_name!r} is {kind[0]}; pass the search study "
             f"{search.user_attrs[CONFIRM_OF]!r} with --confirmed"
         )
     study = open_confirmation(search.study_name, url)

@@ -16,7 +16,7 @@ from nas.program import prog_name
 from nas.shipped import shipped_spaces, space_path
 from nas.spec import Spec
 from nas.spec.flags import add_spec_flags, apply_flags, flag_texts, overrides
-from nas.spec.spec import proxy_notes, refuse_unused
+from nas.spec.spec import proxy_note, refuse_unused
 from nas.validate import check_study_name
 
 if TYPE_CHECKING:
@@ -247,8 +247,9 @@ def run(args: argparse.Namespace) -> int:
     )
     print(format_table(rows, with_state=n_obj > 2, measure=measure) if rows else "(no completed trials)")
     print()
-    for line in proxy_notes(settings.spec, overrides(args)):  # after the run: a refusal stays one line
-        print(f"note: {line}")
+    note = proxy_note(settings.spec, overrides(args))
+    if note:  # after the run: a refusal stays one line
+        print(f"note: {note}")
     print(f"study:       --study {settings.study} --storage {settings.storage}")
     if settings.tb_dir:
         print(f"tensorboard: tensorboard --logdir {settings.tb_dir}")

@@ -148,9 +148,8 @@ def resolve_data(
     A parallel corpus goes to its tokenized copy (:mod:`nas.data.parallel_files`).
     """
     _check_spec(spec)
-    _note(
-        spec
-    )  # read here too: a records corpus or a parallel one through a tokenizer never passes load_corpus
+    # noted here too: a records corpus, or a parallel one through a tokenizer, never passes load_corpus
+    _note(spec)
     path = Path(spec).expanduser() if spec is not None and task_of(spec) == "lm" else None
     if path is not None and str(spec) != DEFAULT_CORPUS and not is_token_dir(path) and is_records(path):
         from nas.data.ingest import tokenize_records

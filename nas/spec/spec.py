@@ -121,7 +121,7 @@ class Spec:
         return dataclasses.replace(self, **changes)
 
 
-#: settings that apply only under another: (section, field) -> (what it needs, whether the spec has it)
+#: recipe fields that shape wsd's cooldown, and mean nothing under another schedule
 _ONLY_UNDER_WSD = ("cooldown_frac", "cooldown_shape")
 
 
@@ -140,15 +140,10 @@ def unused_settings(
     given = given or {}
     typed = {(section, name) for section, fields in given.items() for name in fields}
     out: list[tuple[str, str, str]] = []
-    evaluator = str(spec.search.evaluator or "lm")
-    idle = None
-    if evaluator.startswith("probes"):
-        idle = (
-            "the probes evaluator trains every task with its own fixed recipe and steps (docs/probes.md)",
-            "the probes' steps: --evaluator probes@STEPS",
-        )
-    if idle is not None:
-        out += [(named(sec, name), *idle) for sec, name in sorted(typed) if sec in ("recipe", "budget")]
+    if str(spec.search.evaluator or "lm").startswith("probes"):
+        why = "the probes evaluator trains every task with its own fixed recipe and steps (docs/probes.md)"
+        out += [(named(sec, name), why, "the probes' steps: --evaluator probes@STEPS")
+                for sec, name in sorted(typed) if sec in ("recipe", "budget")]  # fmt: skip
     if spec.recipe.schedule != "wsd":
         defaults = TrainRecipe()
         for name in _ONLY_UNDER_WSD:
@@ -159,22 +154,20 @@ def unused_settings(
     return out
 
 
-def proxy_notes(spec: Spec, given: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+def proxy_note(spec: Spec, given: Mapping[str, Mapping[str, Any]] | None = None) -> str | None:
     """Notes for recipe and budget flags typed for a search scored by a proxy (or ``sleep``): no trial of
     it trains, but they are not idle: the study records them, and ``confirm`` and ``ladder`` train its
     finalists with them.  Said, so that a flag is never taken silently for one that shapes the search."""
     evaluator = str(spec.search.evaluator or "lm")
     if evaluator.split(":", 1)[0] not in ("proxy", "sleep"):
-        return []
+        return None
     typed = [named(sec, name) for sec, fields in (given or {}).items() if sec in ("recipe", "budget")
              for name in fields]  # fmt: skip
     if not typed:
-        return []
-    return [
-        f"{', '.join(typed)}: the {evaluator} evaluator trains nothing, so no trial of this search uses "
-        f"{'it' if len(typed) == 1 else 'them'}; the study records {'it' if len(typed) == 1 else 'them'} "
-        "for confirm and ladder, which train its finalists so"
-    ]
+        return None
+    it = "it" if len(typed) == 1 else "them"
+    return (f"{', '.join(typed)}: the {evaluator} evaluator trains nothing, so no trial of this search uses "
+            f"{it}; the study records {it} for confirm and ladder, which train its finalists so")  # fmt: skip
 
 
 def refuse_unused(

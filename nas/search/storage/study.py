@@ -166,8 +166,9 @@ def load_existing_study(settings: StudyRun, confirmation: bool = False) -> optun
     study = optuna.load_study(
         study_name=settings.study, storage=storage, sampler=optuna.samplers.RandomSampler()
     )
-    if CONFIRM_OF in study.user_attrs and not confirmation:  # fixed runs: sampling into it would corrupt it
-        _, command = derived_kind(study) or ("a confirmation", "confirm")
+    kind = derived_kind(study)
+    if kind is not None and not confirmation:  # fixed runs: sampling into it would corrupt them
+        command = kind[1]
         what = "the ladder" if command == "ladder" else "the confirmation"
         raise UserError(
             f"--study {settings.study!r} is {what} of study {study.user_attrs[CONFIRM_OF]!r} (made by "
