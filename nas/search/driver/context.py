@@ -223,6 +223,24 @@ def tensorboard_dir(runs_dir: str, study: str, storage: str) -> str:
     return _study_dir(runs_dir, study, storage, "tb")
 
 
+def check_no_stale_runs(tb_dir: str | None) -> None:
+    """Refuse a new study whose TensorBoard directory already holds trial runs: a deleted study of the
+    same name left them (its database removed, its runs directory not), and the new trials' events would
+    be written into its trials' directories, mixed with the old ones."""
+    if tb_dir is None:
+        return
+    try:
+        stale = sorted(p.name for p in Path(tb_dir).iterdir() if p.name.startswith("trial_"))
+    except OSError:  # not there yet (the usual case), or unreadable: the writer says so when it opens
+        return
+    if stale:
+        more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
+        raise UserError(
+            f"{tb_dir} holds TensorBoard runs ({stale[0]}{more}) of no trial of this new study (left by a "
+            "deleted study of the same name?); move them away, or give another --runs-dir or --study"
+        )
+
+
 def weights_dir(runs_dir: str, study: str, storage: str) -> str:
     """``RUNS_DIR/STUDY/weights``, the study's kept weights (``trial_N.safetensors``); another storage
     than the default gets a subdirectory of its own (``weights/storage-HASH``), as :func:`tensorboard_dir`."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import optuna
@@ -39,7 +38,7 @@ from nas.interrupts import raise_lost_stop
 from nas.models import ArchConfig
 from nas.search.driver.allowance import Allowance, planned_flops, screen_bound, spent_flops
 from nas.search.driver.console import Reporter
-from nas.search.driver.context import RunContext
+from nas.search.driver.context import RunContext, check_no_stale_runs
 from nas.search.driver.inflight import Running, Waiting, default_pool
 from nas.search.driver.outcome import fail, finish_now, objective_values, tell_result
 from nas.search.driver.payload import trial_payload
@@ -62,24 +61,6 @@ from nas.search.storage.study import (
 
 #: metrics copied onto each trial's user attributes
 METRIC_KEYS = (*METRICS, *RUN_FIELDS)
-
-
-def check_no_stale_runs(tb_dir: str | None) -> None:
-    """Refuse a new study whose TensorBoard directory already holds trial runs: a deleted study of the
-    same name left them (its database removed, its runs directory not), and the new trials' events would
-    be written into its trials' directories, mixed with the old ones."""
-    if tb_dir is None:
-        return
-    try:
-        stale = sorted(p.name for p in Path(tb_dir).iterdir() if p.name.startswith("trial_"))
-    except OSError:  # not there yet (the usual case), or unreadable: the writer says so when it opens
-        return
-    if stale:
-        more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
-        raise UserError(
-            f"{tb_dir} holds TensorBoard runs ({stale[0]}{more}) of no trial of this new study (left by a "
-            "deleted study of the same name?); move them away, or give another --runs-dir or --study"
-        )
 
 
 class Resumable(UserError):
