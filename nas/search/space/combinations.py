@@ -8,7 +8,7 @@ candidates.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
@@ -162,7 +162,9 @@ def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchCon
                 continue
 
 
-def cheapest_lm_archs(space: SearchSpace, vocab_size: int, cost: Any) -> Iterator[ArchConfig]:
+def cheapest_lm_archs(
+    space: SearchSpace, vocab_size: int, cost: Callable[[ArchConfig], tuple[float, ...]]
+) -> Iterator[ArchConfig]:
     """A language-model space's cheapest candidates, whole: for each combination of the non-size globals
     and each depth, the candidate whose every layer is the cheapest its position offers, once by each
     measure ``cost(arch) -> tuple`` returns (parameters, FLOPs: the cheapest by one need not be by the
@@ -195,7 +197,7 @@ def cheapest_lm_archs(space: SearchSpace, vocab_size: int, cost: Any) -> Iterato
                 options.append([layer for layer in _layer_combos(menu_choices) if one(layer) is not None])
             if any(not o for o in options):
                 continue
-            for k in range(len(one(options[0][0]) or ())):
+            for k in range(len(one(options[0][0]) or ())):  # each measure cost() gives
                 chosen = [min(o, key=lambda layer, k=k: one(layer)[k]) for o in options]  # type: ignore[index]
                 try:
                     yield ArchConfig.from_dict({**base, "layers": chosen})
