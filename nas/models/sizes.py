@@ -104,9 +104,14 @@ def kinds(layers: tuple[LayerConfig, ...]) -> list[str]:
 
 
 def dropped(arch: ArchConfig, out: ArchConfig) -> list[str]:
-    """The layer kinds of ``arch`` that its resize ``out`` lacks (none under :func:`resize`'s rule)."""
+    """The layer kinds of ``arch`` that its resize ``out`` lacks (none under :func:`resize`'s rule).
+
+    A grouped block is compared at ``out``'s heads: ``mdha(kv2)`` of 4 heads is ``mdha(kv1)`` of 2
+    and ``mdha(kv5)`` of 10 (the same two query heads per key/value head), not a lost kind."""
     have = set(kinds(out.layers)) | set(kinds(out.encoder_layers))
-    return [k for k in kinds(arch.layers) + kinds(arch.encoder_layers) if k not in have]
+    want = [*_relayer(arch.layers, len(arch.layers), arch.n_heads, out.n_heads)]
+    want += _relayer(arch.encoder_layers, len(arch.encoder_layers), arch.n_heads, out.n_heads)
+    return [k for k in kinds(tuple(want)) if k not in have]
 
 
 def reached(arch: ArchConfig, out: ArchConfig) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -71,6 +72,20 @@ def test_grouped_heads_keep_their_group_size() -> None:
             layer.attention.options.kv_heads for layer in big.layers if layer.attention.options.kv_heads
         ]
         assert grouped and all(big.n_heads // g == 4 for g in grouped)  # 4 query heads per key/value head
+
+
+def test_a_grouped_block_at_other_heads_is_the_same_kind_and_a_lost_kind_is_named() -> None:
+    """``mdha(kv2)`` of 4 heads is ``mdha(kv1)`` of 2 heads and ``mdha(kv5)`` of 10 (two query heads per
+    key/value head at every size): the ladder refused every size of a grouped winner as 'losing' it."""
+    from nas.models.sizes import dropped
+
+    layers = [{"attention": {"type": "mdha", "kv_heads": 2, "kernel": 5}}, {"attention": "synth_dense"}]
+    arch = nas.ArchConfig.from_dict({"d_model": 64, "n_heads": 4, "max_len": 32, "layers": layers})
+    for size in (0.25, 16.0):
+        out = resize(arch, size)
+        assert out.n_heads != arch.n_heads and dropped(arch, out) == []
+    one_kind = dataclasses.replace(arch, layers=(arch.layers[1],) * 2)
+    assert dropped(arch, one_kind) == ["mdha(kv2,k5) relux4"]
 
 
 def test_a_bad_size_is_refused_naming_what_is_valid() -> None:
