@@ -56,9 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--seeds",
-        type=positive_int,
-        default=DEFAULT_SEEDS,
-        help=f"seeds per size, from the study's training seed (recipe.seed) up (default {DEFAULT_SEEDS})",
+        type=non_empty,
+        default=str(DEFAULT_SEEDS),
+        help="seeds per size, from the study's training seed (recipe.seed) up: one count, or one per "
+        f"--sizes entry in its order, e.g. 2,2,2,1,1 (default {DEFAULT_SEEDS})",
     )
     p.add_argument(
         "--scale",
@@ -181,16 +182,22 @@ def _positive(value: float | None, flag: str, high: float | None = None) -> None
         raise UserError(f"{flag} {value:g}: must be a number > 0{limit}")
 
 
-def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...], list[int] | None]:
-    """--sizes, --rungs and --trial as values; --scale and the targets checked.  Reads nothing."""
+def parse_flags(
+    args: argparse.Namespace,
+) -> tuple[list[float], tuple[float, ...], list[int] | None, dict[float, int]]:
+    """--sizes, --rungs, --trial and --seeds (a count per size) as values; --scale and the targets
+    checked.  Reads nothing."""
     from nas.confirm.plan import parse_list
     from nas.ladder.check import CHECKS
     from nas.ladder.joint import SHARES
+    from nas.ladder.plan import seed_counts
     from nas.ladder.report import MIN_DRAWS
     from nas.models.sizes import MAX_SIZE
     from nas.spec.fields import fractions
 
-    sizes = sorted(parse_list(args.sizes, "--sizes", bounds=(1e-6, MAX_SIZE)))
+    given = parse_list(args.sizes, "--sizes", bounds=(1e-6, MAX_SIZE))
+    counts = seed_counts(args.seeds, given)
+    sizes = sorted(given)
     if len(sizes) < 3:
         raise UserError(
             f"--sizes {args.sizes!r}: a ladder needs 3 sizes or more (the fit has five coefficients)"
@@ -215,7 +222,7 @@ def parse_flags(args: argparse.Namespace) -> tuple[list[float], tuple[float, ...
     if args.check is not None:
         _choice(args.check, "--check", CHECKS)
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None
-    return sizes, rungs, numbers
+    return sizes, rungs, numbers, counts
 
 
 def _choice(value: str, flag: str, valid: tuple[str, ...]) -> None:
@@ -243,7 +250,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     from nas.spec import Budget
     from nas.validate import MAX_SEED
 
-    sizes, rungs, numbers = parse_flags(args)
+    sizes, rungs, numbers, counts = parse_flags(args)
     refuse_keep_weights(args)
     plan_report(args)
     args.top = args.top or DEFAULT_TOP
@@ -264,7 +271,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     except ConfigError as err:
         raise UserError(f"the ladder's recipe (the study's, with schedule wsd and --rungs): {err}") from None
     seed0 = int(p.spec.recipe.seed)  # the seed the search trained every trial with (not its sampler's)
-    if seed0 + args.seeds - 1 > MAX_SEED:
+    most = max(counts.values())
+    if seed0 + most - 1 > MAX_SEED:
         raise UserError(
             f"--seeds {args.seeds}: seeds start at the study's training seed {seed0} and end at most at "
             f"{MAX_SEED}"
@@ -280,11 +288,12 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         known = [Entry.from_dict(d) for d in ladder.user_attrs.get(ARCHS) or []]
     _, wanted, _ = build_entries([], p.finals, p.bases)
     # the plan at one seed first: the runs are counted before --seeds' tuple (and its runs) exist
-    every, plan, notes = build_ladder(known, wanted, sizes, (seed0,), args.scale, budget, recipe, args.tokens)
-    runs = len(plan.members) * args.seeds
+    every, plan, notes = build_ladder(known, wanted, sizes, (seed0,), args.scale, budget, recipe, args.tokens,
+                                      counts)  # fmt: skip
+    runs = sum(m.seeds for m in plan.members)
     if runs > MAX_RUNS:
         raise UserError(f"--seeds {args.seeds}: {runs:,} runs; at most {MAX_RUNS:,} in one ladder")
-    plan = dataclasses.replace(plan, seeds=tuple(range(seed0, seed0 + args.seeds)))
+    plan = dataclasses.replace(plan, seeds=tuple(range(seed0, seed0 + most)))
     if args.check in ("heldout", "rollout") and not args.no_train and len(plan.sizes()) < check_sizes():
         raise UserError(check_needs(plan.sizes(), args.sizes))  # refused before training, not after it
     flat = plan.without_interval()

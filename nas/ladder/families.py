@@ -47,7 +47,7 @@ def run_rows(study: optuna.Study, plan: LadderPlan, entries: dict[int, Entry]) -
     have = existing_runs(study)
     rows = []
     for m in sorted(plan.members, key=lambda m: (m.family, m.size)):
-        for seed in plan.seeds:
+        for seed in plan.seeds_of(m):
             t = have.get(Run(m.entry, m.scale, seed, plan.lr))
             row: dict[str, Any] = {
                 "family": m.family,

@@ -241,7 +241,9 @@ def render(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     lines = [f"{HEAD}{report['study']!r}", "", *verdict_lines(report)]
     lines += [
         f"Runs in study `{report['ladder_study']}`: sizes {', '.join(f'{s:g}' for s in report['sizes'])} "
-        f"of each architecture (docs/ladder.md), seeds {', '.join(map(str, report['seeds']))}, size 1 on "
+        f"of each architecture (docs/ladder.md), seeds {', '.join(map(str, report['seeds']))}"
+        + (f" ({report['fewer_seeds']})" if report.get("fewer_seeds") else "")
+        + ", size 1 on "
         f"{report['scale']:g}x the search's budget and every size on "
         + ("the same tokens per parameter, " if report["tokens"] == "per-param" else "the same tokens, ")
         + "one wsd run per size and seed with its rungs. "

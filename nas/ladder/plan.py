@@ -46,6 +46,7 @@ class Member:
     size: float
     entry: int  # Entry.index in the ladder study
     scale: float  # multiple of the study's budget its runs train on
+    seeds: int = 0  # how many of the plan's seeds it trains (0: all; plans recorded before counts)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -66,7 +67,22 @@ class LadderPlan:
     def runs(self) -> list[Run]:
         """Every run, the cheap ones first (smaller sizes), so early results come early."""
         order = sorted(self.members, key=lambda m: (m.size, m.family))
-        return [Run(m.entry, m.scale, seed, self.lr) for m in order for seed in self.seeds]
+        return [Run(m.entry, m.scale, seed, self.lr) for m in order for seed in self.seeds_of(m)]
+
+    def seeds_of(self, member: Member) -> tuple[int, ...]:
+        """The seeds ``member`` trains: the first ``member.seeds`` of the plan's (``--seeds 2,2,1``)."""
+        return self.seeds[: member.seeds or None]
+
+    def uneven_seeds(self) -> str | None:
+        """Where the sizes train fewer seeds than the plan's (``size 8, 16: seed 0``), else None."""
+        fewer: dict[tuple[int, ...], set[float]] = {}
+        for m in self.members:
+            if len(self.seeds_of(m)) < len(self.seeds):
+                fewer.setdefault(self.seeds_of(m), set()).add(m.size)
+        return "; ".join(
+            f"size {', '.join(f'{s:g}' for s in sorted(sizes))}: seed {', '.join(map(str, seeds))}"
+            for seeds, sizes in sorted(fewer.items())
+        ) or None
 
     def sizes(self, family: str | None = None) -> list[float]:
         """The sizes of ``family`` (every family's when None)."""
@@ -77,8 +93,12 @@ class LadderPlan:
         one run), so that their report will give no interval and no p(best)."""
         from nas.ladder.fit import can_vary
 
-        sizes = {name: len(self.sizes(name)) for name, _, _ in self.families}
-        return [name for name, n in sizes.items() if not can_vary(n * len(self.seeds), n)]
+        out = []
+        for name, _, _ in self.families:
+            runs = sum(len(self.seeds_of(m)) for m in self.members if m.family == name)
+            if not can_vary(runs, len(self.sizes(name))):
+                out.append(name)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +129,23 @@ class LadderPlan:
 TOKEN_RULES = ("per-param", "same")
 
 
+def seed_counts(text: str, sizes: Sequence[float]) -> dict[float, int]:
+    """``--seeds``: one count for every size (``2``), or one per ``--sizes`` entry in its order
+    (``2,2,2,1,1``: the expensive sizes of a ladder on fewer seeds), as {size: count}."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if len(parts) not in (1, len(sizes)):
+        raise UserError(
+            f"--seeds {text!r}: give one count for every size (e.g. 2) or one per --sizes entry, in its "
+            f"order ({len(sizes)} here); got {len(parts)}"
+        )
+    counts = []
+    for part in parts:
+        if not part.isdigit() or int(part) < 1:
+            raise UserError(f"--seeds {text!r}: each count must be a whole number >= 1, got {part!r}")
+        counts.append(int(part))
+    return dict(zip(sizes, counts * len(sizes) if len(counts) == 1 else counts, strict=False))
+
+
 def _budget_ratio(budget: Budget, base: Any, grown: Any, tokens: str) -> float:
     """How many times size 1's budget a member gets for its tokens to follow ``tokens``."""
     ratio = grown.params / base.params if tokens == "per-param" else 1.0
@@ -126,10 +163,12 @@ def build_ladder(
     budget: Budget,
     recipe: TrainRecipe,
     tokens: str = "per-param",
+    counts: dict[float, int] | None = None,
 ) -> tuple[list[Entry], LadderPlan, list[str]]:
     """Every entry of the ladder study (``known`` ones keep their index), the plan for ``wanted``
-    (a confirmation's entries, at size 1) at ``sizes``, and notes on sizes that coincide; refuses a
-    size an architecture cannot take."""
+    (a confirmation's entries, at size 1) at ``sizes``, each size on ``counts[size]`` of ``seeds``
+    (every seed without counts), and notes on sizes that coincide; refuses a size an architecture
+    cannot take."""
     every = list(known)
     by_id = {e.arch_id: e for e in every}
     members: list[Member] = []
@@ -186,7 +225,7 @@ def build_ladder(
                 )
                 by_id[arch.arch_id] = entry
                 every.append(entry)
-            members.append(Member(e.name, float(size), entry.index, run_scale))
+            members.append(Member(e.name, float(size), entry.index, run_scale, (counts or {}).get(size, 0)))
         if len(shapes) < 3:  # the fit has five coefficients: fewer sizes were trained and reported '-'
             raise UserError(
                 f"--sizes {','.join(f'{s:g}' for s in sizes)}: {e.name} takes only {len(shapes)} distinct "

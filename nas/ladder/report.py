@@ -133,6 +133,7 @@ def build_report(
         "interval": [LOW, HIGH],
         "sizes": plan.sizes(),
         "seeds": list(plan.seeds),
+        "fewer_seeds": plan.uneven_seeds(),  # e.g. "size 8, 16: seed 0" (--seeds 2,2,2,1,1)
         "scale": plan.scale,
         "tokens": plan.tokens,
         "target": {

@@ -243,6 +243,16 @@ def test_a_ladder_of_too_many_runs_is_refused_before_its_runs_exist(searched, ca
     assert sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)) == before
 
 
+def test_a_seed_count_per_size_that_does_not_match_the_sizes_is_one_line_before_anything(searched, capsys):
+    root, url = searched
+    before = sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url))
+    assert _exit(_ladder(url, "s", "--sizes", "0.5,1,2,4", "--seeds", "2,2,1")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --seeds '2,2,1': give one count for every size") and err.count("\n") == 1
+    assert "(4 here); got 3" in err
+    assert sorted((s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(url)) == before
+
+
 def test_a_ladder_study_is_no_search_to_ladder_or_confirm(searched, capsys):
     root, url = searched
     if "s-ladder" not in {s.study_name for s in optuna.get_all_study_summaries(url)}:

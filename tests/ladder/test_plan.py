@@ -151,3 +151,42 @@ def test_a_size_that_would_lose_a_layer_kind_is_refused_before_training(monkeypa
     monkeypatch.setattr(plan_module, "resize", one_layer)
     with pytest.raises(UserError, match=r"--sizes 0.125: vanilla would lose its layer\(s\) .* at that size"):
         build_ladder([], [two], [0.125, 1.0, 3.0], (0,), 1.0, steps, RECIPE)
+
+
+def test_each_size_trains_its_own_count_of_seeds_and_a_plan_without_counts_trains_every_seed() -> None:
+    """``--seeds 2,2,1``: two seeds at the fitted sizes, one at the expensive held-out one."""
+    from nas.ladder.plan import seed_counts
+
+    counts = seed_counts("2,1,2", [0.125, 3.375, 1.0])  # in --sizes' order, not sorted
+    assert counts == {0.125: 2, 3.375: 1, 1.0: 2}
+    every, plan, _ = build_ladder(
+        [], [_entry()], [0.125, 1.0, 3.375], (0, 1), 1.0, Budget("steps", 200), RECIPE, counts=counts
+    )
+    seeds = {every[r.arch].name: [] for r in plan.runs()}
+    for r in plan.runs():
+        seeds[every[r.arch].name].append(r.seed)
+    assert seeds == {"vanilla size 0.125": [0, 1], "vanilla size 1": [0, 1], "vanilla size 3.375": [0]}
+    assert plan.uneven_seeds() == "size 3.375: seed 0" and plan.without_interval() == []
+    assert LadderPlan.from_dict(plan.to_dict()) == plan
+    recorded = plan.to_dict()  # a plan recorded before counts: its members train every seed
+    for m in recorded["members"]:
+        del m["seeds"]
+    old = LadderPlan.from_dict(recorded)
+    assert len(old.runs()) == 6 and old.uneven_seeds() is None
+    assert seed_counts("3", [0.5, 1.0, 2.0]) == {0.5: 3, 1.0: 3, 2.0: 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("2,1", "give one count for every size .* or one per --sizes entry, in its order \\(3 here\\); got 2"),
+        ("2,x,1", "each count must be a whole number >= 1, got 'x'"),
+        ("2,0,1", "each count must be a whole number >= 1, got '0'"),
+        ("1.5", "each count must be a whole number >= 1, got '1.5'"),
+    ],
+)
+def test_a_seed_count_list_that_does_not_fit_the_sizes_is_refused_naming_it(text: str, why: str) -> None:
+    from nas.ladder.plan import seed_counts
+
+    with pytest.raises(UserError, match=f"--seeds '{text}': {why}"):
+        seed_counts(text, [0.5, 1.0, 2.0])
