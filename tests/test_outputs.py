@@ -297,8 +297,9 @@ def test_a_healthy_wal_study_where_no_shm_can_be_made_is_read_not_called_damaged
 
 
 def _paused_while_writing(cwd: Path, argv: list[str]) -> Any:
-    """The CLI in a subprocess whose writers stop for a minute once the temporary file is full (prints
-    ``WRITING``): a signal sent then arrives at that exact point."""
+    """The CLI in a subprocess whose writers stop for ten minutes once the temporary file is full (prints
+    ``WRITING``): a signal sent then arrives at that exact point (and one the process ignored until the
+    write went on would show as a timeout, never as a pass)."""
     code = (
         "import sys, time\n"
         "import nas.outputs as o\n"
@@ -307,7 +308,7 @@ def _paused_while_writing(cwd: Path, argv: list[str]) -> Any:
         "    def paused(tmp):\n"
         "        write(tmp)\n"
         "        print('WRITING', file=sys.stderr, flush=True)\n"
-        "        time.sleep(60)\n"
+        "        time.sleep(600)\n"
         "    return real(target, paused)\n"
         "o.write_output = write_output\n"
         "import nas.archfile\n"
@@ -340,7 +341,7 @@ def test_a_command_stopped_while_writing_keeps_the_old_file_and_leaves_no_tempor
     argv = ["export", "--study", "s", "--storage", study["url"], "--best", "--out", str(old), "--force"]
     proc = _paused_while_writing(tmp_path, argv)
     proc.send_signal(getattr(signal, sig))
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=180)  # seconds normally; minutes on a loaded 2-core machine
     assert proc.returncode == code and err.strip() == line, err
     assert old.read_text() == "the user's winner\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]

@@ -134,7 +134,9 @@ def test_search_lease_and_resume_after_sigkill(tmp_path: Path, text_corpus: Path
     for number in running:
         assert trials[number].user_attrs["requeued_as"]
         reruns = [t.params for t in trials if t.user_attrs.get("requeued_from") == number]
-        assert reruns == [trials[number].params]
+        # the rerun keeps every choice the killed trial had made; a kill that landed while it was still
+        # sampling (its choices are stored one by one) leaves the rest to the sampler
+        assert len(reruns) == 1 and trials[number].params.items() <= reruns[0].items(), reruns
     assert len([t for t in trials if not t.user_attrs.get("requeued_as")]) == 3
 
 
