@@ -61,8 +61,9 @@ PROBE_NAME = {"trial 11": "modern winner (trial 11)"}
 def ladder_cmd(*extra: str) -> list[str]:
     baselines = "".join(f" --baseline {f}" for f in BASELINES)
     return cli(
-        *f"ladder --study {STUDY} --runs-dir {RUNS}{baselines} {FLAGS} --workers 2 "
-        f"--cpus-per-trial {THREADS} --no-tensorboard".split(),
+        *f"ladder --study {STUDY} --runs-dir {RUNS}{baselines} {FLAGS}".split(),
+        # where runs train: with --no-train (a report) these flags would change nothing, and are refused
+        *([] if "--no-train" in extra else f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()),
         *extra,
     )
 

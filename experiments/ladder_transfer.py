@@ -67,8 +67,9 @@ def search_cmd(study: str) -> list[str]:
 def ladder_cmd(study: str, *extra: str) -> list[str]:
     baselines = "".join(f" --baseline {f}" for f in STUDIES[study][1])
     return cli(
-        *f"ladder --study {study} --runs-dir {RUNS}{baselines} {FLAGS} --workers 2 "
-        f"--cpus-per-trial {THREADS} --no-tensorboard".split(),
+        *f"ladder --study {study} --runs-dir {RUNS}{baselines} {FLAGS}".split(),
+        # where runs train: with --no-train (a report) these flags would change nothing, and are refused
+        *([] if "--no-train" in extra else f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()),
         *extra,
     )
 
@@ -81,6 +82,14 @@ def stage_search() -> None:
         names = {s.study_name for s in optuna.get_all_study_summaries(url)} if (ROOT / RUNS / study).exists() else set()
         if study not in names:  # one trial: a search of one point ends at once when it has it
             run(search_cmd(study))
+
+
+def laddered(study: str) -> bool:
+    """Whether the ladder of ``study`` has begun (a stage not yet run is left out of the report)."""
+    import optuna
+
+    url = f"sqlite:///{ROOT / RUNS / study / 'study.db'}"
+    return f"{study}-ladder" in {s.study_name for s in optuna.get_all_study_summaries(url)}
 
 
 def checked(study: str, share: str) -> dict[str, Any]:
@@ -130,7 +139,8 @@ def by_size(out: dict[str, Any]) -> str:
 
 
 def stage_report() -> None:
-    outs = {(study, share): checked(study, share) for study in STUDIES for share in SHARES}
+    done = [study for study in STUDIES if laddered(study)]
+    outs = {(study, share): checked(study, share) for study in done for share in SHARES}
     run(ladder_cmd("transfer", "--no-train", "--check", "rollout", "--share", "E", "--report", REPORT, "--force"))
     body = "\n".join([
         *("    " + shown(search_cmd(s)) for s in STUDIES),
@@ -148,7 +158,7 @@ def stage_report() -> None:
              "its coverage", "its Spearman: fit", "largest fitted", "verdict"],
             summary_rows(outs)),
         "",
-        *(line for study in STUDIES for line in (
+        *(line for study in done for line in (
             f"#### The end loss at each size, {STUDIES[study][0]} (mean over seeds)", "",
             by_size(outs[(study, 'E')]), "")),
         pasted(ROOT / REPORT).replace("](ladder_", "](img/ladder_"),
