@@ -79,10 +79,13 @@ class LadderPlan:
         for m in self.members:
             if len(self.seeds_of(m)) < len(self.seeds):
                 fewer.setdefault(self.seeds_of(m), set()).add(m.size)
-        return "; ".join(
-            f"size {', '.join(f'{s:g}' for s in sorted(sizes))}: seed {', '.join(map(str, seeds))}"
-            for seeds, sizes in sorted(fewer.items())
-        ) or None
+        return (
+            "; ".join(
+                f"size {', '.join(f'{s:g}' for s in sorted(sizes))}: seed {', '.join(map(str, seeds))}"
+                for seeds, sizes in sorted(fewer.items())
+            )
+            or None
+        )
 
     def sizes(self, family: str | None = None) -> list[float]:
         """The sizes of ``family`` (every family's when None)."""

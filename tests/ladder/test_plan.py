@@ -179,7 +179,10 @@ def test_each_size_trains_its_own_count_of_seeds_and_a_plan_without_counts_train
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("2,1", "give one count for every size .* or one per --sizes entry, in its order \\(3 here\\); got 2"),
+        (
+            "2,1",
+            "give one count for every size .* or one per --sizes entry, in its order \\(3 here\\); got 2",
+        ),
         ("2,x,1", "each count must be a whole number >= 1, got 'x'"),
         ("2,0,1", "each count must be a whole number >= 1, got '0'"),
         ("1.5", "each count must be a whole number >= 1, got '1.5'"),
