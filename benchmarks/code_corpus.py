@@ -54,8 +54,12 @@ def documents(name: str, root: Path) -> dict[str, list[Path]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out", type=Path, help="the corpus directory to write (absent or empty)")
-    p.add_argument("--packages", default=DEFAULT_PACKAGES, help=f"besides the stdlib (default {DEFAULT_PACKAGES})")
-    p.add_argument("--min-bytes", type=float, default=5e7, help="refuse a corpus smaller than this (default 5e7)")
+    p.add_argument(
+        "--packages", default=DEFAULT_PACKAGES, help=f"besides the stdlib (default {DEFAULT_PACKAGES})"
+    )
+    p.add_argument(
+        "--min-bytes", type=float, default=5e7, help="refuse a corpus smaller than this (default 5e7)"
+    )
     args = p.parse_args(argv)
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         print(f"error: {args.out}: exists and is not an empty directory; give a new one", file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Do the samplers learn the caps?  The share of over-cap proposals as a search goes on.
 
-``search_spaces/default.yaml`` with its parameter cap lowered to the median of
+``benchmarks/spaces/small.yaml`` with its parameter cap lowered to the median of
 the space (``max_params`` 165k: about half of the uniformly drawn
 architectures are over it), the default two objectives (the stand-in loss of
 ``benchmarks/search_efficiency.py`` and analytic FLOPs per token).  Each
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _doc  # noqa: E402
 
 SECTION = "constraints"
-SPACE = ROOT / "search_spaces" / "default.yaml"
+SPACE = ROOT / "benchmarks" / "spaces" / "small.yaml"
 CAP = {"max_params": 165_000.0}  # the median parameter count of the default space
 SAMPLERS = ("nsga2", "nsga2, over-cap FAIL", "evolution", "tpe", "tpe, over-cap FAIL", "random")
 
@@ -104,7 +104,7 @@ def main() -> int:
     body = (
         "## Constraints: do the samplers learn the caps? (`benchmarks/constraints.py`)\n\n"
         f"{_doc.provenance()}\n\n"
-        "`search_spaces/default.yaml` with `constraints.max_params` lowered to 165k, the median of the "
+        "`benchmarks/spaces/small.yaml` with `constraints.max_params` lowered to 165k, the median of the "
         "space (about half of the uniformly drawn architectures are over it); the default two objectives "
         "(the stand-in loss of the search_efficiency section, analytic FLOPs per token); "
         f"{args.trials} trials per search, seeds 0-{args.seeds - 1}, each sampler with its default "

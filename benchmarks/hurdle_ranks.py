@@ -120,7 +120,7 @@ def main() -> int:
         "training on the default corpus; their hurdles recorded the validation loss at 0.25 and 0.5 of the "
         "budget): only trials that passed every hurdle reach the full budget, so these samples are the "
         "survivors, truncated from above at each hurdle, which lowers rho against what all candidates "
-        "would show. The reference searches of `benchmarks/hurdles.py` (`search_spaces/default.yaml`, "
+        "would show. The reference searches of `benchmarks/hurdles.py` (`benchmarks/spaces/small.yaml`, "
         "24 trials per seed, every candidate trained to the full budget with its loss recorded at six "
         "fractions): no truncation. Spearman's rho between the loss at a fraction and the loss at the full "
         "budget over the COMPLETE, non-duplicate trials, with a 95% bootstrap interval, and of the best "

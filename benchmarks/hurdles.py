@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Hurdles (Primer's early stopping) under a search compute budget, against a search without them.
 
-The reference is the search a user runs without hurdles: ``search_spaces/default.yaml``,
+The reference is the search a user runs without hurdles: ``benchmarks/spaces/small.yaml``,
 NSGA-II on loss and FLOPs, real training on the default corpus, 24 trials.  It
 also records each candidate's validation loss at 0.05, 0.1, 0.2, 0.3, 0.5 and
 0.75 of its budget (hurdles that never stop anything: the trials train exactly
@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _doc  # noqa: E402
 
 SECTION = "hurdles"
-SPACE = ROOT / "search_spaces" / "default.yaml"
+SPACE = ROOT / "benchmarks" / "spaces" / "small.yaml"
 DATA = ROOT / "benchmarks" / "data" / "hurdle_searches.json"
 BUDGET = 3e11  # training FLOPs per candidate
 TRIALS = 24  # the reference's trials
@@ -369,7 +369,7 @@ def main() -> int:
         "## Hurdles under a search compute budget (`benchmarks/hurdles.py`)\n\n"
         f"{_doc.provenance(threads=1)} The searches were run with `--run all` and are stored in "
         "`benchmarks/data/hurdle_searches.json`.\n\n"
-        f"The default space (`search_spaces/default.yaml`), each candidate trained for {BUDGET:g} FLOPs on "
+        f"The default space (`benchmarks/spaces/small.yaml`), each candidate trained for {BUDGET:g} FLOPs on "
         "the default corpus (real training, batch 16 x 64), one worker with one thread (`--local`), so that "
         "a search is deterministic: an architecture trains to the same loss in every search of the same seed "
         "(on this shared two-core machine two threads per trial ran ten times slower than one). The "

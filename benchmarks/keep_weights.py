@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def search(tmp: Path, keep: int, trials: int, flops: float) -> tuple[float, str, Path]:
     runs = tmp / f"runs-{keep}-{time.monotonic_ns()}"
-    argv = [sys.executable, str(ROOT / "run_search.py"), "search", "--space", "default", "--study", "bench",
+    space = str(ROOT / "benchmarks" / "spaces" / "small.yaml")
+    argv = [sys.executable, str(ROOT / "run_search.py"), "search", "--space", space, "--study", "bench",
             "--runs-dir", str(runs), "--trials", str(trials), "--budget-flops", f"{flops:g}",
             "--workers", "2", "--seed", "0", "--no-tensorboard", "--keep-weights", str(keep)]  # fmt: skip
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 """Per-trial overhead of the search driver (Optuna ask-and-tell + Ray actors), with trials that only sleep.
 
 Each measurement runs ``nas.search.driver.loop.Driver`` exactly as ``run_search.py
-search`` does (the default space ``search_spaces/default.yaml``, NSGA-II,
+search`` does (the default space ``benchmarks/spaces/small.yaml``, NSGA-II,
 SQLite storage in a fresh temporary directory, local Ray, no TensorBoard),
 with the hidden ``sleep:S`` evaluator: a worker sleeps S seconds and returns
 proxy metrics, so everything else is orchestration.  The clock starts when
@@ -49,7 +49,7 @@ import _doc  # noqa: E402
 import _timing  # noqa: E402
 
 SECTION = "orchestration"
-SPACE = ROOT / "search_spaces" / "default.yaml"
+SPACE = ROOT / "benchmarks" / "spaces" / "small.yaml"
 
 #: name -> (trials, workers, sleep seconds, extra CLI flags, rollback journal instead of WAL)
 CONFIGS: dict[str, tuple[int, int, float, tuple[str, ...], bool]] = {

@@ -7,7 +7,7 @@ Search uses, forward and training FLOPs per token), the Spearman rank
 correlation between the proxy's score and the validation loss measured by
 real training, with a 95% bootstrap interval, over:
 
-- the 64 architectures drawn uniformly from ``search_spaces/default.yaml`` and
+- the 64 architectures drawn uniformly from ``benchmarks/spaces/small.yaml`` and
   trained for 6e11 FLOPs each (``benchmarks/data/default_space_losses.json``);
 - a second, larger space: 40 architectures drawn uniformly from
   ``search_spaces/full.yaml`` (every block, d_model 128-256, 2-8 layers) and

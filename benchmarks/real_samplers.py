@@ -4,7 +4,7 @@
 ``benchmarks/search_efficiency.py``, ``pareto_efficiency.py`` and
 ``constraints.py`` compare samplers on a stand-in objective over many seeds.
 This script checks their two claims once on what a user runs: searches of
-``search_spaces/default.yaml`` with its parameter cap lowered to the space's
+``benchmarks/spaces/small.yaml`` with its parameter cap lowered to the space's
 median (165k, so about half of the space is over it), two objectives (loss
 and FLOPs per token), real training on the default corpus for ``--budget-flops``
 per candidate, one trial at a time in one process on one thread (deterministic;
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _doc  # noqa: E402
 
 SECTION = "real_samplers"
-SPACE = ROOT / "search_spaces" / "default.yaml"
+SPACE = ROOT / "benchmarks" / "spaces" / "small.yaml"
 CAP = 165_000  # the median parameter count of the default space (benchmarks/constraints.py)
 SAMPLERS = ("auto", "nsga2", "random")
 
@@ -167,7 +167,7 @@ def main() -> int:
         "",
         _doc.provenance(threads=1),
         "",
-        f"`search_spaces/default.yaml` with `constraints.max_params` lowered to {CAP:,} (about half of the "
+        f"`benchmarks/spaces/small.yaml` with `constraints.max_params` lowered to {CAP:,} (about half of the "
         f"space is over it), two objectives (validation loss and FLOPs per token), {args.trials} trials per "
         f"search, each candidate trained for {args.budget_flops:g} FLOPs on the default corpus, one trial "
         "at a time on one thread (`--local`), seeds "

@@ -50,7 +50,7 @@ import _doc  # noqa: E402
 import _timing  # noqa: E402
 
 SECTION = "scaling"
-SPACE = ROOT / "search_spaces" / "default.yaml"
+SPACE = ROOT / "benchmarks" / "spaces" / "small.yaml"
 CPUS_PER_NODE = 4
 
 

@@ -7,7 +7,7 @@ cheap, deterministic stand-in objective built from real losses:
 
 1. ``--measure`` (run once; its output is checked in as
    ``benchmarks/data/default_space_losses.json``): draws ``--n-archs``
-   architectures uniformly from ``search_spaces/default.yaml`` (seeded, within
+   architectures uniformly from ``benchmarks/spaces/small.yaml`` (seeded, within
    the space's caps) and trains each with ``train_lm`` on the default corpus
    for ``--budget-flops`` FLOPs (the space's recipe, training seed 0).
 2. The stand-in loss of an architecture is a ridge regression fitted to those
@@ -63,7 +63,7 @@ from _measure import measure  # noqa: E402
 from nas.search.samplers.build import resolve_sampler  # noqa: E402
 
 SECTION = "search_efficiency"
-SPACE = ROOT / "search_spaces" / "default.yaml"
+SPACE = ROOT / "benchmarks" / "spaces" / "small.yaml"
 TABLE = ROOT / "benchmarks" / "data" / "default_space_losses.json"
 #: ours (nas.search.samplers.build.make_sampler), then the peers a user could pick (benchmarks/_peers.py)
 SAMPLERS = ("random", "evolution", "nsga2", "tpe", "optuna_tpe", "syne_rea")

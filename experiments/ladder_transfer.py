@@ -69,7 +69,11 @@ def ladder_cmd(study: str, *extra: str) -> list[str]:
     return cli(
         *f"ladder --study {study} --runs-dir {RUNS}{baselines} {FLAGS}".split(),
         # where runs train: with --no-train (a report) these flags would change nothing, and are refused
-        *([] if "--no-train" in extra else f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()),
+        *(
+            []
+            if "--no-train" in extra
+            else f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()
+        ),
         *extra,
     )
 
@@ -79,7 +83,11 @@ def stage_search() -> None:
 
     for study in STUDIES:
         url = f"sqlite:///{ROOT / RUNS / study / 'study.db'}"
-        names = {s.study_name for s in optuna.get_all_study_summaries(url)} if (ROOT / RUNS / study).exists() else set()
+        names = (
+            {s.study_name for s in optuna.get_all_study_summaries(url)}
+            if (ROOT / RUNS / study).exists()
+            else set()
+        )
         if study not in names:  # one trial: a search of one point ends at once when it has it
             run(search_cmd(study))
 
@@ -111,14 +119,15 @@ def summary_rows(outs: dict[tuple[str, str], dict[str, Any]]) -> list[list[str]]
         last = [f for f in c["folds"] if len(f["fitted_sizes"]) == last_k]
         inside = sum(f["coverage"]["inside"] for f in last)
         points = sum(f["coverage"]["points"] for f in last)
-        sp = {k: statistics.mean(f["rank_correlation"][k]["spearman"] for f in last if f["rank_correlation"][k])
-              if any(f["rank_correlation"][k] for f in last) else None
+        sp = {k: [f["rank_correlation"][k]["spearman"] for f in last if f["rank_correlation"][k]]
               for k in ("fit", "largest fitted size")}  # fmt: skip
+        sp = {k: statistics.mean(v) if v else None for k, v in sp.items()}
         rows.append([
             STUDIES[study][0], share, len(out["families"]), len(c["folds"]),
             _f(c["mean_abs_error"]), _f(c["mean_seed_spread"]),
             f"{c['coverage']['inside']}/{c['coverage']['points']}",
-            _f(c["mean_spearman"].get("fit"), "+.3f"), _f(c["mean_spearman"].get("largest fitted size"), "+.3f"),
+            _f(c["mean_spearman"].get("fit"), "+.3f"),
+            _f(c["mean_spearman"].get("largest fitted size"), "+.3f"),
             ", ".join(f"{s:g}" for s in last[0]["fitted_sizes"]),
             _f(statistics.mean(abs(r["error"]) for f in last for r in f["rows"])),
             f"{inside}/{points}", _f(sp["fit"], "+.3f"), _f(sp["largest fitted size"], "+.3f"),
@@ -134,14 +143,20 @@ def by_size(out: dict[str, Any]) -> str:
         if r["points"]:
             loss.setdefault(r["family"], {}).setdefault(r["size"], []).append(r["points"][-1]["val_loss"])
     sizes = out["sizes"]
-    rows = [[f, *(f"{statistics.mean(by[s]):.4f}" if s in by else "-" for s in sizes)] for f, by in loss.items()]
+    rows = [
+        [f, *(f"{statistics.mean(by[s]):.4f}" if s in by else "-" for s in sizes)] for f, by in loss.items()
+    ]
     return _doc.markdown_table(["architecture", *(f"size {s:g}" for s in sizes)], rows)
 
 
 def stage_report() -> None:
     done = [study for study in STUDIES if laddered(study)]
     outs = {(study, share): checked(study, share) for study in done for share in SHARES}
-    run(ladder_cmd("transfer", "--no-train", "--check", "rollout", "--share", "E", "--report", REPORT, "--force"))
+    run(
+        ladder_cmd(
+            "transfer", "--no-train", "--check", "rollout", "--share", "E", "--report", REPORT, "--force"
+        )
+    )
     body = "\n".join([
         *("    " + shown(search_cmd(s)) for s in STUDIES),
         *("    " + shown(ladder_cmd(s)) for s in STUDIES),
