@@ -125,6 +125,7 @@ def _data_spec(record: Any) -> str | None:
     """The ``--data`` the search ran on, from its record (the fingerprint is checked when the study opens)."""
     from nas.data import DEFAULT_PARALLEL, resolve_data
     from nas.data.corpus import DEFAULT_CORPUS
+    from nas.spec.flags import from_source
 
     if not isinstance(record, dict):
         return None if record in (None, DEFAULT_CORPUS) else str(record)
@@ -133,7 +134,10 @@ def _data_spec(record: Any) -> str | None:
     if spec not in (None, DEFAULT_PARALLEL) and not Path(spec).expanduser().exists():  # built-ins: no paths
         raise UserError(f"the study's corpus {spec} is not there any more; confirm needs the search's data")
     reading = {k: record[k] for k in ("text_field", "on_bad_record") if k in record}
-    return resolve_data(spec, record.get("tokenizer"), **reading)
+    try:
+        return resolve_data(spec, record.get("tokenizer"), **reading)
+    except UserError as err:  # the study's tokenizer gone: never typed as --tokenizer
+        raise from_source(err, "the study's record", {}) from None
 
 
 def _baselines(

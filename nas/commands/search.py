@@ -15,7 +15,7 @@ from nas.errors import ConfigError, UserError
 from nas.program import prog_name
 from nas.shipped import shipped_spaces, space_path
 from nas.spec import Spec
-from nas.spec.flags import add_spec_flags, apply_flags, flag_texts, overrides
+from nas.spec.flags import add_spec_flags, apply_flags, flag_texts, from_source, overrides
 from nas.spec.spec import proxy_note, refuse_unused
 from nas.validate import check_study_name
 
@@ -208,10 +208,12 @@ def build_run(args: argparse.Namespace) -> RunContext:
     from nas.search.driver.context import RunContext
 
     spec, space, study, storage = resolve_spec(args)
-    # with a tokenizer: the cached token files, made once here
-    data = resolve_data(data_or_default(spec.data.corpus, space.task), spec.data.tokenizer,
-                        spec.data.text_field, spec.data.on_bad_record)  # fmt: skip
     flags = flag_texts(args)
+    try:  # with a tokenizer: the cached token files, made once here
+        data = resolve_data(data_or_default(spec.data.corpus, space.task), spec.data.tokenizer,
+                            spec.data.text_field, spec.data.on_bad_record)  # fmt: skip
+    except UserError as err:  # a file's (or the stored spec's) tokenizer is not --tokenizer's
+        raise from_source(err, space.source, flags) from None
     return RunContext(
         spec, space, study=study, storage=storage, data=data, runs_dir=args.runs_dir, flags=flags
     )

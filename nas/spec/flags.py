@@ -29,7 +29,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nas.errors import ConfigError
+from nas.errors import ConfigError, UserError
 from nas.spec.sections import ALIASES, SECTIONS, DataSpec, Resources, SearchSection, named
 from nas.spec.spec import Spec
 from nas.spec.training import BUDGET_KINDS, Budget, TrainRecipe
@@ -122,6 +122,25 @@ def blame_flag(err: ConfigError, spec: Spec, texts: Mapping[str, str]) -> Config
     part = getattr(spec, section)
     value = part.value if section == "budget" and field_ != "rungs" else getattr(part, field_, None)
     return as_written(err, value, texts[given[0]], "--" + named(section, field_))
+
+
+#: the fields whose checks outside the spec (a device, a tokenizer file) name their flag
+_NAMED_BY_FLAG = (("data", "tokenizer"), ("resources", "device"), ("resources", "gpus_per_trial"))
+
+
+def from_source(err: UserError, source: str, texts: Mapping[str, str]) -> UserError:
+    """``err`` naming a field's flag (``--tokenizer PATH: not found``, ``resources.device (--device)
+    cuda: ...``) where the value came from ``source`` (the spec file, the study's stored spec), not
+    the command line (``texts``: :func:`flag_texts`): it names that source and the field instead, as
+    the user never typed the flag."""
+    text = str(err)
+    for section, field_ in _NAMED_BY_FLAG:
+        flag = named(section, field_)  # resources.device (--device)
+        short = flag.split("(", 1)[-1].rstrip(")")
+        lead = next((form for form in (f"{flag} ", f"{short} ") if text.startswith(form)), None)
+        if lead is not None and f"{section}.{field_}" not in texts:
+            return UserError(f"{source}: {section}.{field_} {text[len(lead):]}")
+    return err
 
 
 def _shown(value: Any) -> list[str]:

@@ -335,7 +335,9 @@ def _undo(name: str, default: Any) -> str:
         value = "null" if default is None else str(default).lower()
     else:
         value = f"{default:g}"
-    return f", or undo a file's value with {flag} {value}"
+    # local may itself be the file's or the study's stored spec's value, with the flag the user's: then
+    # the way out is leaving local (a continued study's stored `local: true` beside a typed --workers 2)
+    return f", or undo a file's value with {flag} {value}, or run on Ray with --local false"
 
 
 SECTIONS: dict[str, type[Section]] = {"data": DataSpec, "search": SearchSection, "resources": Resources}

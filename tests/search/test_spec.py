@@ -441,10 +441,59 @@ def test_local_beside_a_files_workers_says_how_to_undo_it(tmp_path, capsys) -> N
     assert main(["search", "--space", str(path), "--local", "--storage", "sqlite:////nonexistent/x.db"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.rstrip().endswith(
-        "drop resources.workers (--workers), or undo a file's value with --workers null"
+        "drop resources.workers (--workers), or undo a file's value with --workers null, or run on Ray with "
+        "--local false"
     ), err
     spec, *_ = resolve_spec(
         build_parser().parse_args(["search", "--space", str(path), "--local", "--workers", "null"])
     )
     assert spec.resources.local and spec.resources.workers is None
     assert OPTIONAL, "no optional field was found to test"
+
+
+@pytest.mark.parametrize(
+    ("spec", "flag", "from_file", "from_flag"),
+    [
+        ("data: {tokenizer: gone.json}", ["--tokenizer", "gone2.json"],
+         "data.tokenizer {dir}/gone.json: not found", "--tokenizer gone2.json: not found"),
+        ("resources: {device: cuda}", ["--device", "cuda"],
+         "resources.device cuda: CUDA is not available", "resources.device (--device) cuda: CUDA is not"),
+    ],
+    ids=["tokenizer", "device"],
+)  # fmt: skip
+def test_a_files_device_or_tokenizer_is_blamed_on_the_file_not_on_a_flag_never_typed(
+    tmp_path, capsys, spec, flag, from_file, from_flag
+) -> None:
+    """A space file's tokenizer or device that cannot work was reported as `--tokenizer ...`/`--device`,
+    flags the user never typed; the flag is named only when it was typed."""
+    import torch
+
+    if "cuda" in spec and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the file's device works")
+    path = tmp_path / "s.yaml"
+    path.write_text("globals: {d_model: 32, n_heads: 2, n_layers: 1, max_len: 16}\n"
+                    f"layers: {{attention: [mha]}}\nbudget: {{steps: 3}}\nsearch: {{trials: 1}}\n{spec}\n")  # fmt: skip
+    argv = ["search", "--space", str(path), "--runs-dir", str(tmp_path / "r"), "--local"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}: {from_file.format(dir=tmp_path)}") and "\n" not in err, err
+    assert main([*argv, *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {from_flag}") and str(path) not in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_typed_flag_beside_a_stored_local_says_how_to_leave_local(tmp_path, capsys) -> None:
+    """A continued study whose stored spec says `local: true`, with `--workers 2` typed: the only advice
+    was undoing a file's value, and no file was given (the way out is `--local false`)."""
+    raw = yaml.safe_load(TINY_SPACE.read_text())
+    raw["resources"] = {"local": True}
+    raw["search"] = {**(raw.get("search") or {}), "trials": 1, "evaluator": "proxy:params"}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert main(["search", "--space", str(path), "--study", "s", "--storage", url]) == 0
+    capsys.readouterr()
+    assert main(["search", "--study", "s", "--storage", url, "--trials", "2", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith("or run on Ray with --local false"), err

@@ -96,6 +96,11 @@ class RunContext:
             return ConfigError(message, named("search", field))
         return ConfigError(message, f"search.{field}", self.space.source)
 
+    def _from_spec(self, err: UserError) -> UserError:
+        from nas.spec.flags import from_source
+
+        return from_source(err, self.space.source, self.flags)
+
     @property
     def trials(self) -> int | None:
         """Finished trials wanted (None: as many as ``search.max_flops`` buys)."""
@@ -172,9 +177,11 @@ class RunContext:
         # runs, which the pool uses as it is: a library caller's, or the tests' cluster)
         ray = sys.modules.get("ray")
         joined = not r.local and (r.address is not None or bool(ray and ray.is_initialized()))
-        check_devices(r.device, r.gpus_per_trial, on_ray=not r.local, this_machine=not joined)
-
-        corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
+        try:
+            check_devices(r.device, r.gpus_per_trial, on_ray=not r.local, this_machine=not joined)
+            corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
+        except UserError as err:
+            raise self._from_spec(err) from None
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
         # the memory one trial gets: read here only where the trials run here (a joined cluster's
         # workers may have other GPUs); on Ray a worker trains on its share of a GPU, or on the CPU
