@@ -471,8 +471,8 @@ def test_a_files_device_or_tokenizer_is_blamed_on_the_file_not_on_a_flag_never_t
     if "cuda" in spec and torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the file's device works")
     path = tmp_path / "s.yaml"
-    path.write_text("globals: {d_model: 32, n_heads: 2, n_layers: 1, max_len: 16}\n"
-                    f"layers: {{attention: [mha]}}\nbudget: {{steps: 3}}\nsearch: {{trials: 1}}\n{spec}\n")  # fmt: skip
+    head = "globals: {d_model: 32, n_heads: 2, n_layers: 1, max_len: 16}\nlayers: {attention: [mha]}\n"
+    path.write_text(head + f"budget: {{steps: 3}}\nsearch: {{trials: 1}}\n{spec}\n")
     argv = ["search", "--space", str(path), "--runs-dir", str(tmp_path / "r"), "--local"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
