@@ -63,7 +63,11 @@ def ladder_cmd(*extra: str) -> list[str]:
     return cli(
         *f"ladder --study {STUDY} --runs-dir {RUNS}{baselines} {FLAGS}".split(),
         # where runs train: with --no-train (a report) these flags would change nothing, and are refused
-        *([] if "--no-train" in extra else f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()),
+        *(
+            []
+            if "--no-train" in extra
+            else f"--workers 2 --cpus-per-trial {THREADS} --no-tensorboard".split()
+        ),
         *extra,
     )
 

@@ -139,7 +139,7 @@ def from_source(err: UserError, source: str, texts: Mapping[str, str]) -> UserEr
         short = flag.split("(", 1)[-1].rstrip(")")
         lead = next((form for form in (f"{flag} ", f"{short} ") if text.startswith(form)), None)
         if lead is not None and f"{section}.{field_}" not in texts:
-            return UserError(f"{source}: {section}.{field_} {text[len(lead):]}")
+            return UserError(f"{source}: {section}.{field_} {text[len(lead) :]}")
     return err
 
 
