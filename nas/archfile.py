@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 from nas.errors import ConfigError, UserError
-from nas.hf_config import arch_from_hf_config, is_hf_config
+from nas.hf.config import arch_from_hf_config, is_hf_config
 from nas.models import ArchConfig
 from nas.outputs import Planned, write_output
 from nas.program import prog_name

@@ -352,12 +352,12 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
 def _export_hf(args: argparse.Namespace) -> int:
     """``--checkpoint FILE --hf DIR``: a Llama-shaped checkpoint as a plain Llama directory, any other
     decoder-only one as a directory carrying its modeling code (``trust_remote_code``,
-    :mod:`nas.hf_remote`)."""
+    :mod:`nas.hf.bundle`)."""
     import time
 
     from nas.checkpoint import load_checkpoint
-    from nas.hf import check_dir_reads, plan_dir
-    from nas.hf_remote import check_exportable, check_finite, export_hf
+    from nas.hf.directory import check_dir_reads, plan_dir
+    from nas.hf.export import check_exportable, check_finite, export_hf
 
     if args.hf is None or args.checkpoint is None:
         missing = "--hf DIR" if args.hf is None else "--checkpoint FILE"
