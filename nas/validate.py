@@ -284,7 +284,7 @@ def check_file_name(path: str | os.PathLike[str], what: str, example: str | None
 
 def check_output_file(path: str | os.PathLike[str], what: str, *, example: str = "out") -> None:
     """Refuse a file path a command will write (and may replace), before it does any work (creates
-    nothing).  A command's user-facing outputs go through :func:`nas.outputs.plan_output` instead."""
+    nothing).  A command's user-facing outputs go through :func:`nas.files.outputs.plan_output` instead."""
     p = check_file_name(path, what, example)
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{what} {str(path)!r}: the file exists and is not writable")

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import nas
-from nas.checkpoint import save_checkpoint
 from nas.cli import main
+from nas.files.checkpoint import save_checkpoint
 from nas.models import greedy_generate
 
 transformers = pytest.importorskip("transformers")

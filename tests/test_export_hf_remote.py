@@ -24,8 +24,8 @@ import pytest
 import torch
 
 import nas
-from nas.checkpoint import save_checkpoint
 from nas.cli import main
+from nas.files.checkpoint import save_checkpoint
 from nas.models import ATTENTION, greedy_generate
 
 transformers = pytest.importorskip("transformers")
@@ -227,7 +227,7 @@ def test_config_json_records_the_arch_data_and_metrics_and_names_the_code(export
     card = (out / "README.md").read_text()
     assert arch.arch_id in card and "1.7500" in card and "trust_remote_code=True" in card
     assert "no key/value cache" in card
-    from nas.archfile import load_arch  # and --arch takes the export's config.json as the architecture
+    from nas.files.archfile import load_arch  # and --arch takes the export's config.json as the architecture
 
     assert load_arch(out / "config.json").arch_id == arch.arch_id
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import nas
-from nas.archfile import load_arch
 from nas.cli import main
+from nas.files.archfile import load_arch
 
 ROOT = Path(__file__).resolve().parents[1]
 

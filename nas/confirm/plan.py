@@ -16,8 +16,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from nas.archfile import load_arch
 from nas.errors import ConfigError, UserError
+from nas.files.archfile import load_arch
 from nas.models import ArchConfig
 from nas.search.reports.tables import leaderboard
 from nas.search.storage.records import is_infeasible, trained

@@ -1,6 +1,6 @@
 """The export's directory: checked before any work, filled in a temporary sibling, then moved into place.
 
-A user's files are never lost (nas.outputs' rule for directories), and even with ``--force``
+A user's files are never lost (nas.files.outputs' rule for directories), and even with ``--force``
 the directory is never a search's nor where the export would replace what it reads.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import UserError
-from nas.outputs import Reads
+from nas.files.outputs import Reads
 
 #: files every export writes (the rest are the tokenizer's and the remote code's): checked before any work
 ALWAYS_WRITTEN = ("config.json", "generation_config.json", "model.safetensors", "README.md")
@@ -20,11 +20,11 @@ ALWAYS_WRITTEN = ("config.json", "generation_config.json", "model.safetensors", 
 
 def plan_dir(path: str, what: str, *, force: bool, keep: tuple[str, ...] = ()) -> Path:
     """Check an output directory before any work: refused when it is a file, a link to nothing, or holds
-    files and ``force`` is not given (nas.outputs' rule for directories: a user's files are never lost).
+    files and ``force`` is not given (nas.files.outputs' rule for directories: a user's files are never lost).
     Even with ``force`` it is never a study's directory (its database), a runs directory, a directory
     inside a study's (its kept weights), nor where a file it writes is one of ``keep`` (the checkpoint
     being exported: replacing it would lose the very weights the export reads)."""
-    from nas.outputs import HINT
+    from nas.files.outputs import HINT
     from nas.validate import check_writable_dir
 
     p = Path(path).expanduser()
@@ -63,9 +63,9 @@ MAY_WRITE = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json
 def check_dir_reads(p: Path, what: str, reads: Reads = (), names: Sequence[str] = ()) -> None:
     """Refuse, even with ``--force``, an export directory inside an input directory (a corpus: the export's
     files would join it) or where a file it writes (``names``: those written; by default every name an
-    export may write) is an input file (a tokenizer, a checkpoint): nas.outputs' rule
-    (:func:`nas.outputs.check_not_input`, against ``reads`` and every input this process noted)."""
-    from nas.outputs import check_not_input
+    export may write) is an input file (a tokenizer, a checkpoint): nas.files.outputs' rule
+    (:func:`nas.files.outputs.check_not_input`, against ``reads`` and every input this process noted)."""
+    from nas.files.outputs import check_not_input
 
     for name in names or (*ALWAYS_WRITTEN, *MAY_WRITE):
         check_not_input(p / name, f"{what} {str(p)!r}: the export's file", reads)
@@ -81,7 +81,7 @@ def _same_file(a: Path, b: str | os.PathLike[str]) -> bool:
 def _study_dir(p: Path) -> str | None:
     """What ``p`` is when it is a search's: a study's directory (an SQLite database in it), a runs
     directory (a directory in it holding one) or a study's ``weights`` directory."""
-    from nas.outputs import is_database, kept_weights_dir
+    from nas.files.outputs import is_database, kept_weights_dir
 
     def databases(d: Path) -> list[Path]:
         try:
@@ -117,7 +117,7 @@ class written_dir:  # noqa: N801 (used as a context manager, like a function)
         self.written: list[str] = []
 
     def __enter__(self) -> Path:
-        from nas.outputs import partial
+        from nas.files.outputs import partial
 
         self.target = self.out.resolve() if self.out.is_symlink() else self.out  # the directory a link names
         self.partial = partial(self.target.parent, self.target.name, directory=True)
@@ -125,8 +125,8 @@ class written_dir:  # noqa: N801 (used as a context manager, like a function)
         return self.tmp
 
     def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        from nas.files.outputs import is_database
         from nas.interrupts import held
-        from nas.outputs import is_database
 
         out = self.target
         try:

@@ -49,7 +49,7 @@ def check_finite(model: nn.Module, source: str) -> None:
 
 
 def export_llama(doc: Mapping[str, Any], out: Path, source: str, *, force: bool = False) -> dict[str, Any]:
-    """Write ``doc`` (a loaded checkpoint, :func:`nas.checkpoint.load_checkpoint`) to the directory
+    """Write ``doc`` (a loaded checkpoint, :func:`nas.files.checkpoint.load_checkpoint`) to the directory
     ``out`` (checked with :func:`nas.hf.directory.plan_dir` first): config.json, generation_config.json,
     model.safetensors, the tokenizer and README.md.  Returns what it wrote and measured."""
     model, arch = doc["model"], doc["arch"]
