@@ -20,7 +20,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nas.cost import Compute, compute
     from nas.errors import CheckpointError, ConfigError, UserError
     from nas.files.archfile import load_arch, save_arch
     from nas.files.checkpoint import load_checkpoint, load_model, save_checkpoint
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
         TransformerLM,
         build_model,
     )
+    from nas.models.cost import Compute, compute
 
 #: public name -> the module it comes from
 _SOURCES = {
@@ -43,8 +43,8 @@ _SOURCES = {
     "load_checkpoint": "nas.files.checkpoint",
     "load_model": "nas.files.checkpoint",
     "save_checkpoint": "nas.files.checkpoint",
-    "Compute": "nas.cost",
-    "compute": "nas.cost",
+    "Compute": "nas.models.cost",
+    "compute": "nas.models.cost",
     "CheckpointError": "nas.errors",
     "ConfigError": "nas.errors",
     "UserError": "nas.errors",

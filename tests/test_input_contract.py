@@ -148,7 +148,7 @@ def test_export_writes_non_finite_metrics_as_null(tmp_path: Path) -> None:
 
 
 def test_check_fits_names_the_size_that_drives_the_memory() -> None:
-    from nas.cost import check_fits, training_bytes
+    from nas.models.cost import check_fits, training_bytes
 
     check_fits(ARCH)
     with pytest.raises(ConfigError, match="^n_layers:"):

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_writable_dir(args.out, "--out")
-    from nas.plots import plan_plots, plot_study  # matplotlib only when plotting
+    from nas.search.reports.plots import plan_plots, plot_study  # matplotlib only when plotting
 
     targets = plan_plots(args.out, args.force)  # a user's own pareto.png is kept (nas.files.outputs)
     study, _ = open_study(args)

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from nas.cost import check_fits
 from nas.errors import CheckpointError, ConfigError
 from nas.files.outputs import Planned, write_output
 from nas.models import ArchConfig, build_model
+from nas.models.cost import check_fits
 from nas.validate import not_a_file
 
 FORMAT = "nas-lm-checkpoint/1"
