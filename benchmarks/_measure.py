@@ -30,8 +30,8 @@ def measure(
     import torch
 
     from evaluators.lm import train_lm
-    from nas.cost import compute
     from nas.data import load_corpus
+    from nas.models.cost import compute
     from nas.search.space.load import load_space
     from nas.spec.training import Budget, TrainRecipe
 

@@ -57,7 +57,7 @@ def run(kind: str, seed: int, trials: int, objective: StandIn) -> tuple[Counter[
     """(values drawn at random, values in all, best loss) over the children of one search."""
     import optuna
 
-    from nas.cost import compute
+    from nas.models.cost import compute
     from nas.search.samplers.build import default_population
     from nas.search.samplers.nsga import record_random_draws
     from nas.search.space.load import load_space

@@ -45,7 +45,7 @@ def over_cap_flags(sampler: str, seed: int, trials: int, objective: Any = None) 
     import optuna
     from optuna.trial import TrialState
 
-    from nas.cost import compute
+    from nas.models.cost import compute
     from nas.search.samplers.build import make_sampler
     from nas.search.space.candidate import constraint_values, over_caps, tell_infeasible
     from nas.search.space.load import load_space

@@ -28,8 +28,8 @@ from _doc import markdown_table, provenance, write_section  # noqa: E402
 
 import nas  # noqa: E402
 from evaluators.lm import train_lm  # noqa: E402
-from nas.archfile import load_arch_file  # noqa: E402
 from nas.data import load_corpus  # noqa: E402
+from nas.files.archfile import load_arch_file  # noqa: E402
 from nas.spec.training import Budget, TrainRecipe  # noqa: E402
 
 SECTION = "encoder_conv"

@@ -7,7 +7,7 @@ workers, fixed seed, no TensorBoard) runs with ``--keep-weights 0`` and
 process (a fresh Ray).  From the ``weights:`` line of the search's summary: the
 checkpoints fetched from the workers (bytes, seconds), written, deleted, and
 what is kept at the end.  The worker's own cost, making the checkpoint bytes
-(``nas.checkpoint.checkpoint_bytes``), is timed here on each kept model (median
+(``nas.files.checkpoint.checkpoint_bytes``), is timed here on each kept model (median
 of 5).  Whole-search wall times are given too; on a shared machine they vary by
 more than the overhead.  Run::
 
@@ -42,7 +42,7 @@ def search(tmp: Path, keep: int, trials: int, flops: float) -> tuple[float, str,
 
 def serialize_seconds(path: Path) -> float:
     import nas
-    from nas.checkpoint import checkpoint_bytes, load_checkpoint
+    from nas.files.checkpoint import checkpoint_bytes, load_checkpoint
 
     doc = load_checkpoint(path)
     model = nas.load_model(path)

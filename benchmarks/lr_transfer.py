@@ -38,8 +38,8 @@ from _doc import markdown_table, provenance, write_section  # noqa: E402
 import nas  # noqa: E402
 from evaluators.base import Diverged  # noqa: E402
 from evaluators.lm import train_lm  # noqa: E402
-from nas.cost import compute  # noqa: E402
 from nas.data import load_corpus  # noqa: E402
+from nas.models.cost import compute  # noqa: E402
 from nas.models.sizes import resize  # noqa: E402
 from nas.spec.training import Budget, TrainRecipe  # noqa: E402
 

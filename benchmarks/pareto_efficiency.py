@@ -74,8 +74,8 @@ def hypervolume(points: Sequence[tuple[float, float]], ref: tuple[float, float])
 
 def reference(table: dict[str, Any]) -> tuple[float, float]:
     """(worst measured loss, largest FLOPs per token) of the measured architectures."""
-    from nas.cost import compute
     from nas.models import ArchConfig
+    from nas.models.cost import compute
 
     flops = [compute(ArchConfig.from_dict(r["arch"])).fwd_flops_per_token for r in table["archs"]]
     return max(r["val_loss"] for r in table["archs"]), float(max(flops))

@@ -86,9 +86,9 @@ def full_space_note() -> str:
         return "The full space has not been measured (`proxies.py --measure`)."
     import numpy as np
 
-    from nas.cost import compute
     from nas.data import load_corpus
     from nas.models import ArchConfig
+    from nas.models.cost import compute
 
     table = json.loads(FULL_TABLE.read_text())
     flops = table["budget"]["flops"]
@@ -142,8 +142,8 @@ def main() -> int:
         measure(FULL_SPACE, FULL_TABLE, args.n_archs, args.budget_flops, args.threads, seed=2025)
         return 0
     from evaluators.proxies import PROXIES
-    from nas.cost import compute
     from nas.models import ArchConfig
+    from nas.models.cost import compute
 
     rows = []
     for name, archs, seq_len in datasets():

@@ -153,7 +153,7 @@ class Run:
 
     def score(self, arch: Any) -> float | None:
         """The stand-in loss of ``arch``, or None when it is over the space's caps (ended FAIL)."""
-        from nas.cost import compute
+        from nas.models.cost import compute
 
         value, c = None, compute(arch)
         if c.params <= self.cap:
@@ -185,7 +185,7 @@ def search(
     import optuna
     from optuna.trial import TrialState
 
-    from nas.cost import compute
+    from nas.models.cost import compute
     from nas.search.samplers.build import default_population, make_sampler
     from nas.search.space.load import load_space
     from nas.search.storage.study import enqueue_seed_archs

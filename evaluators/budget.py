@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from evaluators.base import check_eval_at
-from nas.cost import Compute, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.models.cost import Compute, compute
 from nas.plural import plural
 from nas.spec.training import Budget, TrainRecipe, rungs_need_wsd
 

@@ -16,7 +16,7 @@ recipe and thread count give bit-identical losses.  It composes small parts:
 * :mod:`evaluators.step`: one optimizer step (``TrainStep``);
 * :mod:`evaluators.loop` and :mod:`evaluators.evaluation`: the loop and the validation loss;
 * :mod:`evaluators.trainlog`: progress lines and TensorBoard;
-* :func:`nas.checkpoint.save_checkpoint`: the weights, when asked.
+* :func:`nas.files.checkpoint.save_checkpoint`: the weights, when asked.
 
 This module knows nothing of Optuna or Ray.
 """
@@ -47,9 +47,9 @@ from evaluators.result import Result
 from evaluators.step import TrainStep, compute_dtype
 from evaluators.trainlog import TrainLog, stderr_log
 from nas.data import load_corpus
+from nas.files.outputs import Planned
 from nas.models import ArchConfig
 from nas.models.parametrization import parametrization_record, with_base
-from nas.outputs import Planned
 from nas.plural import plural
 from nas.spec import DEFAULT_BUDGET
 from nas.spec.training import Budget, TrainRecipe
@@ -139,7 +139,7 @@ def train_lm(
     finally:
         tlog.close()
     if save_to is not None or checkpoint_to is not None:
-        from nas.checkpoint import checkpoint_bytes, save_checkpoint
+        from nas.files.checkpoint import checkpoint_bytes, save_checkpoint
 
         record = getattr(corpus, "record", None)  # the data (and tokenizer) the weights were trained on
         extra = {
@@ -225,7 +225,7 @@ class LMEvaluator:
         self.compile = compile
         self.keep_checkpoint = keep_checkpoint
         #: with ``keep_checkpoint``: the last evaluated model as safetensors checkpoint bytes
-        #: (nas.checkpoint.checkpoint_bytes), None before or without it
+        #: (nas.files.checkpoint.checkpoint_bytes), None before or without it
         self.checkpoint: bytes | None = None
 
     @classmethod

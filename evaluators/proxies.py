@@ -23,9 +23,9 @@ from typing import Any
 
 from evaluators.base import Progress, ProgressCallback, check_eval_at
 from evaluators.result import Result
-from nas.cost import Compute, compute
 from nas.errors import ConfigError
 from nas.models import ArchConfig
+from nas.models.cost import Compute, compute
 from nas.spec.training import Budget, TrainRecipe
 
 #: proxy name -> the quantity it scores (smaller is better).

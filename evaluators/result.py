@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch: the read side (best, show) imports this module for its field names
-    from nas.cost import Compute
     from nas.models import ArchConfig
+    from nas.models.cost import Compute
 
 _METRIC = {"group": "metric"}  # recorded on every trial and shown by `best` / `show`
 _RUN = {"group": "run"}  # recorded on every trial: how the metrics were measured

@@ -152,7 +152,7 @@ def lm_arch_id(name: str) -> str:
     """The arch_id of ``name``'s file as the confirm runs trained it (the corpus's vocabulary, T 128)."""
     import dataclasses
 
-    from nas.archfile import load_arch_file
+    from nas.files.archfile import load_arch_file
     from nas.models import ArchConfig
 
     arch = load_arch_file(ROOT / ARCHS[name])["arch"]

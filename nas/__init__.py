@@ -10,7 +10,7 @@ Public API::
     model = nas.load_model("model.pt")     # weights saved by `nas train --save`
 
 The names are imported on first use (PEP 562), so ``import nas.errors`` (and
-the other torch-free modules: ``nas.validate``, ``nas.yamlsafe``,
+the other torch-free modules: ``nas.validate``, ``nas.files.yamlsafe``,
 ``nas.shipped``, ``nas.cli``) does not import torch.
 """
 
@@ -20,10 +20,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nas.archfile import load_arch, save_arch
-    from nas.checkpoint import load_checkpoint, load_model, save_checkpoint
-    from nas.cost import Compute, compute
     from nas.errors import CheckpointError, ConfigError, UserError
+    from nas.files.archfile import load_arch, save_arch
+    from nas.files.checkpoint import load_checkpoint, load_model, save_checkpoint
     from nas.models import (
         ACTIVATIONS,
         ATTENTION,
@@ -35,16 +34,17 @@ if TYPE_CHECKING:
         TransformerLM,
         build_model,
     )
+    from nas.models.cost import Compute, compute
 
 #: public name -> the module it comes from
 _SOURCES = {
-    "load_arch": "nas.archfile",
-    "save_arch": "nas.archfile",
-    "load_checkpoint": "nas.checkpoint",
-    "load_model": "nas.checkpoint",
-    "save_checkpoint": "nas.checkpoint",
-    "Compute": "nas.cost",
-    "compute": "nas.cost",
+    "load_arch": "nas.files.archfile",
+    "save_arch": "nas.files.archfile",
+    "load_checkpoint": "nas.files.checkpoint",
+    "load_model": "nas.files.checkpoint",
+    "save_checkpoint": "nas.files.checkpoint",
+    "Compute": "nas.models.cost",
+    "compute": "nas.models.cost",
     "CheckpointError": "nas.errors",
     "ConfigError": "nas.errors",
     "UserError": "nas.errors",

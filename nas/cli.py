@@ -105,10 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def machine_fault(err: BaseException) -> str | None:
     """One line for an error the machine caused (a full disk, a file-size limit), or None.
 
-    What the tool writes is atomic (nas.outputs, the caches) and the study records each
+    What the tool writes is atomic (nas.files.outputs, the caches) and the study records each
     finished trial as it ends, so such a stop loses no finished work; the line says so.
     """
-    from nas.outputs import causes, no_room
+    from nas.files.outputs import causes, no_room
 
     full = no_room(err)
     if full is not None:

@@ -6,7 +6,7 @@ the middle of allocating it (a model no device can hold), or in every trial of
 a search (a corpus shorter than one window, a ``seq_len`` over ``max_len``, a
 budget below one step).  The rules themselves are the trainer's
 (``evaluators.budget``: ``check_arch_fits``, ``check_windows``, ``plan_steps``,
-``plan_training``) and ``nas.cost.check_fits``; this module only applies
+``plan_training``) and ``nas.models.cost.check_fits``; this module only applies
 them to a whole search space, and reads the machine's memory.
 """
 
@@ -18,9 +18,9 @@ import os
 from typing import Any
 
 from evaluators.budget import check_arch_fits, check_windows, plan_rungs, plan_steps, plan_training
-from nas.cost import check_fits, compute
 from nas.errors import ConfigError, UserError
 from nas.models import ArchConfig
+from nas.models.cost import check_fits, compute
 from nas.models.parametrization import shape_of
 from nas.search.space.candidate import over_caps
 from nas.search.space.combinations import cheapest_lm_archs, one_layer_archs

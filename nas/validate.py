@@ -37,7 +37,7 @@ MAX_LAYERS = 4096
 #: one size (d_model, max_len, vocab_size, batch_size...) above 2**31 cannot index a torch tensor dimension
 #: on every backend and is far past any model that fits :data:`MAX_TRAIN_BYTES`
 MAX_DIM = 2**31 - 1
-#: A lower bound of what training one model needs (see ``nas.cost.training_bytes``) may not exceed
+#: A lower bound of what training one model needs (see ``nas.models.cost.training_bytes``) may not exceed
 #: this: 4 TiB is more memory than any single machine or GPU this trainer runs on (one device, no
 #: sharding: an 8 x H200 node has 1.1 TiB of GPU memory), so a model over it cannot be trained here;
 #: 10**12 parameters alone need 16 TB for fp32 weights, gradients and AdamW's two moments.
@@ -284,7 +284,7 @@ def check_file_name(path: str | os.PathLike[str], what: str, example: str | None
 
 def check_output_file(path: str | os.PathLike[str], what: str, *, example: str = "out") -> None:
     """Refuse a file path a command will write (and may replace), before it does any work (creates
-    nothing).  A command's user-facing outputs go through :func:`nas.outputs.plan_output` instead."""
+    nothing).  A command's user-facing outputs go through :func:`nas.files.outputs.plan_output` instead."""
     p = check_file_name(path, what, example)
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{what} {str(path)!r}: the file exists and is not writable")

@@ -290,7 +290,7 @@ def cases() -> list[Any]:
         ("a.txt", "same id"),
         {"a.txt": "a" * 5000},
     )
-    # a path in a file is relative to the file (nas.paths); one written for the working directory, which
+    # a path in a file is relative to the file (nas.files.paths); one written for the working directory, which
     # the file's directory does not have, was read from the working directory: refused, naming both
     spec_in_configs = ["search", "--space", "configs/s.yaml", "--runs-dir", "runs", "--local", "--evaluator",
                        "proxy:params", "--trials", "2"]  # fmt: skip

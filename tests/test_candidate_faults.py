@@ -17,9 +17,9 @@ import torch
 from optuna.trial import TrialState
 
 from nas.cli import main
-from nas.cost import compute
 from nas.models import ArchConfig
 from nas.models.attention.mdha import MultiDConvHeadAttention
+from nas.models.cost import compute
 
 TINY_SPACE = Path(__file__).parent / "search" / "tiny_space.yaml"
 

@@ -13,8 +13,8 @@ import yaml
 from safetensors import safe_open
 
 import nas
-from nas.checkpoint import FORMAT, load_checkpoint, save_checkpoint
 from nas.cli import main
+from nas.files.checkpoint import FORMAT, load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

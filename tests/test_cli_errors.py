@@ -297,7 +297,7 @@ def test_train_force_overwrites_an_existing_save(tmp_path: Path, monkeypatch: py
 
 
 def test_merge_keys_and_quoted_keys_still_read() -> None:
-    from nas.yamlsafe import load_yaml
+    from nas.files.yamlsafe import load_yaml
 
     doc = load_yaml("base: &b {mult: 2, activation: relu}\nffn: {<<: *b, mult: 4}\n'1': one\n")
     assert doc["ffn"] == {"mult": 4, "activation": "relu"} and doc["1"] == "one"

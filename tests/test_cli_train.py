@@ -261,7 +261,7 @@ def test_save_never_replaces_a_file_the_command_reads(
 
 
 def test_a_flag_replaces_the_files_path_which_is_then_not_read(tmp_path: Path, monkeypatch, capsys) -> None:
-    """A path the file writes for the working directory is refused (nas.paths), but only where it is
+    """A path the file writes for the working directory is refused (nas.files.paths), but only where it is
     read: `--data` with token files uses no tokenizer, so the file's tokenizer path is not resolved."""
     from token_corpus import write_token_corpus
 

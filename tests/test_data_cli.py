@@ -11,8 +11,8 @@ import yaml
 from token_corpus import train_tiny_bpe, write_token_corpus
 
 import nas
-from nas.archfile import load_arch_file
 from nas.cli import main
+from nas.files.archfile import load_arch_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SPACE = ROOT / "tests" / "search" / "tiny_space.yaml"

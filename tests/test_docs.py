@@ -279,7 +279,7 @@ def yaml_examples() -> list[tuple[str, str]]:
 def test_every_yaml_example_loads(doc: str, text: str, tmp_path: Path) -> None:
     """A space as `search --space` reads it (every combination of its choices built once), an architecture
     file as `train --arch` does: a user copies these."""
-    from nas.archfile import load_arch_file
+    from nas.files.archfile import load_arch_file
     from nas.search.space.load import load_spec
 
     path = tmp_path / "example.yaml"

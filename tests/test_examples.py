@@ -11,8 +11,8 @@ from synthetic_text import write_parallel_corpus
 
 import nas
 from evaluators.lm import train_lm
-from nas.archfile import load_arch_file
 from nas.data import load_corpus
+from nas.files.archfile import load_arch_file
 from nas.spec.training import Budget, TrainRecipe
 
 ROOT = Path(__file__).resolve().parents[1]

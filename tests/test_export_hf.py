@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import nas
-from nas.checkpoint import save_checkpoint
 from nas.cli import main
+from nas.files.checkpoint import save_checkpoint
 from nas.models import greedy_generate
 
 transformers = pytest.importorskip("transformers")
@@ -83,7 +83,7 @@ def test_a_llama_shaped_checkpoint_loads_as_a_plain_llama(tmp_path, capsys, kv_h
 
 @pytest.mark.parametrize("remote", [False, True])
 def test_the_card_names_the_context_the_model_was_trained_at(remote: bool) -> None:
-    from nas.hf import model_card
+    from nas.hf.card import model_card
 
     arch = _arch()  # max_len 24
     doc = {"recipe": {"seq_len": 8}, "metrics": {"val_loss": 2.25}}
@@ -153,7 +153,7 @@ def test_a_tokenizer_damaged_or_replaced_since_training_is_refused(tmp_path, cap
     ],
 )  # fmt: skip
 def test_what_is_not_a_llama_is_named_and_exports_with_its_code(tmp_path, capsys, changes, words) -> None:
-    from nas.hf import not_a_llama
+    from nas.hf.llama import not_a_llama
 
     arch = _arch(**changes)
     assert (not_a_llama(arch) or "").startswith(words)
@@ -319,7 +319,7 @@ def test_done_when_train_transformer_pp_then_export_loads_as_llama(tmp_path, mon
 def test_what_is_published_with_a_model_names_no_local_directory() -> None:
     """config.json's nas_data/nas_found and the model card carried the absolute paths of the corpus, the
     tokenizer and the study's database; each is its last name now, fingerprints kept."""
-    from nas.hf import published, published_which
+    from nas.hf.card import published, published_which
 
     doc = {
         "data": {

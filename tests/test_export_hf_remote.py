@@ -1,5 +1,5 @@
 """``export --checkpoint FILE --hf DIR`` for architectures that are not a Llama: the directory carries
-its modeling code (modeling_nas.py and the engine modules it needs, bundled by nas.hf_remote) and
+its modeling code (modeling_nas.py and the engine modules it needs, bundled by nas.hf.bundle) and
 ``AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`` loads it in a process where
 ``import nas`` fails: logits equal to the engine's to 1e-5 in float32, greedy ``generate`` gives the
 engine's ``greedy_generate`` tokens, ``AutoTokenizer`` loads the byte vocabulary, config.json records
@@ -24,8 +24,8 @@ import pytest
 import torch
 
 import nas
-from nas.checkpoint import save_checkpoint
 from nas.cli import main
+from nas.files.checkpoint import save_checkpoint
 from nas.models import ATTENTION, greedy_generate
 
 transformers = pytest.importorskip("transformers")
@@ -227,7 +227,7 @@ def test_config_json_records_the_arch_data_and_metrics_and_names_the_code(export
     card = (out / "README.md").read_text()
     assert arch.arch_id in card and "1.7500" in card and "trust_remote_code=True" in card
     assert "no key/value cache" in card
-    from nas.archfile import load_arch  # and --arch takes the export's config.json as the architecture
+    from nas.files.archfile import load_arch  # and --arch takes the export's config.json as the architecture
 
     assert load_arch(out / "config.json").arch_id == arch.arch_id
 
@@ -295,7 +295,7 @@ def test_a_missing_tokenizer_writes_nothing(tmp_path, capsys) -> None:
 
 # -- the bundler's rewriting ------------------------------------------------------------------------
 def test_nas_imports_become_imports_of_the_flat_files_inside_functions_too() -> None:
-    from nas.hf_remote import rewrite
+    from nas.hf.bundle import rewrite
 
     source = textwrap.dedent(
         """
@@ -332,7 +332,7 @@ def test_nas_imports_become_imports_of_the_flat_files_inside_functions_too() -> 
     ],
 )
 def test_imports_that_do_not_bundle_are_refused_by_name(source, words) -> None:
-    from nas.hf_remote import BundleError, rewrite
+    from nas.hf.bundle import BundleError, rewrite
 
     with pytest.raises(BundleError, match=words):
         rewrite("nas.models.model", source)

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nas.cost import training_bytes
 from nas.errors import UserError
+from nas.models.cost import training_bytes
 from nas.preflight import check_devices, machine_memory
 from nas.search.driver.context import RunContext
 from nas.search.space.combinations import one_layer_archs

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import nas
-from nas.archfile import load_arch
 from nas.cli import main
+from nas.files.archfile import load_arch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,8 +64,8 @@ def test_a_llama_config_is_the_transformer_pp_at_its_shape(tmp_path: Path) -> No
 
 def test_what_export_writes_reads_back_as_the_same_architecture() -> None:
     pytest.importorskip("transformers")
-    from nas.hf import llama_config
-    from nas.hf_config import arch_from_llama_config
+    from nas.hf.config import arch_from_llama_config
+    from nas.hf.llama import llama_config
     from nas.models.sizes import resize
 
     tpp = load_arch(ROOT / "examples" / "archs" / "transformer_pp.yaml")
@@ -134,8 +134,8 @@ def test_an_export_of_the_engines_own_model_reads_back_as_its_architecture(
 
 def test_the_engines_model_type_is_what_the_remote_code_export_writes() -> None:
     pytest.importorskip("transformers")
-    from nas.hf_config import NAS_MODEL_TYPE
-    from nas.hf_modeling import MODEL_TYPE
+    from nas.hf.config import NAS_MODEL_TYPE
+    from nas.hf.modeling import MODEL_TYPE
 
     assert NAS_MODEL_TYPE == MODEL_TYPE
 

@@ -1,4 +1,5 @@
-"""The import structure: no circles, ``nas/search`` a stack, ``nas.cli`` imported by entry points only.
+"""The import structure: no circles, ``nas/search`` and ``nas/hf`` stacks, ``nas.cli`` imported by entry
+points only, no module over :data:`MAX_LINES` lines.
 
 Every ``import`` and ``from ... import`` statement of every module under ``nas/`` and
 ``evaluators/`` counts, also one inside a function or under ``if TYPE_CHECKING``: a
@@ -16,6 +17,17 @@ those below it, never one above::
     reports                    the read side (best, show, plot)
     driver                     the ask-and-tell loop that uses all of the above
 
+The modules of ``nas/hf`` form a stack too, highest first (:data:`HF_LAYERS`); each imports
+only modules below it, and the package's ``__init__`` imports none of them::
+
+    export     export --hf: as a plain Llama or with the modeling code
+    bundle     the remote-code bundle (modeling.py and the engine modules, as flat files)
+    card       the tokenizer, the model card, the published records
+    llama      which architectures are a Llama, their config and weights
+    directory  the export's directory
+    modeling   the file every remote-code export holds as modeling_nas.py
+    config     --arch config.json
+
 ``nas.cli`` is the program: only ``nas/__main__.py``, ``nas/cli.py`` and the
 command modules (``nas/commands/``) may import it; library code that prints a hint
 naming the program gets the name from :mod:`nas.program`.
@@ -31,6 +43,12 @@ PACKAGES = ("nas", "evaluators")
 
 #: nas/search's subpackages, lowest layer first; a module imports its own layer or lower ones only
 SEARCH_LAYERS = (("space", "samplers", "storage"), ("reports",), ("driver",))
+
+#: nas/hf's modules, highest first; a module imports only those after it (none imports the package's __init__)
+HF_LAYERS = ("export", "bundle", "card", "llama", "directory", "modeling", "config")
+
+#: no module of the project's packages (nas/ and its subpackages, evaluators/) is longer: one module, one job
+MAX_LINES = 500
 
 #: module -> package whose every module it imports by name (importlib), which no import statement shows
 DYNAMIC_IMPORTS = {"nas.cli": "nas.commands", "nas.models.attention": "nas.models.attention"}
@@ -244,4 +262,41 @@ def test_only_entry_points_import_the_cli() -> None:
     assert not offenders, (
         "library modules import nas.cli (take the program's name from nas.program instead):\n"
         + "\n".join(offenders)
+    )
+
+
+def test_hf_is_a_stack() -> None:
+    """A module of nas/hf imports only the modules below it in HF_LAYERS, and the package's ``__init__``
+    none: ``--arch config.json`` (nas.hf.config) loads no exporter."""
+    graph = import_graph()
+    modules = module_files()
+    found = sorted(m.rpartition(".")[2] for m in graph if m.startswith("nas.hf."))
+    assert found == sorted(HF_LAYERS), f"nas/hf's modules {found}; HF_LAYERS places {sorted(HF_LAYERS)}"
+    upward = [
+        f"{modules[module].relative_to(ROOT)}:{line}: {module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if module == "nas.hf" or module.startswith("nas.hf.")
+        for target, line in sorted(targets.items())
+        if (target == "nas.hf" or target.startswith("nas.hf."))
+        and (
+            module == "nas.hf"
+            or target == "nas.hf"
+            or HF_LAYERS.index(target.rpartition(".")[2]) <= HF_LAYERS.index(module.rpartition(".")[2])
+        )
+    ]
+    order = " > ".join(HF_LAYERS)
+    assert not upward, f"imports up or across nas/hf (highest first: {order}):\n" + "\n".join(upward)
+
+
+def test_no_module_is_over_max_lines() -> None:
+    """Every module of nas/ (recursively: nas/commands/ too) and evaluators/ has MAX_LINES lines or fewer."""
+    modules = module_files()
+    assert "nas.commands.train" in modules and "evaluators.lm" in modules  # the walk sees them
+    long = sorted(
+        (n, f"{path.relative_to(ROOT)}: {n} lines")
+        for path in modules.values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    )
+    assert not long, f"modules over {MAX_LINES} lines (split them by what each part does):\n" + "\n".join(
+        line for _, line in long
     )

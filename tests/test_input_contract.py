@@ -15,11 +15,11 @@ import torch
 import yaml
 
 import nas
-from nas.checkpoint import FORMAT, save_checkpoint
 from nas.cli import main
 from nas.errors import CheckpointError, ConfigError, UserError
+from nas.files.checkpoint import FORMAT, save_checkpoint
+from nas.files.yamlsafe import MAX_DEPTH, MAX_NODES, expanded_size, load_yaml
 from nas.validate import check_number, check_output_file, check_writable_dir, non_finite_path
-from nas.yamlsafe import MAX_DEPTH, MAX_NODES, expanded_size, load_yaml
 from tests.test_bad_input import BASE_FILES, BOMB, snapshot, write_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +137,7 @@ def test_no_module_reads_yaml_but_the_one_reader() -> None:
 
 
 def test_export_writes_non_finite_metrics_as_null(tmp_path: Path) -> None:
-    from nas.archfile import load_arch_file, save_arch
+    from nas.files.archfile import load_arch_file, save_arch
 
     path = tmp_path / "a.yaml"
     save_arch(path, ARCH, metrics={"val_bpb": math.nan, "val_loss": 2.5})
@@ -148,7 +148,7 @@ def test_export_writes_non_finite_metrics_as_null(tmp_path: Path) -> None:
 
 
 def test_check_fits_names_the_size_that_drives_the_memory() -> None:
-    from nas.cost import check_fits, training_bytes
+    from nas.models.cost import check_fits, training_bytes
 
     check_fits(ARCH)
     with pytest.raises(ConfigError, match="^n_layers:"):

@@ -1,4 +1,4 @@
-"""The one file-writing rule (nas.outputs), walked over every command that takes an output path.
+"""The one file-writing rule (nas.files.outputs), walked over every command that takes an output path.
 
 A command writes new files, replaces only a file it wrote itself and that nobody changed since (or
 any file with ``--force``), and refuses anything else in one line, exit 2, the file left as it was.
@@ -23,7 +23,7 @@ from interpreter import start_python
 import nas.commands.train
 from nas.cli import main
 from nas.errors import UserError
-from nas.outputs import plan_output, write_output
+from nas.files.outputs import plan_output, write_output
 
 TINY_SPACE = Path(__file__).resolve().parent / "search" / "tiny_space.yaml"
 ARCH = (
@@ -302,7 +302,7 @@ def _paused_while_writing(cwd: Path, argv: list[str]) -> Any:
     write went on would show as a timeout, never as a pass)."""
     code = (
         "import sys, time\n"
-        "import nas.outputs as o\n"
+        "import nas.files.outputs as o\n"
         "real = o.write_output\n"
         "def write_output(target, write):\n"
         "    def paused(tmp):\n"
@@ -311,8 +311,8 @@ def _paused_while_writing(cwd: Path, argv: list[str]) -> Any:
         "        time.sleep(600)\n"
         "    return real(target, paused)\n"
         "o.write_output = write_output\n"
-        "import nas.archfile\n"
-        "nas.archfile.write_output = write_output\n"
+        "import nas.files.archfile\n"
+        "nas.files.archfile.write_output = write_output\n"
         "from nas.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
@@ -375,19 +375,19 @@ def test_a_ctrl_c_as_the_file_is_moved_into_place_waits_until_it_is_recorded(
 ):
     """Between the move and the record of what this tool wrote, a Ctrl-C left a file the next run refused
     as not its own (asking for --force); the stop now waits until both are done."""
-    import nas.outputs
+    import nas.files.outputs
 
-    real = nas.outputs._move_into_place
+    real = nas.files.outputs._move_into_place
 
     def moved_then_interrupted(*args: Any) -> None:
         real(*args)
         signal.raise_signal(signal.SIGINT)  # Ctrl-C right after the move
 
-    monkeypatch.setattr(nas.outputs, "_move_into_place", moved_then_interrupted)
+    monkeypatch.setattr(nas.files.outputs, "_move_into_place", moved_then_interrupted)
     path = tmp_path / "w.yaml"
     with pytest.raises(KeyboardInterrupt):
         write_output(plan_output(path, "--out"), lambda tmp: tmp.write_text("new\n"))
-    assert path.read_text() == "new\n" and nas.outputs.written_here(path)
+    assert path.read_text() == "new\n" and nas.files.outputs.written_here(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]
 
 

@@ -16,7 +16,7 @@ from token_corpus import write_token_corpus
 from nas.cli import main
 from nas.data import load_corpus
 from nas.errors import UserError
-from nas.outputs import plan_output, write_output
+from nas.files.outputs import plan_output, write_output
 
 
 def _state(directory: Path) -> dict[str, str]:
@@ -30,9 +30,9 @@ def _state(directory: Path) -> dict[str, str]:
 
 def _new_process() -> None:
     """As if the next command ran in a process of its own: no input noted by an earlier one."""
-    import nas.outputs
+    import nas.files.outputs
 
-    nas.outputs._INPUTS.clear()
+    nas.files.outputs._INPUTS.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Where a path a user wrote is read from (nas.paths): in a file, relative to the file; recorded, absolute."""
+"""Where a path a user wrote is read from (nas.files.paths): in a file, relative to it; recorded, absolute."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nas.errors import ConfigError
-from nas.paths import in_file, recorded
+from nas.files.paths import in_file, recorded
 
 
 def test_a_path_in_a_file_is_relative_to_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,8 +11,8 @@ import pytest
 from records_corpus import documents, write_hf, write_jsonl, write_parquet, write_zst_shards
 from test_data_cli import TINY_SPACE, arch_file, refused, train_json
 
-from nas.archfile import load_arch_file
 from nas.cli import main
+from nas.files.archfile import load_arch_file
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nas.archfile import load_arch_file, read_yaml
-from nas.checkpoint import load_checkpoint
 from nas.errors import UserError
+from nas.files.archfile import load_arch_file, read_yaml
+from nas.files.checkpoint import load_checkpoint
 from nas.search.space.load import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_torch_load_always_has_weights_only() -> None:
                 kw = {k.arg: k.value for k in node.keywords}
                 ok = isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True
                 found.append((f"{p.relative_to(ROOT)}:{node.lineno}", ok))
-    assert found and all(ok for _, ok in found), found  # nas/checkpoint.py loads weights
+    assert found and all(ok for _, ok in found), found  # nas/files/checkpoint.py loads weights
 
 
 @pytest.mark.parametrize("loader", [read_yaml, load_space, load_arch_file])

@@ -56,7 +56,7 @@ def test_the_python_api_takes_the_names_the_cli_does(
     """`nas.load_arch("examples/archs/vanilla.yaml")` (docs/training.md, the package docstring) from a
     directory that has no such file read the shipped one, as `--arch` does; it was 'file not found'."""
     import nas
-    from nas.archfile import load_arch_file
+    from nas.files.archfile import load_arch_file
 
     monkeypatch.chdir(tmp_path)
     assert nas.load_arch(arg) == load_arch_file(arch_path(arg))["arch"]
@@ -129,11 +129,11 @@ def test_the_package_list_names_every_package_directory() -> None:
 
 def test_the_light_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, nas, nas.errors, nas.validate, nas.yamlsafe, nas.shipped, nas.cli; "
+        "import sys, nas, nas.errors, nas.validate, nas.files.yamlsafe, nas.shipped, nas.cli; "
         "assert 'torch' not in sys.modules, 'torch imported'; "
         "from nas import UserError; assert 'torch' not in sys.modules, 'torch imported by UserError'; "
         "from nas import load_arch; assert 'torch' in sys.modules; "
-        "import nas.checkpoint; assert callable(nas.compute), nas.compute; print('ok')"
+        "import nas.files.checkpoint; assert callable(nas.compute), nas.compute; print('ok')"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -558,7 +558,7 @@ def test_a_tokenization_killed_while_it_wrote_leaves_nothing_after_the_next_one(
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from nas.outputs import partial\n"
+        "from nas.files.outputs import partial\n"
         "held = partial(Path(sys.argv[1]), sys.argv[2], directory=True)\n"  # as written_whole does
         "d = held.__enter__()\n"
         "(d / 'train.bin').write_bytes(b'half')\n"

@@ -17,10 +17,10 @@ from evaluators.probes.plateau import above_plateau
 from evaluators.probes.tasks import TASKS, Task, input_len, make_dataset, parse_tasks, probe_arch
 from evaluators.result import Result
 from evaluators.step import TrainStep, autocast_for, compute_dtype
-from nas.cost import compute
 from nas.errors import ConfigError
 from nas.interrupts import raise_lost_stop
 from nas.models import ArchConfig
+from nas.models.cost import compute
 from nas.plural import plural
 from nas.spec.training import Budget, TrainRecipe
 

@@ -16,9 +16,9 @@ from evaluators.probes.copying import selective_copy_instance
 from evaluators.probes.memorization import memorization_instance, memorization_map
 from evaluators.probes.plateau import frequent_value_accuracy
 from evaluators.probes.recall import fuzzy_recall_instance, recall_instance
-from nas.cost import compute
 from nas.errors import ConfigError
 from nas.models import ArchConfig, build_model
+from nas.models.cost import compute
 
 
 @dataclasses.dataclass(frozen=True)

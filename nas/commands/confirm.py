@@ -19,8 +19,8 @@ from typing import Any
 from nas.commands._study import add_study_args
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
-from nas.outputs import Planned, plan_output, write_output
-from nas.paths import recorded
+from nas.files.outputs import Planned, plan_output, write_output
+from nas.files.paths import recorded
 from nas.plural import plural
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags, apply_flags, overrides
@@ -244,7 +244,7 @@ def pick(args: argparse.Namespace, numbers: list[int] | None) -> Picked:
     )
     check_data(study, data_record(data), why)
     if getattr(args, "report", None):  # the study's corpus is known now: a report never goes into it
-        from nas.outputs import check_not_input
+        from nas.files.outputs import check_not_input
 
         check_not_input(args.report, "--report")
     top = args.top or DEFAULT_TOP
@@ -390,11 +390,11 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     from its record and its space file (which must not have changed).
     """
     from nas.confirm import CONFIRM_OF
+    from nas.files.yamlsafe import read_yaml
     from nas.search.space.load import spec_of
     from nas.search.storage.records import derived_kind, settings_of, stored_spec
     from nas.shipped import space_path
     from nas.spec import Budget, TrainRecipe
-    from nas.yamlsafe import read_yaml
 
     if (kind := derived_kind(study)) is not None:
         raise UserError(

@@ -17,12 +17,12 @@ from typing import Any
 from optuna.trial import TrialState
 
 from evaluators.result import measure_of
-from nas.archfile import save_arch
 from nas.commands._study import add_study_args, open_study
 from nas.commands.common import non_empty, non_negative_int
 from nas.errors import ConfigError, UserError
+from nas.files.archfile import save_arch
+from nas.files.outputs import Planned, plan_output, recheck, recorded_inputs
 from nas.models import ArchConfig
-from nas.outputs import Planned, plan_output, recheck, recorded_inputs
 from nas.program import prog_name
 from nas.redact import mask_url
 from nas.search.reports.lookup import get_trial
@@ -226,7 +226,7 @@ _REBUILD = "export the architecture (--out FILE.yaml) and train it with train --
 def _kept_checkpoint(study: Any, trial: Any, url: str, args: argparse.Namespace, quote: Any) -> Any:
     """The checkpoint file the search kept for ``trial`` (a duplicate: its twin's), checked against the
     trial's record (present, same SHA-256); else a UserError naming the commands that rebuild it."""
-    from nas.outputs import sha256_file
+    from nas.files.outputs import sha256_file
     from nas.search.driver.context import weights_dir
     from nas.search.driver.weights import kept_file, record_of
     from nas.search.storage.records import stored_spec
@@ -352,12 +352,12 @@ def _export_confirmed(search: Any, url: str, out: Planned, args: argparse.Namesp
 def _export_hf(args: argparse.Namespace) -> int:
     """``--checkpoint FILE --hf DIR``: a Llama-shaped checkpoint as a plain Llama directory, any other
     decoder-only one as a directory carrying its modeling code (``trust_remote_code``,
-    :mod:`nas.hf_remote`)."""
+    :mod:`nas.hf.bundle`)."""
     import time
 
-    from nas.checkpoint import load_checkpoint
-    from nas.hf import check_dir_reads, plan_dir
-    from nas.hf_remote import check_exportable, check_finite, export_hf
+    from nas.files.checkpoint import load_checkpoint
+    from nas.hf.directory import check_dir_reads, plan_dir
+    from nas.hf.export import check_exportable, check_finite, export_hf
 
     if args.hf is None or args.checkpoint is None:
         missing = "--hf DIR" if args.hf is None else "--checkpoint FILE"

@@ -18,8 +18,8 @@ from typing import Any
 
 from nas.commands.common import jsonable, non_empty, positive_int
 from nas.errors import ConfigError, UserError
-from nas.outputs import Planned, plan_output, write_output
-from nas.paths import recorded
+from nas.files.outputs import Planned, plan_output, write_output
+from nas.files.paths import recorded
 from nas.program import prog_name
 from nas.spec.flags import add_spec_flags
 

@@ -36,11 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_writable_dir(args.out, "--out")
-    from nas.plots import plan_plots, plot_study  # matplotlib only when plotting
+    from nas.search.reports.plots import plan_plots, plot_study  # matplotlib only when plotting
 
-    targets = plan_plots(args.out, args.force)  # a user's own pareto.png is kept (nas.outputs)
+    targets = plan_plots(args.out, args.force)  # a user's own pareto.png is kept (nas.files.outputs)
     study, _ = open_study(args)
-    from nas.outputs import recheck, recorded_inputs
+    from nas.files.outputs import recheck, recorded_inputs
     from nas.search.storage.records import settings_of
 
     recheck(targets, recorded_inputs(settings_of(study).get("data"), "the study's"))  # never into its corpus

@@ -15,9 +15,9 @@ from typing import Any
 
 from evaluators.lm import stderr_log
 from evaluators.probes import DEFAULT_STEPS, MAX_STEPS, TASKS, ProbeEvaluator, parse_tasks
-from nas.archfile import load_arch_file
 from nas.commands.common import jsonable, non_empty, non_negative_int, positive_int
 from nas.errors import ConfigError, UserError
+from nas.files.archfile import load_arch_file
 from nas.plural import plural
 from nas.shipped import arch_path, shipped_archs
 from nas.validate import MAX_SEED, MAX_THREADS, check_number

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 def _kept_weights(trial: Any, runs_dir: str, study: str, url: str) -> dict[str, Any] | None:
     """The trial's kept weights (``resources.keep_weights``) as recorded, with ``kept``: whether the
     file is still there as the search wrote it (it is deleted when the trial drops out of the best K)."""
-    from nas.outputs import sha256_file
+    from nas.files.outputs import sha256_file
     from nas.search.driver.context import weights_dir
     from nas.search.driver.weights import kept_file, record_of
 
@@ -64,9 +64,9 @@ def _kept_weights(trial: Any, runs_dir: str, study: str, url: str) -> dict[str, 
 
 def _show_study(args: argparse.Namespace, study: Any) -> int:
     from nas.errors import UserError
+    from nas.files.yamlsafe import dump_yaml
     from nas.search.reports.lookup import state_counts
     from nas.search.storage.records import SAMPLER, settings_of, stored_spec
-    from nas.yamlsafe import dump_yaml
 
     spec = stored_spec(study)
     if args.spec and spec is None:

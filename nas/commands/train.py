@@ -22,7 +22,6 @@ from typing import Any
 from evaluators.base import Diverged, Spent
 from evaluators.lm import stderr_log, train_lm
 from evaluators.result import sample_lines
-from nas.archfile import load_arch_file
 from nas.commands.common import data_or_default, in_range, jsonable, non_empty, positive_int
 from nas.data import (
     DEFAULT_CORPUS,
@@ -35,10 +34,11 @@ from nas.data import (
 )
 from nas.data.tokens import is_token_dir
 from nas.errors import ConfigError, UserError
+from nas.files.archfile import load_arch_file
+from nas.files.outputs import Planned, plan_output
+from nas.files.paths import in_file
 from nas.models.parametrization import with_base
 from nas.models.sizes import MAX_SIZE, missed, reached, resize
-from nas.outputs import Planned, plan_output
-from nas.paths import in_file
 from nas.plural import plural
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
@@ -125,7 +125,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
 def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any
                ) -> tuple[str | None, str | None]:  # fmt: skip
     """The corpus and tokenizer this run reads: a flag's (relative to the working directory), else the
-    file's (relative to the file, :mod:`nas.paths`); a corpus's name as it is."""
+    file's (relative to the file, :mod:`nas.files.paths`); a corpus's name as it is."""
     given = overrides(args).get("data", {})
     data_flag, tokenizer_flag = given.get("corpus"), given.get("tokenizer")
     rec = data if isinstance(data, dict) else None
@@ -208,7 +208,7 @@ def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | No
 
 def check_outputs(args: argparse.Namespace, data: tuple[str | None, str | None]) -> Planned | None:
     """Refuse an output path that cannot be written now, before any data is read or any step taken;
-    the ``--save`` path as planned (nas.outputs: checked again when the weights are written).  ``data``:
+    the ``--save`` path as planned (nas.files.outputs: checked again when the weights are written).  ``data``:
     the corpus and tokenizer the run reads (:func:`data_paths`), which ``--save`` never replaces."""
     save = None
     if args.save is not None:

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from evaluators.result import measure_of
-from nas.outputs import Planned, write_output
+from nas.files.outputs import Planned, write_output
 
 #: how every report starts: ``confirm --report FILE`` overwrites only a file that starts so
 REPORT_HEAD = "# Confirmation of study "

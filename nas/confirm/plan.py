@@ -16,8 +16,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from nas.archfile import load_arch
 from nas.errors import ConfigError, UserError
+from nas.files.archfile import load_arch
 from nas.models import ArchConfig
 from nas.search.reports.tables import leaderboard
 from nas.search.storage.records import is_infeasible, trained
@@ -121,7 +121,7 @@ def check_runs(budget: Any, recipe: Any, arch: ArchConfig, seq_len: int, label: 
     and what to change (``hint``): the run would fail, and with it every seed of it, after the queue was
     written."""
     from evaluators.budget import plan_rungs, plan_steps
-    from nas.cost import compute
+    from nas.models.cost import compute
 
     try:
         steps = plan_steps(budget, compute(arch, seq_len), recipe.batch_size, seq_len)

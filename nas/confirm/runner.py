@@ -22,10 +22,10 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.confirm.plan import LR_RANGE, SCALE_RANGE, Entry, Run, run_label
-from nas.cost import compute
 from nas.errors import UserError
 from nas.execution.pool import Pool
 from nas.execution.worker import DIVERGED
+from nas.models.cost import compute
 from nas.redact import mask_url
 from nas.search.driver.context import RunContext
 from nas.search.driver.inflight import Running, default_pool

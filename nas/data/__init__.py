@@ -111,8 +111,8 @@ def load_corpus(spec: str | os.PathLike[str] | None = None) -> AnyCorpus:
 
 def _note(spec: str | os.PathLike[str] | None) -> None:
     """Mark the corpus's file or directory as an input of this process: no output goes there
-    (:func:`nas.outputs.note_input`)."""
-    from nas.outputs import note_input
+    (:func:`nas.files.outputs.note_input`)."""
+    from nas.files.outputs import note_input
 
     if spec is not None and str(spec) not in (DEFAULT_CORPUS, DEFAULT_PARALLEL):
         note_input(spec, "corpus")
@@ -121,7 +121,7 @@ def _note(spec: str | os.PathLike[str] | None) -> None:
 def _cache_hint(err: UserError, path: Path) -> UserError:
     """``err`` about ``path``, with what fixes it when ``path`` is an entry of this tool's cache (a corpus
     it tokenized): deleting the entry, which the next run makes again."""
-    from nas.outputs import cache_dir
+    from nas.files.outputs import cache_dir
 
     try:
         inside = path.resolve().is_relative_to(cache_dir().resolve())

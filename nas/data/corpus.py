@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from nas.data.batches import get_batch, validation_windows
+from nas.files.outputs import partial
 from nas.interrupts import held
-from nas.outputs import partial
 from nas.plural import plural
 
 DEFAULT_CORPUS = "shakespeare"

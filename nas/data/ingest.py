@@ -35,7 +35,7 @@ from nas.data.records import DEFAULT_FIELD, KINDS, Bad, Records, source_fingerpr
 from nas.data.text import SEPARATOR
 from nas.data.tokens import DTYPES, META, VAL_BYTES
 from nas.errors import UserError
-from nas.outputs import cache_dir
+from nas.files.outputs import cache_dir
 from nas.validate import check_writable_dir, read_json_file
 
 ON_BAD_RECORD = ("refuse", "skip")

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from nas.data.corpus import DEFAULT_CORPUS, DEFAULT_PARALLEL, Corpus, file_lock
 from nas.errors import UserError
-from nas.outputs import cache_dir, partial
+from nas.files.outputs import cache_dir, partial
 from nas.validate import check_writable_dir, utf16_text
 
 SEPARATOR = b"\x00"

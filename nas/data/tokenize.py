@@ -31,7 +31,7 @@ from nas.data.corpus import Corpus, file_lock
 from nas.data.text import SEPARATOR
 from nas.data.tokens import META, write_token_dir
 from nas.errors import UserError
-from nas.outputs import cache_dir, note_input, partial
+from nas.files.outputs import cache_dir, note_input, partial
 from nas.validate import check_writable_dir, read_json_file, read_text_file
 
 _PIECE = 1 << 20  # characters per encoded piece
@@ -65,7 +65,7 @@ def load_tokenizer(path: Path, shown: str | None = None) -> tuple[Any, str]:
     if not path.exists() and not path.is_symlink():  # a path typed: "not found", as for other flags
         raise UserError(f"{shown}: not found; {valid}")
     text, blob = read_text_file(path, valid, shown)
-    note_input(path, "tokenizer")  # no output replaces it (nas.outputs)
+    note_input(path, "tokenizer")  # no output replaces it (nas.files.outputs)
     try:
         tokenizer = Tokenizer.from_str(text)
     except Exception as err:  # noqa: BLE001 - the Rust parser raises plain Exception

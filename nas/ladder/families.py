@@ -14,7 +14,6 @@ from optuna.trial import TrialState
 from nas.confirm.plan import Entry, Run
 from nas.confirm.runner import ARCHS, existing_runs
 from nas.confirm.summary import own_flops
-from nas.cost import compute
 from nas.ladder.fit import (
     RESAMPLE_SIZES,
     CostCurve,
@@ -29,6 +28,7 @@ from nas.ladder.fit import (
 from nas.ladder.joint import free_parameters, joint_bootstrap, joint_fit
 from nas.ladder.plan import LadderPlan
 from nas.models import ArchConfig
+from nas.models.cost import compute
 from nas.models.sizes import reached, resize
 
 #: the interval: the 5th to 95th percentile of the bootstrap's predictions

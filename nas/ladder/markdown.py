@@ -9,8 +9,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from nas.files.outputs import Planned, write_output
 from nas.models.sizes import missed
-from nas.outputs import Planned, write_output
 
 HEAD = "# Ladder of study "
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from nas.confirm.plan import SCALE_RANGE, Entry, Run, check_runs
-from nas.cost import compute
 from nas.errors import ConfigError, UserError
+from nas.models.cost import compute
 from nas.models.sizes import dropped, reached, resize
 from nas.search.storage.records import LADDER_PLAN
 from nas.spec.training import Budget, TrainRecipe

@@ -1,4 +1,4 @@
-"""Model code: configs, blocks, the LM and the encoder-decoder.
+"""Model code: configs, blocks, the LM and the encoder-decoder, and what they cost (``cost.py``).
 
 Imports torch only (no optuna, ray or yaml).
 """

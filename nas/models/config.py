@@ -4,7 +4,7 @@ An :class:`ArchConfig` is global sizes plus one :class:`LayerConfig` per layer;
 a ``task: seq2seq`` architecture also lists its ``encoder_layers`` (its
 ``layers`` are then the decoder's, each with cross-attention to the encoder).
 It is frozen and validated when created, round-trips through plain dicts (and
-YAML files, see ``nas.archfile``), and has a stable ``arch_id`` hash.
+YAML files, see ``nas.files.archfile``), and has a stable ``arch_id`` hash.
 """
 
 from __future__ import annotations

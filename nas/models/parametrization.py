@@ -180,7 +180,7 @@ def parametrization_record(arch: Any, recipe: Any) -> dict[str, Any]:
 
 def set_multipliers(model: nn.Module, shape: Shape) -> None:
     """The forward multipliers of ``shape``: 1/r on every residual branch, 1/m on the logits.  Kept on
-    the model (``model.shape``); a checkpoint's recipe restores them (nas.checkpoint)."""
+    the model (``model.shape``); a checkpoint's recipe restores them (nas.files.checkpoint)."""
     model.shape = shape  # type: ignore[assignment]
     if shape.is_base:
         return

@@ -116,7 +116,7 @@ def dropped(arch: ArchConfig, out: ArchConfig) -> list[str]:
 
 def reached(arch: ArchConfig, out: ArchConfig) -> float:
     """The multiplier ``out`` (a resize of ``arch``) reaches: its non-embedding parameters over ``arch``'s."""
-    from nas.cost import compute
+    from nas.models.cost import compute
 
     return compute(out).non_embedding_params / compute(arch).non_embedding_params
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nas.archfile import load_arch
 from nas.confirm.plan import Entry, at_shape, shape_of
 from nas.confirm.summary import matched
+from nas.files.archfile import load_arch
 from nas.models import ArchConfig
 from nas.shipped import arch_path
 

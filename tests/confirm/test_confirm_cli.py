@@ -17,10 +17,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from nas.archfile import load_arch, load_arch_file
 from nas.cli import main
 from nas.confirm.plan import finalists, shape_of
 from nas.confirm.runner import existing_runs
+from nas.files.archfile import load_arch, load_arch_file
 from nas.models import ArchConfig
 from nas.shipped import arch_path
 

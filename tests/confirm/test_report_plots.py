@@ -9,7 +9,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 import nas.confirm.markdown as markdown
-from nas.outputs import plan_output
+from nas.files.outputs import plan_output
 
 
 def _row(name: str, role: str, flops: float, mean: float, delta: float | None) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import pytest
 
 import nas
 from evaluators.lm import train_lm
-from nas.checkpoint import load_checkpoint
 from nas.cli import main
 from nas.data import load_corpus
+from nas.files.checkpoint import load_checkpoint
 from nas.models import ArchConfig
 from nas.spec.training import Budget, TrainRecipe
 

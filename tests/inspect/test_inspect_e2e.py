@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import torch
 
-from nas.archfile import load_arch_file
 from nas.cli import main
 from nas.execution.pool import PoolBase
 from nas.execution.ray_pool import Finished
 from nas.execution.worker import run_trial
+from nas.files.archfile import load_arch_file
 from nas.search.driver.context import RunContext
 from nas.search.driver.loop import Driver
 from nas.search.space.load import load_spec

@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 
 import nas
-from nas.archfile import load_arch_file
+from nas.files.archfile import load_arch_file
 from nas.models import ArchConfig
 from nas.spec.training import Budget, TrainRecipe
 

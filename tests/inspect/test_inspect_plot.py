@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 
-from nas.plots import FILES, pareto_front
+from nas.search.reports.plots import FILES, pareto_front
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -43,17 +43,19 @@ def test_a_probe_studys_plots_draw_its_score_under_its_name(runs, monkeypatch, t
     """The plots of a probes study drew 1 - score on an axis of "validation loss (nats/token)"."""
     from inspect_studies import add_trial, make_study
 
-    import nas.plots
+    import nas.search.reports.plots
 
     study = make_study(runs, "probes")
     study.set_user_attr("settings", {**study.user_attrs["settings"], "evaluator": "probes@5"})
     add_trial(study, "vanilla", 0.75)
     add_trial(study, "small", 0.9)
     figures = []
-    monkeypatch.setattr(nas.plots, "_save", lambda fig, path: figures.append(fig) or Path(path))
-    nas.plots.plot_pareto(study, tmp_path / "p.png")
-    nas.plots.plot_history(study, tmp_path / "h.png")
-    nas.plots.plot_blocks(study, tmp_path / "b.png")
+    monkeypatch.setattr(
+        nas.search.reports.plots, "_save", lambda fig, path: figures.append(fig) or Path(path)
+    )
+    nas.search.reports.plots.plot_pareto(study, tmp_path / "p.png")
+    nas.search.reports.plots.plot_history(study, tmp_path / "h.png")
+    nas.search.reports.plots.plot_blocks(study, tmp_path / "b.png")
     pareto, history, blocks = (f.axes[0] for f in figures)
     for ax in (pareto, history):
         assert ax.get_ylabel() == "probe score (mean accuracy), highest is best"

@@ -8,8 +8,8 @@ import math
 import optuna
 from inspect_studies import add_trial, make_study
 
-from nas.cost import compute, layer_flops, layer_params
 from nas.models import ArchConfig
+from nas.models.cost import compute, layer_flops, layer_params
 
 
 def test_layer_table_matches_compute(cli, multi: optuna.Study, runs) -> None:

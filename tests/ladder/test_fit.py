@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from nas.files.outputs import plan_output
 from nas.ladder.fit import CostCurve, Fit, Point, bootstrap, fit, optimal, resample_weights, resamples_vary
 from nas.ladder.markdown import plot, prediction_table
 from nas.ladder.report import Family, _curve, _p_best, _prediction
-from nas.outputs import plan_output
 
 #: Chinchilla's published fit (Eq. 10)
 TRUE = Fit(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from nas.archfile import load_arch
 from nas.confirm.plan import Entry, Run
-from nas.cost import compute
 from nas.errors import UserError
+from nas.files.archfile import load_arch
 from nas.ladder.plan import LadderPlan, Member, build_ladder
+from nas.models.cost import compute
 from nas.models.sizes import resize
 from nas.shipped import arch_path
 from nas.spec.training import Budget, TrainRecipe

@@ -217,7 +217,7 @@ def test_the_base_shape_defaults_to_the_architecture_and_is_kept_when_stated() -
 
 
 def test_a_saved_completep_model_reloads_with_its_multipliers(tmp_path: Any) -> None:
-    from nas.checkpoint import load_model, save_checkpoint
+    from nas.files.checkpoint import load_model, save_checkpoint
 
     a = arch("vanilla", 2 * BASE_WIDTH, BASE_DEPTH)
     r = recipe("completep")

@@ -9,10 +9,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from nas.cost import compute, layer_rows
 from nas.errors import ConfigError
 from nas.models import ATTENTION, ArchConfig, Seq2SeqTransformer, build_model, greedy_decode
 from nas.models.attention import FFNSpec
+from nas.models.cost import compute, layer_rows
 from nas.models.dims import Dims
 from nas.models.seq2seq import CrossAttention
 

@@ -14,8 +14,8 @@ import torch
 import yaml
 
 import nas
-from nas.cost import compute
 from nas.models import ArchConfig, build_model
+from nas.models.cost import compute
 from nas.models.ffn import ffn_width
 from nas.models.norms import RMSNorm
 from nas.models.rotary import reference_rotate, rotary_tables, rotate

@@ -55,7 +55,7 @@ def test_rungs_cooldowns_are_reserved_and_bound_what_a_flops_budget_may_cost():
     """A wsd run's rungs train their cooldowns beside the run: a trial reserves them, and a FLOPs budget
     per candidate counts the most they can add to a run of any length."""
     from evaluators.budget import rung_cooldowns
-    from nas.cost import compute
+    from nas.models.cost import compute
     from nas.spec import Spec
     from nas.spec.sections import SearchSection
     from nas.spec.training import Budget, TrainRecipe

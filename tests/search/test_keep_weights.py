@@ -21,9 +21,9 @@ from optuna.trial import TrialState
 
 import nas
 import nas.search.driver.loop as loop
-from nas.checkpoint import checkpoint_bytes, load_checkpoint, save_checkpoint
 from nas.cli import main
 from nas.execution.local_pool import LocalPool
+from nas.files.checkpoint import checkpoint_bytes, load_checkpoint, save_checkpoint
 from nas.search.driver.weights import choose
 from nas.search.storage.records import SPEC, WEIGHTS, trained
 from nas.shipped import arch_path

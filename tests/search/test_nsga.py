@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 import pytest
 
-from nas.cost import compute
+from nas.models.cost import compute
 from nas.search.samplers.build import make_sampler, resolve_sampler
 from nas.search.samplers.nsga import UnionNSGAIISampler, record_random_draws
 from nas.search.space.load import load_space

@@ -21,8 +21,8 @@ from optuna.trial import TrialState
 from benchmarks._chaos import WorkerKiller
 from nas.cli import build_parser, main
 from nas.commands.search import build_run
-from nas.cost import compute
 from nas.models import ArchConfig
+from nas.models.cost import compute
 from nas.search.driver.inflight import default_pool
 from nas.search.driver.loop import Driver
 

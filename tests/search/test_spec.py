@@ -118,7 +118,7 @@ def test_every_field_keeps_the_files_value_unless_its_flag_is_given(tmp_path, se
     path = _spec_file(tmp_path, section, name, value)
     args = build_parser().parse_args(["search", "--space", str(path)])
     spec, *_ = resolve_spec(args)
-    # no flag: the file's value, not the flag's default (a path: relative to the file, nas.paths)
+    # no flag: the file's value, not the flag's default (a path: relative to the file, nas.files.paths)
     assert _value(spec, section, name) == (
         str(path.parent / value) if f"{section}.{name}" in PATH_FIELDS else value
     )

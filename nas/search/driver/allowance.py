@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial
 
-from nas.cost import Compute
 from nas.errors import ConfigError
+from nas.models.cost import Compute
 from nas.spec.training import Budget, TrainRecipe
 
 if TYPE_CHECKING:

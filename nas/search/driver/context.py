@@ -31,7 +31,7 @@ from typing import Any
 from evaluators.result import measure_of
 from nas.data import data_record
 from nas.errors import ConfigError, UserError
-from nas.paths import recorded
+from nas.files.paths import recorded
 from nas.search.samplers.hurdles import Hurdles
 from nas.search.space.load import SearchSpace
 from nas.search.storage.urls import check_storage_url, default_storage, is_memory_sqlite, sqlite_path

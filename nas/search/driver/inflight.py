@@ -6,10 +6,10 @@ import dataclasses
 
 from optuna.trial import Trial
 
-from nas.cost import Compute
 from nas.execution.payload import TrialPayload
 from nas.execution.pool import Pool
 from nas.models import ArchConfig
+from nas.models.cost import Compute
 from nas.search.driver.context import RunContext
 
 

@@ -29,13 +29,13 @@ from optuna.trial import Trial, TrialState
 
 from evaluators.prescreen import planned_flops as screen_flops
 from evaluators.result import METRICS, RUN_FIELDS, measure_of
-from nas.cost import Compute, compute
 from nas.data import vocab_size_of
 from nas.errors import ConfigError, UserError
 from nas.execution.pool import Finished, NoWorkersLeft, Pool
 from nas.execution.worker import OUT_OF_MEMORY
 from nas.interrupts import raise_lost_stop
 from nas.models import ArchConfig
+from nas.models.cost import Compute, compute
 from nas.search.driver.allowance import Allowance, planned_flops, screen_bound, spent_flops
 from nas.search.driver.console import Reporter
 from nas.search.driver.context import RunContext, check_no_stale_runs

@@ -17,8 +17,8 @@ import optuna
 from optuna.trial import Trial
 
 from nas.execution.payload import TrialPayload
+from nas.files.paths import recorded
 from nas.models import ArchConfig
-from nas.paths import recorded
 from nas.search.driver.context import RunContext
 
 #: the spec's sections a payload carries whole under ``spec`` (recipe and budget have keys of their own)

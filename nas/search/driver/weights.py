@@ -1,14 +1,14 @@
 """A search that keeps its best models: ``resources.keep_weights: K``.
 
 A worker that finished a trial holds the trained model as safetensors checkpoint
-bytes (the format of ``train --save X.safetensors``: :func:`nas.checkpoint.checkpoint_bytes`);
+bytes (the format of ``train --save X.safetensors``: :func:`nas.files.checkpoint.checkpoint_bytes`);
 the pool hands the driver a call that fetches them (:class:`nas.execution.pool.Finished`
 ``weights``: on Ray, the actor's second return value, an object ref owned by the
 driver, so nothing crosses the network until it is asked for and the driver needs
 no shared file system with the workers).  Before the trial is told, :meth:`KeptWeights.offer`
 decides whether it is among the kept; only then are the bytes fetched and written
 to ``RUNS_DIR/STUDY/weights/trial_N.safetensors`` (a temporary file renamed into place,
-by :mod:`nas.outputs`), and the trial records where they are and their SHA-256 (user
+by :mod:`nas.files.outputs`), and the trial records where they are and their SHA-256 (user
 attribute :data:`~nas.search.storage.records.WEIGHTS`).  After the tell, the files of
 trials that dropped out are deleted, each only if it is still the file the search
 wrote (its SHA-256 matches the record).
@@ -40,7 +40,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.errors import UserError
-from nas.outputs import plan_output, sha256_file, write_output, written_here
+from nas.files.outputs import plan_output, sha256_file, write_output, written_here
 from nas.search.storage.records import WEIGHTS, is_infeasible, trained
 from nas.spec.sections import named
 
@@ -300,8 +300,9 @@ class KeptWeights:
     def _delete(self, path: Path, sha256: str) -> str | None:
         """Delete ``path`` if this search can show it wrote it there: it lies in the weights directory
         this run was given, holds the bytes the trial recorded (its SHA-256 is ``sha256``), and the
-        output rule's record says this tool wrote it at that very path (:func:`nas.outputs.written_here`:
-        a copied runs directory's files were written elsewhere, so a continued copy leaves them).
+        output rule's record says this tool wrote it at that very path
+        (:func:`nas.files.outputs.written_here`: a copied runs directory's files were written elsewhere,
+        so a continued copy leaves them).
         Returns None when deleted, else why it was left."""
         if self.dir is None or not inside(path, self.dir):
             return f"it is not in {self.dir}, the weights directory of this run"

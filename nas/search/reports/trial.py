@@ -84,9 +84,9 @@ def _seed_itself(name: str, raw: Any) -> tuple[bool | None, str | None]:
 
 def trial_detail(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
     """Everything ``show`` says about one trial, as plain data (its ``--json``)."""
-    from nas.cost import compute, layer_rows  # torch: imported when needed
     from nas.errors import ConfigError
     from nas.models import ATTENTION, ArchConfig
+    from nas.models.cost import compute, layer_rows  # torch: imported when needed
 
     ua = t.user_attrs
     out: dict[str, Any] = {

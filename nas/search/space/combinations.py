@@ -135,7 +135,7 @@ def one_layer_archs(space: SearchSpace, largest: bool) -> Iterator[tuple[ArchCon
     Sizes (:data:`SIZE_KEYS` and the depths) are at the top (bottom) of their choices; every
     other global, block option and FFN choice is enumerated (for a seq2seq space, each encoder
     layer with the first decoder layer and each decoder layer with the first encoder layer).
-    Costs grow with each size, so these bound every candidate's (``nas.cost.training_bytes``
+    Costs grow with each size, so these bound every candidate's (``nas.models.cost.training_bytes``
     scales a layer by the count).
     """
     pick = max if largest else min

@@ -1,6 +1,6 @@
 """YAML search spaces -> validated data (a ``SearchSpace``, see ``nas.search.space.sampling``).
 
-A space file is data only (read by ``nas.yamlsafe.read_yaml``).  Any value is a
+A space file is data only (read by ``nas.files.yamlsafe.read_yaml``).  Any value is a
 *parameter* (``nas.search.space.params``): a scalar is fixed, a list is a
 categorical choice, and ``{low: L, high: H[, step: S][, log: true]}`` is a
 numeric range.  See ``docs/search_spaces.md`` for the format.  Each attention
@@ -18,9 +18,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.files.paths import in_file
+from nas.files.yamlsafe import read_yaml
 from nas.models import ACTIVATIONS, ATTENTION
 from nas.models.config import TASKS
-from nas.paths import in_file
 from nas.program import prog_name
 from nas.search.space.combinations import check_combinations as _check_combinations
 from nas.search.space.combinations import chosen_options, product
@@ -36,7 +37,6 @@ from nas.search.space.sampling import (
 from nas.search.space.where import parse_where, refuse_duplicates, refuse_unknown
 from nas.spec import SPEC_KEYS, Spec
 from nas.validate import MAX_DIM, MAX_LAYERS, check_number, short_repr, yaml_number
-from nas.yamlsafe import read_yaml
 
 __all__ = [
     "SEED_ARCHS",
@@ -58,7 +58,8 @@ AT_KEYS = ("layers", "attention", "ffn")
 CONSTRAINT_KEYS = ("max_params", "max_flops_per_token")
 
 
-#: the spec's fields that hold a path (a corpus's name aside): read relative to the spec file (nas.paths)
+#: the spec's fields that hold a path (a corpus's name aside): read relative to the spec file
+#: (nas.files.paths)
 PATH_FIELDS = ("data.corpus", "data.tokenizer")
 
 
@@ -70,7 +71,7 @@ def load_space(path: str | os.PathLike[str]) -> SearchSpace:
 def load_spec(path: str | os.PathLike[str], replaced: Collection[str] = ()) -> tuple[Spec, SearchSpace]:
     """The experiment spec in a space file and its validated space; errors name the file and the field.
 
-    The data's paths are made absolute relative to the file's directory (:func:`nas.paths.in_file`),
+    The data's paths are made absolute relative to the file's directory (:func:`nas.files.paths.in_file`),
     but for the fields in ``replaced`` (``data.corpus``): the command line replaces those, so the
     file's values are never read.
     """

@@ -22,8 +22,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nas.archfile import load_arch
 from nas.errors import ConfigError
+from nas.files.archfile import load_arch
 from nas.models import ATTENTION, ArchConfig, AttentionSpec, FFNSpec, LayerConfig
 from nas.search.space.params import Param, thaw
 from nas.search.space.where import Position, covers

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from nas.data import describe_record, same_data
 from nas.errors import UserError
-from nas.paths import recorded
+from nas.files.paths import recorded
 from nas.program import prog_name
 from nas.redact import mask_url
 from nas.search.samplers.build import make_sampler, resolve_sampler, run_seed

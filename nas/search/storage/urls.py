@@ -44,7 +44,7 @@ def _escaped(path: str) -> str:
 
 def absolute_url(url: str) -> str:
     """``url`` as a record keeps it: a relative SQLite file (``sqlite:///runs/s/study.db``) made absolute,
-    so the record names the same database from any directory (nas.paths); other URLs as they are."""
+    so the record names the same database from any directory (nas.files.paths); other URLs as they are."""
     path = sqlite_path(url)
     if path is None or path.is_absolute():
         return url

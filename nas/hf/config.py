@@ -4,7 +4,7 @@
 seed.  A Llama is exactly what the engine calls Transformer++ (``examples/archs/
 transformer_pp.yaml``): every layer ``mha`` (grouped key/value heads when
 ``num_key_value_heads`` is fewer) with a SwiGLU FFN, RMSNorm, rotary positions, no
-biases.  The map (the inverse of ``nas.hf.llama_config``, which ``export --hf`` writes):
+biases.  The map (the inverse of ``nas.hf.llama.llama_config``, which ``export --hf`` writes):
 
 | config.json | architecture |
 | --- | --- |
@@ -36,7 +36,7 @@ def is_hf_config(raw: Any) -> bool:
     return isinstance(raw, Mapping) and "model_type" in raw and "arch" not in raw
 
 
-#: the ``model_type`` of ``export --hf`` with the engine's own modeling code (``nas.hf_modeling.MODEL_TYPE``,
+#: the ``model_type`` of ``export --hf`` with the engine's own modeling code (``nas.hf.modeling.MODEL_TYPE``,
 #: not imported here: that module needs transformers)
 NAS_MODEL_TYPE = "nas_lm"
 

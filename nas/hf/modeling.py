@@ -2,7 +2,7 @@
 
 ``export --checkpoint FILE --hf DIR`` writes this module into DIR as ``modeling_nas.py``, next to
 the nas-lm model modules it needs (``nas_models_*.py``: the engine's own code, its ``nas.*`` imports
-rewritten to these flat files by ``nas.hf_remote``), so that
+rewritten to these flat files by ``nas.hf.bundle``), so that
 
     AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
 

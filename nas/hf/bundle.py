@@ -1,13 +1,13 @@
-"""Hugging Face export with remote code: any decoder-only architecture, loadable without nas-lm.
+"""The remote-code bundle: an architecture's modeling code as flat files, loadable without nas-lm.
 
-An architecture that is not a Llama (:func:`nas.hf.not_a_llama`) exports as a directory that carries
+An architecture that is not a Llama (:func:`nas.hf.llama.not_a_llama`) exports as a directory that carries
 its own modeling code: ``config.json`` (a ``NasConfig``, ``model_type: nas_lm``, the arch dict, and
 ``auto_map`` naming ``modeling_nas.NasConfig`` and ``modeling_nas.NasForCausalLM``), ``model.safetensors``
 (the engine model's state dict under ``model.``, a tied head stored once), ``modeling_nas.py``
-(:mod:`nas.hf_modeling`) and the engine modules the model needs, as flat files.
+(:mod:`nas.hf.modeling`) and the engine modules the model needs, as flat files.
 
 :func:`bundle` writes those files mechanically from the installed ``nas`` sources (``inspect.getsource``,
-so a wheel install works as a checkout does).  It starts from ``nas.hf_modeling`` and the modules of
+so a wheel install works as a checkout does).  It starts from ``nas.hf.modeling`` and the modules of
 every class the built model instantiates (the architecture's attention blocks among them; a mixture's
 components too), and follows each module's ``nas.*`` imports, inside functions included.  Each module
 becomes ``nas_a_b_c.py`` (``nas.a.b.c``), and each ``from nas.a.b.c import x`` in it
@@ -44,21 +44,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from nas.errors import UserError
-from nas.models import ArchConfig, AttentionBlock
+from nas.models import AttentionBlock
 
 #: the module that becomes ``modeling_nas.py``; its classes are what ``auto_map`` names
-MODELING = "nas.hf_modeling"
+MODELING = "nas.hf.modeling"
 MODELING_FILE = "modeling_nas.py"
 CONFIG_CLASS, MODEL_CLASS = "NasConfig", "NasForCausalLM"
 AUTO_MAP = {
     "AutoConfig": f"modeling_nas.{CONFIG_CLASS}",
     "AutoModelForCausalLM": f"modeling_nas.{MODEL_CLASS}",
 }
-#: the line of ``nas.hf_modeling`` after which the bundle imports the architecture's blocks
+#: the line of ``nas.hf.modeling`` after which the bundle imports the architecture's blocks
 BLOCKS_MARKER = "# The architecture's attention blocks: the export writes their imports below"
 #: what bundled code may import besides the standard library and the other bundled files
 ALLOWED = frozenset({"torch", "transformers"})
@@ -71,27 +70,6 @@ class BundleError(RuntimeError):
 def file_name(module: str) -> str:
     """The bundled file of ``module``: ``modeling_nas.py``, or ``nas_a_b.py`` for ``nas.a.b``."""
     return MODELING_FILE if module == MODELING else module.replace(".", "_") + ".py"
-
-
-def check_exportable(arch: ArchConfig, source: str) -> None:
-    """Refuse, in one line, what the remote-code export does not write (an encoder-decoder)."""
-    if arch.task != "lm":
-        raise UserError(
-            f"{source}: architecture {arch.arch_id} is a {arch.task} (encoder-decoder) model; --hf exports "
-            "decoder-only language models (task: lm) only"
-        )
-
-
-def check_finite(model: nn.Module, source: str) -> None:
-    """Refuse, in one line, weights holding NaN or infinity (a run that diverged, an edited file): the
-    export's self-check compares logits, and NaN logits equal nothing (it ended in a traceback)."""
-    for name, value in model.state_dict().items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            bad = int((~torch.isfinite(value)).sum())
-            raise UserError(
-                f"{source}: its weight {name!r} holds {bad:,} NaN or infinite value(s) (a run that diverged, "
-                "or an edited file): there is no model to export"
-            )
 
 
 def instantiated_modules(model: nn.Module) -> list[str]:
@@ -336,80 +314,3 @@ def loaded(files: Mapping[str, str]) -> Iterator[types.ModuleType]:
         sys.meta_path.remove(finder)
         for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
             del sys.modules[key]
-
-
-def remote_model(module: types.ModuleType, model: nn.Module, extra: Mapping[str, Any]) -> Any:
-    """The bundle's ``NasForCausalLM`` (float32, eval mode) holding ``model``'s weights."""
-    from nas.hf import _finite
-
-    arch = model.arch
-    config = getattr(module, CONFIG_CLASS)(
-        nas_arch=arch.to_dict(),
-        nas_arch_id=arch.arch_id,
-        architectures=[MODEL_CLASS],
-        auto_map=dict(AUTO_MAP),
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        **{f"nas_{k}": _finite(v) for k, v in extra.items()},
-    )
-    hf = getattr(module, MODEL_CLASS)(config).float().eval()
-    hf.model.load_state_dict(model.state_dict())  # the same module tree: every name, strictly
-    hf.generation_config.use_cache = False
-    return hf
-
-
-def export_remote(doc: Mapping[str, Any], out: Path, source: str, *, force: bool = False) -> dict[str, Any]:
-    """Write ``doc`` (a loaded checkpoint) to ``out`` (checked with :func:`nas.hf.plan_dir` first) as a
-    remote-code directory: config.json, generation_config.json, model.safetensors, modeling_nas.py and
-    the bundled engine modules, the tokenizer and README.md.  Returns what it wrote and measured."""
-    from transformers.utils import logging as hf_logging
-
-    from nas.hf import logit_difference, model_card, published, published_which, tokenizer_for, written_dir
-
-    model, arch = doc["model"], doc["arch"]
-    check_exportable(arch, source)
-    extra = {k: doc[k] for k in ("metrics", "data", "recipe", "budget", "found") if doc.get(k) is not None}
-    tokenizer, which = tokenizer_for(doc.get("data"), arch.vocab_size, source)
-    files = bundle(model)
-    hf_logging.disable_progress_bar()
-    done = written_dir(out, force, keep=(source,))
-    with done as tmp:
-        for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        found = reachable(tmp)
-        if found != set(files):  # what transformers would copy is what was written
-            raise BundleError(
-                f"transformers' loader would copy {sorted(found)}, not the bundle {sorted(files)}"
-            )
-        with loaded(files) as module:
-            hf = remote_model(module, model, published(extra))
-            diff = logit_difference(model, hf)
-            if not diff <= 1e-5:  # the export checks itself: a bundling bug never ships silently
-                raise RuntimeError(f"the bundled model's logits differ from the checkpoint's by {diff:.3g}")
-            hf.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        (tmp / "README.md").write_text(
-            model_card(arch, published(doc), source, published_which(which), remote=True), encoding="utf-8"
-        )
-    return {"max_logit_difference": diff, "tokenizer": which, "files": done.written, "code": sorted(files)}
-
-
-def export_hf(doc: Mapping[str, Any], out: Path, source: str, *, force: bool = False) -> dict[str, Any]:
-    """``doc`` (a loaded checkpoint) to the directory ``out`` by the path its architecture takes: a
-    plain Llama (:func:`nas.hf.export_llama`) when it is one, else with its modeling code
-    (:func:`export_remote`); an encoder-decoder is refused.  The result says which (``llama``)."""
-    from nas.hf import export_llama, not_a_llama
-
-    check_exportable(doc["arch"], source)
-    shape = getattr(doc["model"], "shape", None)
-    if shape is not None and not shape.is_base:
-        raise UserError(
-            f"{source}: trained under completep away from its base shape (width x{shape.width:g}, depth "
-            f"x{shape.depth:g}): its residual and logit multipliers have no Hugging Face form here; export a "
-            "standard model, or one at its base shape"
-        )
-    llama = not_a_llama(doc["arch"]) is None
-    done = (export_llama if llama else export_remote)(doc, out, source, force=force)
-    return {**done, "llama": llama}

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from nas.cost import check_fits
 from nas.errors import CheckpointError, ConfigError
+from nas.files.outputs import Planned, write_output
 from nas.models import ArchConfig, build_model
-from nas.outputs import Planned, write_output
+from nas.models.cost import check_fits
 from nas.validate import not_a_file
 
 FORMAT = "nas-lm-checkpoint/1"
@@ -79,10 +79,11 @@ def save_checkpoint(
     doc = {"format": FORMAT, "arch": arch.to_dict(), "state_dict": state, **_plain(extra)}
 
     def save_pt(tmp: Path) -> None:
-        with open(tmp, "wb") as f:  # a file object: a full disk surfaces as the OSError (nas.outputs.no_room)
+        # a file object: a full disk surfaces as the OSError (nas.files.outputs.no_room)
+        with open(tmp, "wb") as f:
             torch.save(doc, f)
 
-    write_output(path, save_pt)  # a command's Planned path: nas.outputs' rule
+    write_output(path, save_pt)  # a command's Planned path: nas.files.outputs' rule
 
 
 def checkpoint_bytes(model: nn.Module, *, arch: ArchConfig | None = None, **extra: Any) -> bytes:

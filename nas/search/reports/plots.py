@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from evaluators.result import Measure
 from nas.errors import UserError
-from nas.outputs import Planned, plan_output, write_output
+from nas.files.outputs import Planned, plan_output, write_output
 from nas.plural import plural
 from nas.search.reports.layers import layer_choices, slot_name, top_trials
 from nas.search.storage.records import is_infeasible, measure_of
@@ -298,7 +298,7 @@ def plot_history(study: optuna.Study, path: Planned | str | os.PathLike[str]) ->
 
 
 def plan_plots(out_dir: str | os.PathLike[str], force: bool = False) -> list[Planned]:
-    """The three files ``plot_study`` writes into ``out_dir``, checked under nas.outputs' rule
+    """The three files ``plot_study`` writes into ``out_dir``, checked under nas.files.outputs' rule
     (creates nothing)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

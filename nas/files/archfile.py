@@ -14,7 +14,7 @@ A file with ``layers`` at the top level is read as a bare architecture.  ``data`
 as export writes it is ``nas.data.Corpus.record()``: the corpus (and tokenizer)
 by absolute path, name, vocabulary size and content fingerprint, which ``train`` uses to
 find and check the data again (``nas.commands.train.load_data``).  A relative path written in
-``data`` is relative to the file's directory (:mod:`nas.paths`), resolved by ``train``, the one
+``data`` is relative to the file's directory (:mod:`nas.files.paths`), resolved by ``train``, the one
 command that reads it.
 """
 
@@ -24,11 +24,11 @@ import os
 from typing import Any
 
 from nas.errors import ConfigError, UserError
-from nas.hf_config import arch_from_hf_config, is_hf_config
+from nas.files.outputs import Planned, write_output
+from nas.files.yamlsafe import dump_yaml, read_yaml
+from nas.hf.config import arch_from_hf_config, is_hf_config
 from nas.models import ArchConfig
-from nas.outputs import Planned, write_output
 from nas.program import prog_name
-from nas.yamlsafe import dump_yaml, read_yaml
 
 __all__ = [
     "SECTIONS",
@@ -96,7 +96,7 @@ def load_arch(path: str | os.PathLike[str]) -> ArchConfig:
 
 def write_text_atomic(path: str | os.PathLike[str] | Planned, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file (a command's
-    :class:`~nas.outputs.Planned` output: under the file-writing rule of :mod:`nas.outputs`)."""
+    :class:`~nas.files.outputs.Planned` output: under the file-writing rule of :mod:`nas.files.outputs`)."""
     write_output(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
