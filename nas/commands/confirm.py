@@ -187,7 +187,7 @@ def plan_flags(args: argparse.Namespace) -> str:
 
 
 def baseline_files(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """(flag, path) of each ``--baseline`` file: inputs a report never replaces (``nas.outputs``)."""
+    """(flag, path) of each ``--baseline`` file: inputs a report never replaces (``nas.files.outputs``)."""
     from nas.shipped import arch_path
 
     return [("--baseline", arch_path(f)) for f in args.baseline or ()]
@@ -195,7 +195,7 @@ def baseline_files(args: argparse.Namespace) -> list[tuple[str, Any]]:
 
 def plan_report(args: argparse.Namespace) -> list[Planned]:
     """The report and the figures beside it (``STEM_compute.png``, ``STEM_deltas.png``), checked now
-    under nas.outputs' rule: new files, or what an earlier ``confirm`` wrote and nobody changed since."""
+    under nas.files.outputs' rule: new files, or what an earlier ``confirm`` wrote and nobody changed since."""
     if args.report is None:
         return []
     report = plan_output(
