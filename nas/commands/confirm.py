@@ -195,7 +195,8 @@ def baseline_files(args: argparse.Namespace) -> list[tuple[str, Any]]:
 
 def plan_report(args: argparse.Namespace) -> list[Planned]:
     """The report and the figures beside it (``STEM_compute.png``, ``STEM_deltas.png``), checked now
-    under nas.files.outputs' rule: new files, or what an earlier ``confirm`` wrote and nobody changed since."""
+    under nas.files.outputs' rule: new files, or what an earlier ``confirm`` wrote and nobody changed
+    since."""
     if args.report is None:
         return []
     report = plan_output(

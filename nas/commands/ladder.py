@@ -159,7 +159,8 @@ def check_kind(args: argparse.Namespace, sizes: int) -> str | None:
 
 
 def plan_report(args: argparse.Namespace) -> list[Planned]:
-    """The report and its plot (``STEM_ladder.png``), checked under nas.files.outputs' rule before any work."""
+    """The report and its plot (``STEM_ladder.png``), checked under nas.files.outputs' rule before any
+    work."""
     if args.report is None:
         return []
     from nas.commands.confirm import baseline_files

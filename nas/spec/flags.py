@@ -124,8 +124,15 @@ def blame_flag(err: ConfigError, spec: Spec, texts: Mapping[str, str]) -> Config
     return as_written(err, value, texts[given[0]], "--" + named(section, field_))
 
 
-#: the fields whose checks outside the spec (a device, a tokenizer file) name their flag
-_NAMED_BY_FLAG = (("data", "tokenizer"), ("resources", "device"), ("resources", "gpus_per_trial"))
+#: the fields whose checks outside the spec (a device, a tokenizer file, the corpus's records) name
+#: their flag or field but not the file
+_NAMED_BY_FLAG = (
+    ("data", "tokenizer"),
+    ("data", "text_field"),
+    ("data", "on_bad_record"),
+    ("resources", "device"),
+    ("resources", "gpus_per_trial"),
+)
 
 
 def from_source(err: UserError, source: str, texts: Mapping[str, str]) -> UserError:
@@ -135,9 +142,10 @@ def from_source(err: UserError, source: str, texts: Mapping[str, str]) -> UserEr
     the user never typed the flag."""
     text = str(err)
     for section, field_ in _NAMED_BY_FLAG:
-        flag = named(section, field_)  # resources.device (--device)
+        flag = named(section, field_)  # resources.device (--device), or data.text_field
         short = flag.split("(", 1)[-1].rstrip(")")
-        lead = next((form for form in (f"{flag} ", f"{short} ") if text.startswith(form)), None)
+        forms = (f"{flag} ", f"{short} ", f"{section}.{field_} ")
+        lead = next((form for form in forms if text.startswith(form)), None)
         if lead is not None and f"{section}.{field_}" not in texts:
             return UserError(f"{source}: {section}.{field_} {text[len(lead) :]}")
     return err

@@ -458,8 +458,10 @@ def test_local_beside_a_files_workers_says_how_to_undo_it(tmp_path, capsys) -> N
          "data.tokenizer {dir}/gone.json: not found", "--tokenizer gone2.json: not found"),
         ("resources: {device: cuda}", ["--device", "cuda"],
          "resources.device cuda: CUDA is not available", "resources.device (--device) cuda: CUDA is not"),
+        ("data: {text_field: body}", ["--data.text_field", "body"],
+         "data.text_field applies to JSON Lines", "data.text_field applies to JSON Lines"),
     ],
-    ids=["tokenizer", "device"],
+    ids=["tokenizer", "device", "text_field"],
 )  # fmt: skip
 def test_a_files_device_or_tokenizer_is_blamed_on_the_file_not_on_a_flag_never_typed(
     tmp_path, capsys, spec, flag, from_file, from_flag
