@@ -23,7 +23,7 @@ from nas.outputs import Planned, plan_output, write_output
 from nas.paths import recorded
 from nas.plural import plural
 from nas.program import prog_name
-from nas.spec.flags import add_spec_flags, apply_flags, overrides
+from nas.spec.flags import SpecFlags, add_spec_flags, spec_flags
 from nas.spec.sections import named
 from nas.spec.training import PARAMETRIZATIONS
 
@@ -266,10 +266,10 @@ def print_notes(notes: list[str]) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-def refuse_keep_weights(args: argparse.Namespace) -> None:
+def refuse_keep_weights(args: argparse.Namespace, flags: SpecFlags) -> None:
     """``--resources.keep_weights`` is a search's: confirm and ladder (whose resources are their flags)
     refuse it in one line rather than ignore it."""
-    if overrides(args).get("resources", {}).get("keep_weights"):
+    if flags.section("resources").get("keep_weights"):
         raise ConfigError(
             f"{args.command} keeps no weights (a search's option); to keep a model, export it "
             f"(`{prog_name()} export ... --out m.yaml`) and `{prog_name()} train --arch m.yaml --save "
@@ -288,7 +288,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     scales = parse_list(args.scales, "--scales", bounds=SCALE_RANGE)
     lrs = parse_list(args.lrs, "--lrs", bounds=LR_RANGE) if args.lrs else []
     numbers = parse_list(args.trial, "--trial", int) if args.trial else None
-    refuse_keep_weights(args)
+    flags = spec_flags(args)
+    refuse_keep_weights(args, flags)
     plan_report(args)  # before anything is read: a report that cannot be written is refused first
     p = pick(args, numbers)
     _check_whole_steps(scales, p.spec.budget)
@@ -314,7 +315,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
         tuple(lrs),
     )
     recipe = with_parametrization(p.spec.recipe, args.parametrization)
-    settings = settings_for(args, name, p, seed0, recipe=recipe)
+    settings = settings_for(args, flags, name, p, seed0, recipe=recipe)
     print_notes(p.notes)
     return settings, every, plan, p.url
 
@@ -421,15 +422,15 @@ def _search_record(name: str, study: Any) -> tuple[dict[str, Any], Any, Any]:
     return record, spec, space
 
 
-def settings_for(args: argparse.Namespace, name: str, p: Picked, seed0: int, recipe: Any = None,
-                 budget: Any = None) -> Any:  # fmt: skip
+def settings_for(args: argparse.Namespace, flags: SpecFlags, name: str, p: Picked, seed0: int,
+                 recipe: Any = None, budget: Any = None) -> Any:  # fmt: skip
     """The confirmation's (or ladder's) own settings: the search's spec (``recipe``/``budget`` in place of
-    its own when given), one run at a time from a queue, the resources this command was given."""
+    its own when given), one run at a time from a queue, the resources this command was given (``flags``)."""
     from nas.search.driver.context import RunContext
     from nas.spec import Resources
 
     spec = p.spec
-    resources = apply_flags(spec.replace(resources=Resources()), args).resources
+    resources = flags.apply(spec.replace(resources=Resources())).resources
     # Every run trains the LM in full: the search's hurdles and its pre-screen (a hurdle at fraction 0)
     # would stop finalists and baselines, leaving seeds out of the report; and a search scored by a proxy
     # or the probes is confirmed by the loss it stands in for (the same value on every seed otherwise).

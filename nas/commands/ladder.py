@@ -21,7 +21,7 @@ from nas.errors import ConfigError, UserError
 from nas.outputs import Planned, plan_output, write_output
 from nas.paths import recorded
 from nas.program import prog_name
-from nas.spec.flags import add_spec_flags
+from nas.spec.flags import SpecFlags, add_spec_flags, spec_flags
 
 DEFAULT_TOP = 1
 DEFAULT_SAMPLES = 200
@@ -251,7 +251,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     from nas.validate import MAX_SEED
 
     sizes, rungs, numbers, counts = parse_flags(args)
-    refuse_keep_weights(args)
+    flags = spec_flags(args)
+    refuse_keep_weights(args, flags)
     plan_report(args)
     args.top = args.top or DEFAULT_TOP
     p = pick(args, numbers)
@@ -264,7 +265,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     chosen = with_parametrization(spec.recipe, args.parametrization)  # the study's, or --parametrization
     recipe = dataclasses.replace(chosen, schedule="wsd")
     if args.no_train:  # the runs the ladder study holds, as its plan records them: no plan flag is checked
-        return _as_recorded(args, p, recipe)
+        return _as_recorded(args, flags, p, recipe)
     try:
         budget = Budget(spec.budget.kind, spec.budget.value, rungs)
         spec.replace(recipe=recipe, budget=budget)  # the spec's own checks (warmup + cooldown <= 1, ...)
@@ -303,12 +304,12 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             f"{', '.join(flat)}: {n} sizes of one seed are too few runs for a bootstrap interval or p(best) "
             "(a fourth size, or --seeds 2, gives them)"
         )
-    settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
+    settings = settings_for(args, flags, name, p, seed0, recipe=recipe, budget=budget)
     print_notes(p.notes + notes)
     return settings, every, plan, p.url
 
 
-def _as_recorded(args: argparse.Namespace, p: Any, recipe: Any) -> tuple[Any, ...]:
+def _as_recorded(args: argparse.Namespace, flags: SpecFlags, p: Any, recipe: Any) -> tuple[Any, ...]:
     """``--no-train``: the ladder study's own plan and architectures, and settings to report them with.
     The plan flags' defaults are never checked against the study (a short study refused the default
     --rungs and --scale, although --no-train trains nothing)."""
@@ -322,10 +323,9 @@ def _as_recorded(args: argparse.Namespace, p: Any, recipe: Any) -> tuple[Any, ..
     ladder = _existing(name, p.url)
     if args.parametrization is not None:  # asked for one: the runs it reports must be under it
         refuse_mixing(ladder, recipe.parametrization)
-    from nas.spec.flags import overrides
     from nas.spec.sections import named
 
-    for field_name in sorted(overrides(args).get("resources") or {}):  # where runs would train: none do
+    for field_name in sorted(flags.section("resources")):  # where runs would train: none do
         raise UserError(
             f"{named('resources', field_name)}: --no-train trains nothing, so it would change nothing; "
             "drop it"
@@ -333,7 +333,7 @@ def _as_recorded(args: argparse.Namespace, p: Any, recipe: Any) -> tuple[Any, ..
     plan = LadderPlan.from_dict(ladder.user_attrs.get(LADDER) or {})
     every = {e.index: e for e in (Entry.from_dict(d) for d in ladder.user_attrs.get(ARCHS) or [])}
     budget = Budget(p.spec.budget.kind, p.spec.budget.value)
-    settings = settings_for(args, name, p, int(p.spec.recipe.seed), recipe=recipe, budget=budget)
+    settings = settings_for(args, flags, name, p, int(p.spec.recipe.seed), recipe=recipe, budget=budget)
     print_notes(p.notes)
     return settings, every, plan, p.url
 
