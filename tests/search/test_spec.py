@@ -286,7 +286,7 @@ def test_what_files_may_no_longer_say_still_continues_a_study_that_recorded_it(t
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     assert len(study.trials) == 2 and study.user_attrs[SPEC]["globals"]["rope_base"] == [100, 10000]
     # a study from before studies kept their spec: confirm reads it from the (unchanged) space file
-    from nas.commands.confirm import _search_record
+    from nas.commands._runs import _search_record
 
     study.set_user_attr(SPEC, None)
     _, spec, space = _search_record("s", study)
