@@ -65,9 +65,10 @@ def test_flags_override_the_file(arch_file: Path, tmp_path: Path, capsys: pytest
 
 def test_no_budget_anywhere_uses_the_default(tmp_path: Path, corpus_dir: Path, monkeypatch) -> None:
     from nas.commands import train
+    from nas.spec.flags import spec_flags
 
     args = nas.cli.build_parser().parse_args(["train", "--arch", str(write_arch(tmp_path / "a.yaml"))])
-    _, spec, data = train.resolve(args)
+    _, spec, data = train.resolve(args, spec_flags(args))
     assert spec.budget == DEFAULT_BUDGET and data is None
 
 

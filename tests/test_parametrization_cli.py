@@ -138,7 +138,7 @@ def test_a_seq2seq_search_under_completep_is_refused_before_any_trial(tmp_path: 
 
 
 def test_the_parametrization_flag_of_confirm_and_ladder_replaces_the_studys() -> None:
-    from nas.commands.confirm import with_parametrization
+    from nas.commands._runs import with_parametrization
     from nas.spec.training import TrainRecipe
 
     stated = TrainRecipe(parametrization="completep", base_width=64, base_depth=2)

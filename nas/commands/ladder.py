@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shlex
 import sys
 from typing import Any
 
-from nas.commands.common import jsonable, non_empty, positive_int
+from nas.commands import _runs
+from nas.commands.common import non_empty, positive_int
 from nas.errors import ConfigError, UserError
-from nas.files.outputs import Planned, plan_output, write_output
-from nas.files.paths import recorded
-from nas.program import prog_name
-from nas.spec.flags import add_spec_flags
+from nas.spec.flags import SpecFlags, spec_flags
 
 DEFAULT_TOP = 1
 DEFAULT_SAMPLES = 200
@@ -32,10 +29,11 @@ PLAN_DESTS = ("trial", "top", "sizes", "seeds", "scale", "tokens", "rungs", "bas
 #: bootstrap draws are refitted as one batch per architecture, (draws x starts x points) tensors: 10**8
 #: draws filled memory; 10**4 (2.5 times Epoch's 4,000 resamples) take about 50 times the default's time
 MAX_SAMPLES = 10_000
+#: the figure beside --report (``STEM_ladder.png``)
+FIGURES = ("ladder",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from nas.commands.confirm import add_selection_args
     from nas.ladder.fit import FORMS
     from nas.ladder.plan import DEFAULT_RUNGS, DEFAULT_SEEDS, DEFAULT_SIZES, TOKEN_RULES
 
@@ -47,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "B/D^beta per architecture with bootstrap intervals, and predict each one's loss at --target-flops "
         "with the probability that it is best. Running it again continues where it stopped.",
     )
-    add_selection_args(p, DEFAULT_TOP, "take")
+    _runs.add_selection_args(p, DEFAULT_TOP, "take")
     p.add_argument(
         "--sizes",
         type=non_empty,
@@ -110,17 +108,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-train", action="store_true", help="report on the runs the ladder study holds; train nothing"
     )
-    add_spec_flags(p, ("resources",), hidden=("resources.keep_weights",))  # refused: a search's
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"families" (fit and prediction each), "ranking", "crossovers", "runs", ...}',
-    )
-    p.add_argument("--report", default=None, metavar="FILE.md", help="write a Markdown report and its plot")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="replace --report and its plot even if this tool did not write them",
+    _runs.add_output_args(
+        p,
+        'print {"families" (fit and prediction each), "ranking", "crossovers", "runs", ...}',
+        "write a Markdown report and its plot",
+        "its plot",
     )
     # the plan flags' defaults, as the parser has them (unused_plan_flags tells given flags from defaults)
     plan_defaults = {d: p.get_default(d) for d in PLAN_DESTS}
@@ -156,21 +148,6 @@ def check_kind(args: argparse.Namespace, sizes: int) -> str | None:
     if args.check is None:
         return "heldout" if sizes >= check_sizes() else None
     return None if args.check == "none" else args.check
-
-
-def plan_report(args: argparse.Namespace) -> list[Planned]:
-    """The report and its plot (``STEM_ladder.png``), checked under nas.files.outputs' rule before any
-    work."""
-    if args.report is None:
-        return []
-    from nas.commands.confirm import baseline_files
-
-    report = plan_output(
-        args.report, "--report", force=args.force, example="ladder.md", reads=baseline_files(args)
-    )
-    stem = report.path.with_suffix("")
-    figure = stem.with_name(f"{stem.name}_ladder.png")
-    return [report, plan_output(figure, "--report (its figure)", force=args.force, example=None)]
 
 
 def _positive(value: float | None, flag: str, high: float | None = None) -> None:
@@ -234,59 +211,40 @@ def _choice(value: str, flag: str, valid: tuple[str, ...]) -> None:
 
 def build(args: argparse.Namespace) -> tuple[Any, ...]:
     """Check every flag and read everything the ladder needs; writes nothing."""
-    import optuna
-
-    from nas.commands.confirm import (
-        pick,
-        print_notes,
-        refuse_keep_weights,
-        settings_for,
-        with_parametrization,
-    )
-    from nas.confirm.plan import MAX_RUNS, Entry, build_entries
-    from nas.confirm.runner import ARCHS
+    from nas.confirm.plan import MAX_RUNS, build_entries
     from nas.ladder.plan import build_ladder, ladder_study_name
-    from nas.search.storage.records import study_exists
-    from nas.search.storage.urls import open_storage
     from nas.spec import Budget
-    from nas.validate import MAX_SEED
 
     sizes, rungs, numbers, counts = parse_flags(args)
-    refuse_keep_weights(args)
-    plan_report(args)
+    flags = spec_flags(args)
+    _runs.refuse_keep_weights(args, flags)
+    _runs.plan_report(args, FIGURES)
     args.top = args.top or DEFAULT_TOP
-    p = pick(args, numbers)
+    p = _runs.pick(args, numbers, args.top)
     spec = p.spec
     if spec.budget.kind == "seconds":
         raise UserError(
             f"--study {args.study!r} has a seconds budget ({spec.budget}); a ladder scales tokens with "
             "parameters and places rungs at steps, so it needs a steps, tokens or flops budget"
         )
-    chosen = with_parametrization(spec.recipe, args.parametrization)  # the study's, or --parametrization
+    # the study's, or --parametrization
+    chosen = _runs.with_parametrization(spec.recipe, args.parametrization)
     recipe = dataclasses.replace(chosen, schedule="wsd")
     if args.no_train:  # the runs the ladder study holds, as its plan records them: no plan flag is checked
-        return _as_recorded(args, p, recipe)
+        return _as_recorded(args, flags, p, recipe)
     try:
         budget = Budget(spec.budget.kind, spec.budget.value, rungs)
         spec.replace(recipe=recipe, budget=budget)  # the spec's own checks (warmup + cooldown <= 1, ...)
     except ConfigError as err:
         raise UserError(f"the ladder's recipe (the study's, with schedule wsd and --rungs): {err}") from None
-    seed0 = int(p.spec.recipe.seed)  # the seed the search trained every trial with (not its sampler's)
+    seed0 = p.seed0
     most = max(counts.values())
-    if seed0 + most - 1 > MAX_SEED:
-        raise UserError(
-            f"--seeds {args.seeds}: seeds start at the study's training seed {seed0} and end at most at "
-            f"{MAX_SEED}"
-        )
+    _runs.check_last_seed(args.seeds, seed0, most)
     name = ladder_study_name(args.study)
-    storage = open_storage(p.url, read_only=True)
-    known: list[Entry] = []
-    if args.no_train:  # refused here, before any note: a refusal is one line
-        _existing(name, p.url)
-    if study_exists(storage, name):
-        ladder = optuna.load_study(study_name=name, storage=storage)
+    ladder = _runs.existing_study(name, p.url)
+    if ladder is not None:
         refuse_mixing(ladder, recipe.parametrization)
-        known = [Entry.from_dict(d) for d in ladder.user_attrs.get(ARCHS) or []]
+    known = _runs.entries_of(ladder)
     _, wanted, _ = build_entries([], p.finals, p.bases)
     # the plan at one seed first: the runs are counted before --seeds' tuple (and its runs) exist
     every, plan, notes = build_ladder(known, wanted, sizes, (seed0,), args.scale, budget, recipe, args.tokens,
@@ -295,7 +253,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
     if runs > MAX_RUNS:
         raise UserError(f"--seeds {args.seeds}: {runs:,} runs; at most {MAX_RUNS:,} in one ladder")
     plan = dataclasses.replace(plan, seeds=tuple(range(seed0, seed0 + most)))
-    if args.check in ("heldout", "rollout") and not args.no_train and len(plan.sizes()) < check_sizes():
+    if args.check in ("heldout", "rollout") and len(plan.sizes()) < check_sizes():
         raise UserError(check_needs(plan.sizes(), args.sizes))  # refused before training, not after it
     flat = plan.without_interval()
     if flat:  # each resample would be all the runs
@@ -304,18 +262,15 @@ def build(args: argparse.Namespace) -> tuple[Any, ...]:
             f"{', '.join(flat)}: {n} sizes of one seed are too few runs for a bootstrap interval or p(best) "
             "(a fourth size, or --seeds 2, gives them)"
         )
-    settings = settings_for(args, name, p, seed0, recipe=recipe, budget=budget)
-    print_notes(p.notes + notes)
+    settings = _runs.settings_for(args, flags, name, p, seed0, recipe=recipe, budget=budget)
+    _runs.print_notes(p.notes + notes)
     return settings, every, plan, p.url
 
 
-def _as_recorded(args: argparse.Namespace, p: Any, recipe: Any) -> tuple[Any, ...]:
+def _as_recorded(args: argparse.Namespace, flags: SpecFlags, p: _runs.Picked, recipe: Any) -> tuple[Any, ...]:
     """``--no-train``: the ladder study's own plan and architectures, and settings to report them with.
     The plan flags' defaults are never checked against the study (a short study refused the default
     --rungs and --scale, although --no-train trains nothing)."""
-    from nas.commands.confirm import print_notes, settings_for
-    from nas.confirm.plan import Entry
-    from nas.confirm.runner import ARCHS
     from nas.ladder.plan import LADDER, LadderPlan, ladder_study_name
     from nas.spec import Budget
 
@@ -323,19 +278,18 @@ def _as_recorded(args: argparse.Namespace, p: Any, recipe: Any) -> tuple[Any, ..
     ladder = _existing(name, p.url)
     if args.parametrization is not None:  # asked for one: the runs it reports must be under it
         refuse_mixing(ladder, recipe.parametrization)
-    from nas.spec.flags import overrides
     from nas.spec.sections import named
 
-    for field_name in sorted(overrides(args).get("resources") or {}):  # where runs would train: none do
+    for field_name in sorted(flags.section("resources")):  # where runs would train: none do
         raise UserError(
             f"{named('resources', field_name)}: --no-train trains nothing, so it would change nothing; "
             "drop it"
         )
     plan = LadderPlan.from_dict(ladder.user_attrs.get(LADDER) or {})
-    every = {e.index: e for e in (Entry.from_dict(d) for d in ladder.user_attrs.get(ARCHS) or [])}
+    every = {e.index: e for e in _runs.entries_of(ladder)}
     budget = Budget(p.spec.budget.kind, p.spec.budget.value)
-    settings = settings_for(args, name, p, int(p.spec.recipe.seed), recipe=recipe, budget=budget)
-    print_notes(p.notes)
+    settings = _runs.settings_for(args, flags, name, p, p.seed0, recipe=recipe, budget=budget)
+    _runs.print_notes(p.notes)
     return settings, every, plan, p.url
 
 
@@ -371,25 +325,9 @@ def check_needs(sizes: list[float], flag: str | None) -> str:
 
 def plan_flags(args: argparse.Namespace) -> str:
     """The flags that chose this ladder's runs, as a command line would give them again."""
-    which = ["--trial", args.trial] if args.trial else ["--top", str(args.top or DEFAULT_TOP)]
-    flags = [
-        *which,
-        "--sizes",
-        args.sizes,
-        "--seeds",
-        str(args.seeds),
-        "--scale",
-        f"{args.scale:g}",
-        "--tokens",
-        args.tokens,
-        "--rungs",
-        args.rungs,
-    ]
-    for f in args.baseline or ():  # recorded: a file absolute, so it names the same one from anywhere
-        flags += ["--baseline", recorded(f)]
-    if args.baseline_shape != "finalist":
-        flags += ["--baseline-shape", args.baseline_shape]
-    return shlex.join(flags)
+    own = ["--sizes", args.sizes, "--seeds", str(args.seeds), "--scale", f"{args.scale:g}", "--tokens",
+           args.tokens, "--rungs", args.rungs]  # fmt: skip
+    return shlex.join(_runs.chosen_flags(args, DEFAULT_TOP, own))
 
 
 def unused_plan_flags(args: argparse.Namespace, recorded: str) -> list[str]:
@@ -416,18 +354,17 @@ def _pairs(flags: str) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nas.commands.stopping import sigterm_stops_the_driver
     from nas.confirm.runner import FLAGS
-    from nas.ladder import LADDER, LadderPlan, run_ladder
+    from nas.ladder import LADDER, LadderPlan
     from nas.ladder.check import line
     from nas.ladder.markdown import plot, render
     from nas.ladder.report import build_report
 
-    outputs = plan_report(args)
+    outputs = _runs.plan_report(args, FIGURES)
     settings, every, plan, url = build(args)
-    progress = sys.stderr if args.json else sys.stdout
+    out = _runs.progress(args)
     for m in sorted(plan.members, key=lambda m: (m.family, m.size)):  # what each size is: its layers
-        print(f"ladder: {m.family} size {m.size:g} is {every[m.entry].arch.summary()}", file=progress)
+        print(f"ladder: {m.family} size {m.size:g} is {every[m.entry].arch.summary()}", file=out)
     if args.no_train:
         study = _existing(settings.study, url)
         unused = unused_plan_flags(args, study.user_attrs.get(FLAGS) or "")
@@ -438,15 +375,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     else:
-        with sigterm_stops_the_driver():
-            study = run_ladder(
-                settings,
-                args.study,
-                every,
-                plan,
-                out=progress,
-                flags=plan_flags(args),
-            )
+        study = _runs.train_runs(
+            args, settings, every, {LADDER: plan.to_dict()}, [lambda _: plan.runs()], plan_flags(args)
+        )
     sizes = LadderPlan.from_dict(study.user_attrs.get(LADDER) or {}).sizes()
     report = build_report(
         study,
@@ -462,36 +393,21 @@ def run(args: argparse.Namespace) -> int:
     if args.check not in (None, "none") and report["check"] is None:  # --no-train, too few sizes
         print(f"note: {check_needs(report['sizes'], None)}", file=sys.stderr)
     # the verdict on the progress stream too: who reads only the console still sees it
-    print(f"ladder: {line(report['verdict'])}", file=progress)
+    print(f"ladder: {line(report['verdict'])}", file=out)
     if outputs:
-        image = plot(report, outputs[1])
-        text = render(report, [image.name])
-        write_output(outputs[0], lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    if args.json:
-        print(json.dumps(jsonable(report), indent=2))
-        return 0
-    print()
-    print(render(report))
-    if args.report:
-        print(f"report:  {args.report}")
-    print(f"runs:    {prog_name()} best --study {settings.study} --storage {shlex.quote(url)}")
-    return 0
+        _runs.write_report(outputs, render(report, [plot(report, outputs[1]).name]))
+    return _runs.print_report(args, report, lambda: render(report), settings.study, url)
 
 
 def _existing(name: str, url: str) -> Any:
     """``--no-train``: the ladder study as it is (refused when there is none)."""
-    import optuna
-
     from nas.ladder.plan import LADDER
-    from nas.search.storage.records import study_exists
-    from nas.search.storage.urls import open_storage
 
-    storage = open_storage(url, read_only=True)
-    if not study_exists(storage, name):
+    study = _runs.existing_study(name, url)
+    if study is None:
         raise UserError(
             f"--no-train: there is no ladder study {name!r} yet; run the ladder without --no-train"
         )
-    study = optuna.load_study(study_name=name, storage=storage)
     if LADDER not in study.user_attrs:
         raise UserError(f"--no-train: study {name!r} records no ladder plan")
     return study

@@ -15,7 +15,7 @@ from nas.errors import ConfigError, UserError
 from nas.program import prog_name
 from nas.shipped import shipped_spaces, space_path
 from nas.spec import Spec
-from nas.spec.flags import add_spec_flags, apply_flags, flag_texts, from_source, overrides
+from nas.spec.flags import SpecFlags, add_spec_flags, from_source, spec_flags
 from nas.spec.spec import proxy_note, refuse_unused
 from nas.validate import check_study_name
 
@@ -69,24 +69,24 @@ def resolve_space_path(arg: str | None) -> Path:
     return space_path(arg or DEFAULT_SPACE)
 
 
-def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]:
+def resolve_spec(args: argparse.Namespace, flags: SpecFlags) -> tuple[Spec, SearchSpace, str, str]:
     """The spec this run follows, its validated space, the study name and the storage URL.
 
     The file ``--space`` names, or, without it, the spec a study of that name keeps
-    (a continuation needs no file), else the shipped default; then the flags on top.
+    (a continuation needs no file), else the shipped default; then ``flags`` (the command
+    line's spec flags) on top.
     """
     from nas.search.space.load import load_spec, spec_of
     from nas.search.storage.urls import default_storage
 
-    given = overrides(args)
-    replaced = [f"data.{key}" for key in given.get("data", {})]  # the file's paths there are not read
+    replaced = [f"data.{key}" for key in flags.section("data")]  # the file's paths there are not read
     runs = Path(args.runs_dir)
     stored = None if args.space is not None else _stored_spec(args)
     if stored is not None:
         spec, space = spec_of(stored.to_dict(), stored.source)
     else:
         spec, space = load_spec(resolve_space_path(args.space), replaced)
-    spec = apply_flags(spec, args)
+    spec = flags.apply(spec)
     if args.space is None and stored is None and space.task == "lm":
         from nas.data import task_of
 
@@ -97,8 +97,8 @@ def resolve_spec(args: argparse.Namespace) -> tuple[Spec, SearchSpace, str, str]
                 flush=True,
             )
             spec, space = load_spec(resolve_space_path("seq2seq"), replaced)
-            spec = apply_flags(spec, args)
-    refuse_unused(spec, given, spec.source or None)  # a setting whose condition the spec does not meet
+            spec = flags.apply(spec)
+    refuse_unused(spec, flags.values, spec.source or None)  # a setting whose condition the spec does not meet
     if args.study is None:  # the space's name names the study: an error points at the file
         try:
             check_study_name(space.name, "name")
@@ -202,20 +202,21 @@ def _stored_spec(args: argparse.Namespace) -> Spec | None:
         return None  # a storage that cannot be read is refused, in one line, where the search opens it
 
 
-def build_run(args: argparse.Namespace) -> RunContext:
-    """This run: the spec (file, study or default, then flags), checked once, and its context."""
+def build_run(args: argparse.Namespace, flags: SpecFlags | None = None) -> RunContext:
+    """This run: the spec (file, study or default, then flags), checked once, and its context.  ``flags``:
+    the command line's spec flags as the command resolved them (None: read from ``args`` here)."""
     from nas.data import resolve_data
     from nas.search.driver.context import RunContext
 
-    spec, space, study, storage = resolve_spec(args)
-    flags = flag_texts(args)
+    flags = spec_flags(args) if flags is None else flags
+    spec, space, study, storage = resolve_spec(args, flags)
     try:  # with a tokenizer: the cached token files, made once here
         data = resolve_data(data_or_default(spec.data.corpus, space.task), spec.data.tokenizer,
                             spec.data.text_field, spec.data.on_bad_record)  # fmt: skip
     except UserError as err:  # a file's (or the stored spec's) tokenizer is not --tokenizer's
-        raise from_source(err, space.source, flags) from None
+        raise from_source(err, space.source, flags.texts) from None
     return RunContext(
-        spec, space, study=study, storage=storage, data=data, runs_dir=args.runs_dir, flags=flags
+        spec, space, study=study, storage=storage, data=data, runs_dir=args.runs_dir, flags=flags.texts
     )
 
 
@@ -224,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
     from nas.search.reports.lookup import state_counts
     from nas.search.reports.tables import format_table, leaderboard
 
-    settings = build_run(args)
+    flags = spec_flags(args)
+    settings = build_run(args, flags)
     if args.demo:
         _check_demo_study(settings)
         print(demo_banner(settings), flush=True)
@@ -249,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(format_table(rows, with_state=n_obj > 2, measure=measure) if rows else "(no completed trials)")
     print()
-    note = proxy_note(settings.spec, overrides(args))
+    note = proxy_note(settings.spec, flags.values)
     if note:  # after the run: a refusal stays one line
         print(f"note: {note}")
     print(f"study:       --study {settings.study} --storage {settings.storage}")

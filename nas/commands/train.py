@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from nas.plural import plural
 from nas.preflight import check_training
 from nas.shipped import arch_path, shipped_archs
 from nas.spec import DEFAULT_BUDGET, Spec
-from nas.spec.flags import add_spec_flags, apply_flags, blame_flag, flag_texts, overrides
+from nas.spec.flags import SpecFlags, add_spec_flags, spec_flags
 from nas.spec.sections import DataSpec
 from nas.spec.spec import refuse_unused
 from nas.spec.training import Budget, TrainRecipe
@@ -95,8 +96,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
-    """The architecture, the run's spec (the file's sections, then the flags) and the file's ``data``."""
+def resolve(args: argparse.Namespace, flags: SpecFlags) -> tuple[Any, Spec, Any]:
+    """The architecture, the run's spec (the file's sections, then ``flags``, the command line's spec
+    flags) and the file's ``data``."""
     source = str(args.arch)
     doc = load_arch_file(arch_path(source))  # messages name `source`, what was typed
     data = doc.get("data")
@@ -117,16 +119,16 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Spec, Any]:
         spec = Spec(space={}, recipe=recipe, budget=budget, source=source)  # rules between its sections
     except ConfigError as err:
         raise err.in_file(source) from None
-    spec = apply_flags(spec, args)
-    refuse_unused(spec, overrides(args), source)  # a cooldown under a cosine schedule, a flag's or the file's
+    spec = flags.apply(spec)
+    refuse_unused(spec, flags.values, source)  # a cooldown under a cosine schedule, a flag's or the file's
     return doc["arch"], spec, data
 
 
-def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch: Any
-               ) -> tuple[str | None, str | None]:  # fmt: skip
-    """The corpus and tokenizer this run reads: a flag's (relative to the working directory), else the
-    file's (relative to the file, :mod:`nas.files.paths`); a corpus's name as it is."""
-    given = overrides(args).get("data", {})
+def data_paths(args: argparse.Namespace, given: Mapping[str, Any], data: str | dict[str, Any] | None,
+               arch: Any) -> tuple[str | None, str | None]:  # fmt: skip
+    """The corpus and tokenizer this run reads: a flag's (``given``: the data flags), relative to the
+    working directory, else the file's (relative to the file, :mod:`nas.files.paths`); a corpus's name as
+    it is."""
     data_flag, tokenizer_flag = given.get("corpus"), given.get("tokenizer")
     rec = data if isinstance(data, dict) else None
     file = arch_path(args.arch)
@@ -147,9 +149,13 @@ def data_paths(args: argparse.Namespace, data: str | dict[str, Any] | None, arch
 
 
 def load_data(
-    args: argparse.Namespace, data: str | dict[str, Any] | None, paths: tuple[str | None, str | None]
+    args: argparse.Namespace,
+    given: Mapping[str, Any],
+    data: str | dict[str, Any] | None,
+    paths: tuple[str | None, str | None],
 ) -> AnyCorpus:
-    """The corpus to train on: ``paths`` (:func:`data_paths`): the flags', else the one the file records.
+    """The corpus to train on: ``paths`` (:func:`data_paths`): the flags' (``given``), else the one the file
+    records.
 
     An exported file records its corpus and tokenizer by path and fingerprint
     (``Corpus.record``).  Without flags both must still be where they were and hold
@@ -158,7 +164,6 @@ def load_data(
     recorded tokenizer; data that then differs from the record is trained on with
     a note.
     """
-    given = overrides(args).get("data", {})
     data_flag, tokenizer_flag = given.get("corpus"), given.get("tokenizer")
     rec = data if isinstance(data, dict) else None
     spec, tokenizer = paths
@@ -206,15 +211,17 @@ def recorded_threads(args: argparse.Namespace, device: str = "auto") -> int | No
     return None
 
 
-def check_outputs(args: argparse.Namespace, data: tuple[str | None, str | None]) -> Planned | None:
+def check_outputs(
+    args: argparse.Namespace, given: Mapping[str, Any], data: tuple[str | None, str | None]
+) -> Planned | None:
     """Refuse an output path that cannot be written now, before any data is read or any step taken;
     the ``--save`` path as planned (nas.files.outputs: checked again when the weights are written).  ``data``:
-    the corpus and tokenizer the run reads (:func:`data_paths`), which ``--save`` never replaces."""
+    the corpus and tokenizer the run reads (:func:`data_paths`), which ``--save`` never replaces;
+    ``given``: the data flags, which named them."""
     save = None
     if args.save is not None:
         # a checkpoint is a user's work: even one this tool saved is replaced only with --force; an input
         # never, wherever it was named (`data:` in the file too: --save corpus.txt --force replaced it)
-        given = overrides(args).get("data", {})
         reads = [("--arch", arch_path(args.arch)), ("--data" if "corpus" in given else "corpus", data[0]),
                  ("--tokenizer" if "tokenizer" in given else "tokenizer", data[1])]  # fmt: skip
         save = plan_output(
@@ -231,22 +238,24 @@ def check_outputs(args: argparse.Namespace, data: tuple[str | None, str | None])
 
 
 def run(args: argparse.Namespace) -> int:
-    arch, spec, data = resolve(args)
+    flags = spec_flags(args)
+    arch, spec, data = resolve(args, flags)
     # completep's base shape, when unstated, is the architecture at size 1: taken before --size resizes it
     recipe = with_base(spec.recipe, arch)
     if args.size is not None:
         arch = sized(arch, args.size)
     budget, device = spec.budget, spec.resources.device
     threads = recorded_threads(args, device)
-    paths = data_paths(args, data, arch)
-    save = check_outputs(args, paths)
-    corpus = load_data(args, data, paths)  # before any progress output: a missing corpus is one line
+    given = flags.section("data")
+    paths = data_paths(args, given, data, arch)
+    save = check_outputs(args, given, paths)
+    corpus = load_data(args, given, data, paths)  # before any progress output: a missing corpus is one line
     file_vocab = arch.vocab_size
     try:  # all that training would refuse, and a model this machine cannot hold, before it is built
         arch = arch.with_vocab(corpus.vocab_size)
         check_training(arch, recipe, budget, corpus, device)
     except ConfigError as err:  # a flag's value is the flag's fault, not the file's
-        raise blame_flag(err, spec, flag_texts(args)) or err.in_file(args.arch) from None
+        raise flags.blame(err, spec) or err.in_file(args.arch) from None
     if threads is not None and args.threads is None:
         stderr_log(f"using {threads} CPU thread(s), as the recorded run did (--threads overrides)")
     stderr_log(corpus.describe())

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 
 from nas.confirm.plan import Entry, Run
-from nas.confirm.runner import ARCHS, CONFIRM_OF, PLAN, Plan, confirm_study_name, run_confirmation
+from nas.confirm.runner import ARCHS, CONFIRM_OF, PLAN, Plan, confirm_study_name
 from nas.confirm.summary import collect_runs, power_laws, rank_correlation, summarize, verdicts
 from nas.redact import mask_url
 from nas.spec import Budget
@@ -28,7 +28,6 @@ __all__ = [
     "Run",
     "build_report",
     "confirm_study_name",
-    "run_confirmation",
 ]
 
 

@@ -205,7 +205,7 @@ def spaced(values: Sequence[float], most: int = 6, log: bool = True) -> list[flo
 
 def plot(report: dict[str, Any], baselines: Sequence[str], targets: Sequence[Planned]) -> list[Path]:
     """``targets``: where ``STEM_compute.png`` (loss vs training compute, min-max bars) and
-    ``STEM_deltas.png`` (paired deltas) go (:func:`nas.commands.confirm.plan_report`)."""
+    ``STEM_deltas.png`` (paired deltas) go (:func:`nas.commands._runs.plan_report`)."""
     out = []
     names = list(dict.fromkeys(r["name"] for r in report["summary"]))
     # one colour per architecture in both figures (the default cycle follows each figure's own order)

@@ -1,7 +1,10 @@
-"""Running a confirmation: its own Optuna study beside the search's, driven by the search's driver.
+"""Running lists of runs (a confirmation, a ladder): a study beside the search's, driven by its driver.
 
-The confirm study (``S-confirm`` in the search's storage) holds one trial per
-run, enqueued with fixed parameters ``arch`` (an index into the study's
+:func:`run_lists` is the one runner: ``confirm`` and ``ladder`` hand it their
+plan's runs in batches (:func:`confirm_batches`, a ladder's one list) and read
+their report from the study it leaves.  The confirm study (``S-confirm`` in the
+search's storage; a ladder's is ``S-ladder``) holds one trial per run,
+enqueued with fixed parameters ``arch`` (an index into the study's
 ``confirm_archs`` record), ``scale``, ``seed`` and ``lr``.  :class:`ConfirmDriver`
 is the search's :class:`~nas.search.driver.loop.Driver` with one step replaced:
 instead of sampling an architecture it reads the run from the trial's
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 import optuna
@@ -141,7 +144,8 @@ class ConfirmDriver(Driver):
 
 
 class KeptPool:
-    """One pool for both phases of a confirmation: the driver's ``shutdown`` leaves it running."""
+    """One pool for every batch of a list of runs (:func:`run_lists`): the driver's ``shutdown`` leaves it
+    running."""
 
     def __init__(self, factory: Callable[[RunContext], Pool]) -> None:
         self.factory = factory
@@ -324,34 +328,52 @@ def drive_queue(
     ConfirmDriver(settings, entries, pools, out, trials=target).run()
 
 
-def run_confirmation(
+#: one batch of runs to queue, read from the study as the batches before it left it (an lr sweep's results
+#: choose the runs after it)
+Batch = Callable[[optuna.Study], Iterable[Run]]
+
+
+def confirm_batches(plan: Plan, every: Sequence[Entry], recipe_lr: float) -> list[Batch]:
+    """A confirmation's runs in the order they train: the lr sweep first (``plan.lrs``), then every wanted
+    architecture at every scale and seed, at the lr the sweep chose (``recipe_lr`` without a sweep)."""
+    by_index = {e.index: e for e in every}
+    wanted = [by_index[i] for i in plan.wanted]
+    sweep: list[Batch] = [lambda _study: sweep_runs(plan, wanted)] if plan.lrs else []
+    return [*sweep, lambda study: planned_runs(study, plan, wanted, recipe_lr)]
+
+
+def run_lists(
     settings: RunContext,
     source: str,
     every: Sequence[Entry],
-    plan: Plan,
+    record: Mapping[str, Any],
+    batches: Sequence[Batch],
+    flags: str = "",
     pool_factory: Callable[[RunContext], Pool] | None = None,
     out: TextIO | None = None,
-    flags: str = "",
 ) -> optuna.Study:
-    """Train every wanted architecture at every scale and seed (after the lr sweep when ``plan.lrs``);
-    ``flags`` are the command's flags that chose the runs, recorded beside the plan."""
+    """The one runner of lists of runs (``confirm``'s, ``ladder``'s): train the runs of each batch that
+    the study beside ``source`` does not hold yet, batch after batch, through the search's driver.
+
+    The study (``settings.study``) is created or continued, or refused, before anything is queued
+    (:func:`open_confirm_study`); ``record`` (the plan, by user attribute, which the report reads) and
+    ``flags`` (the command's flags that chose the runs) are recorded beside ``every``, the architectures
+    the runs index.  The driver leases the study, retries, packs one pool for every batch and prints the
+    progress lines; a stopped one re-queues its running trials, so the same command continues where it
+    stopped, and a run an earlier command failed (but for divergence) is queued again.
+    """
     settings.check_environment()  # before the study is created: a missing corpus leaves nothing behind
     study = open_confirm_study(settings, source, every)
-    rerun_before = len(study.get_trials(deepcopy=False))  # failed runs of earlier confirms run again
-    study.set_user_attr(PLAN, plan.to_dict())
+    rerun_before = len(study.get_trials(deepcopy=False))  # failed runs of earlier commands run again
+    for key, value in record.items():
+        study.set_user_attr(key, value)
     study.set_user_attr(FLAGS, flags)
     by_index = {e.index: e for e in every}
-    wanted = [by_index[i] for i in plan.wanted]
-    lrs = plan.lrs
     pools = KeptPool(pool_factory or default_pool)
     try:
-        if lrs:
-            enqueue_missing(study, sweep_runs(plan, wanted), by_index, rerun_before)
+        for batch in batches:
+            enqueue_missing(study, batch(study), by_index, rerun_before)
             drive_queue(settings, study, every, pools, out)
-        enqueue_missing(
-            study, planned_runs(study, plan, wanted, settings.spec.recipe.lr), by_index, rerun_before
-        )
-        drive_queue(settings, study, every, pools, out)
     finally:
         pools.close()
     return study

@@ -5,9 +5,9 @@ flag named after it (``--search.trials``), with its short alias where it has
 one (``--trials``: one flag, two spellings, so they cannot disagree); the
 budget's four kinds are ``--budget.steps`` ... (at most one).  A flag's
 default is "not given" (``argparse.SUPPRESS``), so a field set in the file and
-not on the command line keeps the file's value; :func:`overrides` collects
-what was given and :func:`apply` puts it into a spec, where the sections'
-checks run.  Nothing here maps a field to a flag by hand.
+not on the command line keeps the file's value; :func:`spec_flags` collects
+what was given (once per command) and :meth:`SpecFlags.apply` puts it into a
+spec, where the sections' checks run.  Nothing here maps a field to a flag by hand.
 
 Why not tyro or jsonargparse (both derive a CLI from dataclasses, and
 jsonargparse reads a YAML file with ``--a.b`` overrides): the CLI is argparse
@@ -287,9 +287,31 @@ def apply(spec: Spec, given: Mapping[str, Mapping[str, Any]], texts: Mapping[str
         raise
 
 
-def apply_flags(spec: Spec, args: argparse.Namespace) -> Spec:
-    """``spec`` with the spec flags of the command line ``args`` applied (:func:`apply`)."""
-    return apply(spec, overrides(args), flag_texts(args))
+@dataclasses.dataclass(frozen=True)
+class SpecFlags:
+    """The spec flags one command line gave, read from its ``args`` once (:func:`spec_flags`): the values
+    by section (:func:`overrides`) and the text typed for each (:func:`flag_texts`)."""
+
+    values: Mapping[str, Mapping[str, Any]]
+    texts: Mapping[str, str]
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """The fields of section ``name`` the command line gave (empty: none)."""
+        return self.values.get(name, {})
+
+    def apply(self, spec: Spec) -> Spec:
+        """``spec`` with these flags applied (:func:`apply`)."""
+        return apply(spec, self.values, self.texts)
+
+    def blame(self, err: ConfigError, spec: Spec) -> ConfigError | None:
+        """``err`` naming the flag that gave its field (:func:`blame_flag`); None when the file did."""
+        return blame_flag(err, spec, self.texts)
+
+
+def spec_flags(args: argparse.Namespace) -> SpecFlags:
+    """The spec flags of the command line ``args``: what a command resolves once, in its ``run``, and
+    hands to whatever applies, checks or reads them."""
+    return SpecFlags(overrides(args), flag_texts(args))
 
 
 def _base_type(hint: Any) -> type:
@@ -355,6 +377,6 @@ def _show(value: Any) -> str:
 
 
 __all__ = [
-    "ALL_SECTIONS", "DataSpec", "Resources", "SearchSection", "add_spec_flags", "apply", "apply_flags",
-    "as_written", "blame_flag", "flag_texts", "overrides",
+    "ALL_SECTIONS", "DataSpec", "Resources", "SearchSection", "SpecFlags", "add_spec_flags", "apply",
+    "as_written", "blame_flag", "flag_texts", "overrides", "spec_flags",
 ]  # fmt: skip

@@ -20,7 +20,7 @@ from nas.commands.search import resolve_spec
 from nas.search.space.load import PATH_FIELDS
 from nas.search.storage.records import SPEC
 from nas.spec import Spec, differences, is_mutable
-from nas.spec.flags import ALL_SECTIONS, _base_type, add_spec_flags, apply, overrides
+from nas.spec.flags import ALL_SECTIONS, _base_type, add_spec_flags, apply, overrides, spec_flags
 from nas.spec.sections import SECTIONS
 from nas.spec.training import BUDGET_KINDS, TrainRecipe
 
@@ -117,7 +117,7 @@ def _value(spec: Spec, section: str, name: str) -> Any:
 def test_every_field_keeps_the_files_value_unless_its_flag_is_given(tmp_path, section, name, value, text):
     path = _spec_file(tmp_path, section, name, value)
     args = build_parser().parse_args(["search", "--space", str(path)])
-    spec, *_ = resolve_spec(args)
+    spec, *_ = resolve_spec(args, spec_flags(args))
     # no flag: the file's value, not the flag's default (a path: relative to the file, nas.files.paths)
     assert _value(spec, section, name) == (
         str(path.parent / value) if f"{section}.{name}" in PATH_FIELDS else value
@@ -132,7 +132,7 @@ def test_every_field_keeps_the_files_value_unless_its_flag_is_given(tmp_path, se
         else (text if flag_value is value else str(flag_value))
     )
     args = build_parser().parse_args(["search", "--space", str(path), f"--{section}.{name}", flag_text])
-    spec, *_ = resolve_spec(args)
+    spec, *_ = resolve_spec(args, spec_flags(args))
     assert _value(spec, section, name) == flag_value
 
 
@@ -286,7 +286,7 @@ def test_what_files_may_no_longer_say_still_continues_a_study_that_recorded_it(t
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     assert len(study.trials) == 2 and study.user_attrs[SPEC]["globals"]["rope_base"] == [100, 10000]
     # a study from before studies kept their spec: confirm reads it from the (unchanged) space file
-    from nas.commands.confirm import _search_record
+    from nas.commands._runs import _search_record
 
     study.set_user_attr(SPEC, None)
     _, spec, space = _search_record("s", study)
@@ -429,7 +429,7 @@ def test_null_on_the_command_line_undoes_a_files_value(tmp_path, section, name, 
     was refused with no way out but editing the file."""
     path = _spec_file(tmp_path, section, name, value)
     args = build_parser().parse_args(["search", "--space", str(path), f"--{section}.{name}", "null"])
-    spec, *_ = resolve_spec(args)
+    spec, *_ = resolve_spec(args, spec_flags(args))
     assert _value(spec, section, name) is None
 
 
@@ -444,9 +444,8 @@ def test_local_beside_a_files_workers_says_how_to_undo_it(tmp_path, capsys) -> N
         "drop resources.workers (--workers), or undo a file's value with --workers null, or run on Ray with "
         "--local false"
     ), err
-    spec, *_ = resolve_spec(
-        build_parser().parse_args(["search", "--space", str(path), "--local", "--workers", "null"])
-    )
+    args = build_parser().parse_args(["search", "--space", str(path), "--local", "--workers", "null"])
+    spec, *_ = resolve_spec(args, spec_flags(args))
     assert spec.resources.local and spec.resources.workers is None
     assert OPTIONAL, "no optional field was found to test"
 
