@@ -21,7 +21,7 @@
 # GPUS_PER_TRIAL=0 COMPILE=false.  `transfer` writes transfer.md (with its plot), transfer.log and
 # transfer_none.json; TRANSFER_SIZES, TRANSFER_SEEDS, TWORKERS (default 4), TGPUS (default 0.25),
 # TFLOPS (size 1's budget), TSPACE, TSTUDY and CODE (the corpus directory, built when absent) size it;
-# a CPU dry run: TGPUS=0 TWORKERS=2 TFLOPS=2e12 TRANSFER_SIZES=0.25,0.5,1,2 TRANSFER_SEEDS=1.
+# a CPU dry run: TGPUS=0 TWORKERS=2 TFLOPS=2e12 TRANSFER_SIZES=0.25,0.5,1,2 TRANSFER_SEEDS=1 TRANSFER_S=3000.
 OUT=${OUT:-gpu_out}
 RUNS=${RUNS:-/tmp/gpu_runs}
 STUDY=${STUDY:-gpu}
@@ -100,9 +100,12 @@ run_stage() {
             --baseline transformer_pp --baseline experiments/archs/probes/hybrid_gla.yaml
             --baseline experiments/archs/probes/hybrid_hyena.yaml --sizes "${TRANSFER_SIZES:-0.25,0.5,1,2,4,8,16}"
             --seeds "${TRANSFER_SEEDS:-2,2,2,2,2,1,1}" --check rollout)
-        timeout "${TRANSFER_S:-420}" python3 run_search.py ladder "${tflags[@]}" --share E \
+        # trained under the stage's limit; then reported from the runs it holds, finished or not
+        timeout "${TRANSFER_S:-420}" python3 run_search.py ladder "${tflags[@]}" \
             --resources.workers "${TWORKERS:-4}" --resources.gpus_per_trial "${TGPUS:-0.25}" --no-tensorboard \
-            --report "$OUT/transfer.md" --force 2>&1 | tee "$OUT/transfer.log" | tail -40 | tee -a "$LOG"
+            2>&1 | tee "$OUT/transfer.log" | tail -40 | tee -a "$LOG"
+        python3 run_search.py ladder "${tflags[@]}" --share E --no-train --report "$OUT/transfer.md" --force \
+            2>&1 | tail -20 | tee -a "$LOG"
         python3 run_search.py ladder "${tflags[@]}" --share none --no-train --json >"$OUT/transfer_none.json" \
             2>>"$LOG"
         ;;
