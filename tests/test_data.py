@@ -210,3 +210,24 @@ def test_validation_windows_are_fixed_and_disjoint() -> None:
         validation_windows(torch.arange(5, dtype=torch.int32), 1, 10)
     with pytest.raises(UserError, match=r"training data \(5 bytes\) is shorter than one window of 11"):
         get_batch(stream[:5], 1, 10, torch.Generator())
+
+
+def test_the_gpu_stages_code_corpus_is_a_text_corpus_and_is_never_written_over(tmp_path, capsys) -> None:
+    """benchmarks/code_corpus.py: the standard library's sources as a text-corpus directory (what the
+    device machine trains the GPU ladder on), refused over a directory that holds anything."""
+    import importlib.util
+
+    from nas.data import load_corpus
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("code_corpus", root / "benchmarks" / "code_corpus.py")
+    code = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(code)
+    out = tmp_path / "code"
+    assert code.main([str(out), "--packages", "", "--min-bytes", "1e9"]) == 2 and not out.exists()
+    assert "under --min-bytes 1e+09" in capsys.readouterr().err
+    assert code.main([str(out), "--packages", "", "--min-bytes", "1e6"]) == 0
+    corpus = load_corpus(str(out))
+    assert len(corpus.train) > 1_000_000 and len(corpus.val) > 0
+    before = sorted(p.name for p in out.iterdir())
+    assert code.main([str(out), "--packages", ""]) == 2 and sorted(p.name for p in out.iterdir()) == before
