@@ -53,7 +53,7 @@ SIZES = "0.125,0.25,0.5,1,2,4,8,16"
 SEEDS = "2,2,2,2,2,2,1,1"  # one seed at the two held-out sizes, the expensive ones
 FLAGS = f"--top 1 --sizes {SIZES} --seeds {SEEDS} --tokens per-param --rungs 0.25,0.5"
 REPORT = "docs/img/ladder_transfer.md"
-SHARES = ("E", "none")
+SHARES = ("E", "none", "E,exponents")
 
 
 def search_cmd(study: str) -> list[str]:
