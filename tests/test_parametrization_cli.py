@@ -100,7 +100,7 @@ def test_a_completep_ladder_is_relative_to_size_1_and_never_mixes(searched: str,
     ladder = ["ladder", "--study", "s", "--storage", searched, "--local", "--no-tensorboard", "--baseline",
               "vanilla", "--sizes", "0.42,1,3.4", "--samples", "20", "--json"]  # fmt: skip
     assert main([*ladder, "--parametrization", "completep"]) == 0
-    capsys.readouterr()
+    assert json.loads(capsys.readouterr().out)["parametrization"] == "completep"  # the report says so
     study = optuna.load_study(study_name="s-ladder", storage=searched)
     done = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert len(done) == 6

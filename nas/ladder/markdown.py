@@ -246,6 +246,8 @@ def render(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         + ", size 1 on "
         f"{report['scale']:g}x the search's budget and every size on "
         + ("the same tokens per parameter, " if report["tokens"] == "per-param" else "the same tokens, ")
+        + f"under the `{report.get('parametrization', 'standard')}` parametrization "
+        + "(docs/parametrization.md), "
         + "one wsd run per size and seed with its rungs. "
         + f"{runs['complete']} of {runs['planned']} runs finished.",
         "",

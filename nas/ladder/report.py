@@ -136,6 +136,7 @@ def build_report(
         "fewer_seeds": plan.uneven_seeds(),  # e.g. "size 8, 16: seed 0" (--seeds 2,2,2,1,1)
         "scale": plan.scale,
         "tokens": plan.tokens,
+        "parametrization": _parametrization(study),
         "target": {
             "flops": target,
             "size": target_size,
@@ -174,3 +175,10 @@ def _curve(f: Family, lo: float, hi: float, steps: int = 25) -> dict[str, Any]:
         high.append(high_c)
     band = bool(f.draws)
     return {"flops": grid, "loss": loss, "low": low if band else None, "high": high if band else None}
+
+
+def _parametrization(study: optuna.Study) -> str:
+    """The parametrization every run of the ladder study trained under (its recorded recipe's)."""
+    from nas.search.storage.records import SPEC
+
+    return ((study.user_attrs.get(SPEC) or {}).get("recipe") or {}).get("parametrization", "standard")
