@@ -296,9 +296,9 @@ def _as_recorded(args: argparse.Namespace, flags: SpecFlags, p: _runs.Picked, re
 def refuse_mixing(ladder: Any, parametrization: str) -> None:
     """Refuse to add runs of ``parametrization`` to a ladder study that trained under another: its fits
     would mix two recipes (the study's recorded spec says which it trained under)."""
-    from nas.search.storage.records import SPEC
+    from nas.ladder.report import trained_under
 
-    old = ((ladder.user_attrs.get(SPEC) or {}).get("recipe") or {}).get("parametrization", "standard")
+    old = trained_under(ladder)
     if old != parametrization:
         raise UserError(
             f"--parametrization {parametrization} (or the study's recipe): ladder study "

@@ -136,7 +136,7 @@ def build_report(
         "fewer_seeds": plan.uneven_seeds(),  # e.g. "size 8, 16: seed 0" (--seeds 2,2,2,1,1)
         "scale": plan.scale,
         "tokens": plan.tokens,
-        "parametrization": _parametrization(study),
+        "parametrization": trained_under(study),
         "target": {
             "flops": target,
             "size": target_size,
@@ -177,7 +177,7 @@ def _curve(f: Family, lo: float, hi: float, steps: int = 25) -> dict[str, Any]:
     return {"flops": grid, "loss": loss, "low": low if band else None, "high": high if band else None}
 
 
-def _parametrization(study: optuna.Study) -> str:
+def trained_under(study: optuna.Study) -> str:
     """The parametrization every run of the ladder study trained under (its recorded recipe's)."""
     from nas.search.storage.records import SPEC
 

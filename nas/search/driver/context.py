@@ -96,11 +96,6 @@ class RunContext:
             return ConfigError(message, named("search", field))
         return ConfigError(message, f"search.{field}", self.space.source)
 
-    def _from_spec(self, err: UserError) -> UserError:
-        from nas.spec.flags import from_source
-
-        return from_source(err, self.space.source, self.flags)
-
     @property
     def trials(self) -> int | None:
         """Finished trials wanted (None: as many as ``search.max_flops`` buys)."""
@@ -181,7 +176,9 @@ class RunContext:
             check_devices(r.device, r.gpus_per_trial, on_ray=not r.local, this_machine=not joined)
             corpus = load_corpus(self.data)  # a missing or empty corpus is refused now, not in every trial
         except UserError as err:
-            raise self._from_spec(err) from None
+            from nas.spec.flags import from_source  # a file's value is not the flag's
+
+            raise from_source(err, self.space.source, self.flags) from None
         # what every trial would refuse (a model no device holds, a corpus shorter than a window, ...)
         # the memory one trial gets: read here only where the trials run here (a joined cluster's
         # workers may have other GPUs); on Ray a worker trains on its share of a GPU, or on the CPU
